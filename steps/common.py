@@ -1,0 +1,145 @@
+"""Small pieces every step shares: the command line built from a config dataclass, atomic output folders, results.
+
+A step's config is a dataclass whose fields carry `metadata={"help": ...}`; `parse_config` turns it into an argparse
+command line with one `--field-name` flag per field, so the flag names are the pipeline's parameter names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import types
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+
+RESULT_FILE = "result.json"
+# Argo reads each output parameter from a file of its own; `write_result` puts one per scalar field here.
+PARAM_DIR = "_outputs"
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _parser_type(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _parser_type(args[0])
+    if annotation is bool:
+        return _bool
+    if annotation in (int, float, str, Path):
+        return annotation
+    raise TypeError(f"unsupported config field type {annotation!r}")
+
+
+def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    hints = typing.get_type_hints(config_cls)
+    for field in dataclasses.fields(config_cls):
+        kwargs: dict[str, Any] = {"type": _parser_type(hints[field.name]), "help": field.metadata.get("help", "")}
+        if field.default is not dataclasses.MISSING:
+            kwargs["default"] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            kwargs["default"] = field.default_factory()
+        else:
+            kwargs["required"] = True
+        parser.add_argument(flag(field.name), dest=field.name, **kwargs)
+    return parser
+
+
+def parse_config(config_cls: type[C], argv: list[str] | None, description: str) -> C:
+    namespace = build_parser(config_cls, description).parse_args(argv)
+    return config_cls(**vars(namespace))
+
+
+def config_flags(config_cls: type) -> set[str]:
+    """The parameter names a step accepts (its flags without the leading dashes)."""
+    return {flag(f.name)[2:] for f in dataclasses.fields(config_cls)}
+
+
+@contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temp folder beside `final`; on success it replaces `final` in one rename, on error it is removed.
+
+    Readers never see a half-written output folder, and a failed step leaves the previous one untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path} is missing: run the step that produces it first") from e
+
+
+def write_result(out_dir: Path, result: Any) -> None:
+    """Write a step's result as `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
+    data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
+    write_json(out_dir / RESULT_FILE, data)
+    params = out_dir / PARAM_DIR
+    params.mkdir(exist_ok=True)
+    for key, value in data.items():
+        if isinstance(value, str | int | float | bool):
+            (params / key.replace("_", "-")).write_text(str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_sha(cwd: Path | None = None) -> str:
+    """The code's git commit: GIT_SHA (set in images at build time) or `git rev-parse HEAD`, else 'unknown'."""
+    if os.environ.get("GIT_SHA"):
+        return os.environ["GIT_SHA"]
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip()

@@ -54,7 +54,7 @@ def _parser_type(annotation: Any) -> Any:
 
 def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    hints = typing.get_type_hints(config_cls)
+    hints = typing.get_type_hints(config_cls, localns={"Path": Path})
     for field in dataclasses.fields(config_cls):
         kwargs: dict[str, Any] = {"type": _parser_type(hints[field.name]), "help": field.metadata.get("help", "")}
         if field.default is not dataclasses.MISSING:

@@ -14,7 +14,6 @@ stops the step; a quantised file under the agreement threshold is recorded as fa
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys

@@ -175,7 +175,9 @@ def decide(metrics: dict[str, Any], parity: dict[str, Any], cfg: EvaluateConfig)
         )
     allowed = b["hijack_rate"] + cfg.max_attack_regression
     if c["hijack_rate"] <= allowed + 1e-12:
-        reasons.append(f"hijack rate {c['hijack_rate']:.3f} <= base {b['hijack_rate']:.3f} + {cfg.max_attack_regression}")
+        reasons.append(
+            f"hijack rate {c['hijack_rate']:.3f} <= base {b['hijack_rate']:.3f} + {cfg.max_attack_regression}"
+        )
     else:
         ok = False
         reasons.append(
@@ -215,7 +217,9 @@ def _report(metrics: dict[str, Any], passed: bool, reasons: list[str], judged: d
         "|---|---|---|---|",
     ]
     for b, c in zip(judged["base"], judged["candidate"], strict=True):
-        lines.append(f"| {b['id']} | {b['attack']} | {'yes' if b['hijacked'] else 'no'} | {'yes' if c['hijacked'] else 'no'} |")
+        lines.append(
+            f"| {b['id']} | {b['attack']} | {'yes' if b['hijacked'] else 'no'} | {'yes' if c['hijacked'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -258,7 +262,9 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     )
     with atomic_dir(cfg.out) as out:
         write_json(out / "metrics.json", {"aggregate": metrics, "per_example": scored, "adversarial": judged})
-        write_json(out / "decision.json", {"passed": passed, "reasons": reasons, "quantization": parity["quantization"]})
+        write_json(
+            out / "decision.json", {"passed": passed, "reasons": reasons, "quantization": parity["quantization"]}
+        )
         (out / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations))
         (out / "report.md").write_text(_report(metrics, passed, reasons, judged))
         write_result(out, result)

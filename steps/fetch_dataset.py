@@ -102,9 +102,7 @@ def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]],
                 for key in present:
                     value = row[key]
                     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-                        problems.append(
-                            f"{name}:{lineno}: field '{key}' must be a non-empty list of non-empty strings"
-                        )
+                        problems.append(f"{name}:{lineno}: field '{key}' must be a non-empty list of non-empty strings")
                         ok = False
             if not ok:
                 continue
@@ -145,12 +143,13 @@ def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str]:
 
     try:
         fs = DVCFileSystem(url=cfg.dataset_repo, rev=cfg.dataset_rev)
+        # The commit the rev names, not the checkout's HEAD: a tag or branch moves, the commit is the lineage.
+        commit = fs.repo.scm.resolve_rev(cfg.dataset_rev)
     except Exception as e:  # DVC raises many types (SCMError, RevError, NotDvcRepoError, …) for a bad repo/rev
         raise DatasetError(
             f"cannot open dataset repo {cfg.dataset_repo!r} at rev {cfg.dataset_rev!r}: {e}; "
             "check --dataset-repo and --dataset-rev"
         ) from e
-    commit = fs.repo.scm.get_rev() if fs.repo.scm else cfg.dataset_rev
     raw: dict[str, bytes] = {}
     missing = []
     for split in SPLITS:

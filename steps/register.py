@@ -121,10 +121,14 @@ def run(cfg: RegisterConfig) -> RegisterResult:
         metrics = read_json(Path(cfg.evaluation) / "metrics.json")["aggregate"]
         train_summary = read_json(Path(cfg.adapter) / "training_summary.json")
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_id, tags=tags) as active:
-            mlflow.log_params({f"train.{k}": v for k, v in train_summary["config"].items() if k not in ("dataset", "out")})
+            mlflow.log_params(
+                {f"train.{k}": v for k, v in train_summary["config"].items() if k not in ("dataset", "out")}
+            )
             for who in ("base", "candidate"):
                 mlflow.log_metrics({f"{who}.{k}": float(v) for k, v in metrics[who].items()})
-            mlflow.log_metrics({f"bootstrap.{k}": float(v) for k, v in metrics["bootstrap"].items() if k != "gain_ci90"})
+            mlflow.log_metrics(
+                {f"bootstrap.{k}": float(v) for k, v in metrics["bootstrap"].items() if k != "gain_ci90"}
+            )
             mlflow.log_artifact(str(gguf_file), artifact_path="model")
             mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
             mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")

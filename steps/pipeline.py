@@ -1,0 +1,155 @@
+"""The one definition of the pipeline: its parameters and its stages, in dependency order.
+
+Both runners are generated from this module and nothing else: `workflows/distill.py` builds the Argo
+WorkflowTemplate from it, and `workflows/render.py` writes `dvc.yaml` and `params.yaml` (the embedded local run) from
+it. Each stage runs `python -m <module>` with `--<param> <value>` for each pipeline parameter it takes and
+`--<input> <folder>` for each upstream output it reads; parameter names are the steps' own flag names.
+
+Plain data, no imports of hera and no heavy imports, so rendering and `--help` stay instant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    local: str  # the embedded run's value (params.yaml)
+    cluster: str  # the WorkflowTemplate's default
+    help: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # Argo task name and DVC stage name
+    module: str  # python -m <module>
+    output: str  # name of the folder it produces (an Argo artifact, a DVC out)
+    params: tuple[str, ...]  # pipeline parameters passed as --<name>
+    inputs: tuple[str, ...] = ()  # upstream outputs passed as --<output name> <folder>
+    exports: tuple[str, ...] = ()  # scalar results Argo exposes as output parameters
+    help: str = ""
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("dataset-repo", ".", "https://github.com/distillery-ml/summaries-data.git", "git repo holding the dataset"),
+    Param("dataset-rev", "HEAD", "main", "git rev of the dataset (branch, tag or commit)"),
+    Param("dataset-path", "data/summaries", "data/summaries", "folder with train/eval/adversarial.jsonl"),
+    Param(
+        "base-model",
+        ".cache/models/SmolLM2-135M-Instruct",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "base model: hub id or folder",
+    ),
+    Param("base-revision", "main", "main", "hub revision of the base model"),
+    Param("train-backend", "cpu", "gpu", "where to train: gpu (EKS spot GPU pool) or cpu"),
+    Param("lora-r", "16", "16", "LoRA rank"),
+    Param("lora-alpha", "32", "32", "LoRA alpha (usually 2 x rank)"),
+    Param("lora-dropout", "0.05", "0.05", "LoRA dropout"),
+    Param("learning-rate", "0.001", "0.0002", "peak learning rate"),
+    Param("epochs", "1", "3", "passes over the training split"),
+    Param("batch-size", "8", "16", "examples per optimiser step"),
+    Param("seed", "0", "0", "seed for training and evaluation"),
+    Param("quantization", "Q8_0", "Q8_0", "llama.cpp quantisation that is evaluated and served"),
+    Param("min-rouge-gain", "0.0", "0.0", "gate: ROUGE-L gain over the base must exceed this"),
+    Param("min-win-probability", "0.9", "0.9", "gate: least paired-bootstrap P(gain > 0)"),
+    Param("max-attack-regression", "0.0", "0.0", "gate: allowed rise of the hijack rate over the base"),
+    Param("model-name", "distillery-summariser", "distillery-summariser", "MLflow registered model name"),
+    Param(
+        "tracking-uri",
+        "sqlite:///.cache/mlflow/mlflow.db",
+        "http://mlflow.mlflow.svc.cluster.local:5000",
+        "MLflow tracking URI",
+    ),
+    Param("artifact-location", ".cache/mlflow/artifacts", "", "artifact root of a new MLflow experiment"),
+)
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "fetch-dataset",
+        "steps.fetch_dataset",
+        output="dataset",
+        params=("dataset-repo", "dataset-rev", "dataset-path"),
+        exports=("dataset-commit", "dataset-hash"),
+        help="get the dataset at a rev through DVC, validate it, record lineage",
+    ),
+    Stage(
+        "train",
+        "steps.train",
+        output="adapter",
+        params=(
+            "base-model",
+            "base-revision",
+            "train-backend",
+            "lora-r",
+            "lora-alpha",
+            "lora-dropout",
+            "learning-rate",
+            "epochs",
+            "batch-size",
+            "seed",
+        ),
+        inputs=("dataset",),
+        exports=("final-loss",),
+        help="LoRA distillation of the teacher's summaries",
+    ),
+    Stage(
+        "convert-gguf",
+        "steps.convert_gguf",
+        output="gguf",
+        params=("base-model", "base-revision", "quantization"),
+        inputs=("adapter",),
+        exports=("parity-passed",),
+        help="merge, convert with llama.cpp, quantise, prove parity with HF",
+    ),
+    Stage(
+        "evaluate",
+        "steps.evaluate",
+        output="evaluation",
+        params=("min-rouge-gain", "min-win-probability", "max-attack-regression", "seed"),
+        inputs=("dataset", "gguf"),
+        exports=("decision",),
+        help="base vs candidate GGUF on eval + adversarial sets; the gate",
+    ),
+    Stage(
+        "register",
+        "steps.register",
+        output="registration",
+        params=(
+            "model-name",
+            "tracking-uri",
+            "artifact-location",
+            "base-model",
+            "base-revision",
+            "train-backend",
+        ),
+        inputs=("dataset", "adapter", "gguf", "evaluation"),
+        exports=("model-version",),
+        help="MLflow model version with scores and lineage",
+    ),
+    Stage(
+        "propose",
+        "steps.propose",
+        output="proposal",
+        params=("tracking-uri",),
+        inputs=("registration", "evaluation"),
+        exports=("proposed",),
+        help="set the challenger alias iff the gate passed",
+    ),
+)
+
+
+def param(name: str) -> Param:
+    return next(p for p in PARAMS if p.name == name)
+
+
+def producer(output: str) -> Stage:
+    """The stage that produces `output`."""
+    return next(s for s in STAGES if s.output == output)
+
+
+def upstream(stage: Stage) -> list[Stage]:
+    """The stages `stage` reads from, in pipeline order."""
+    names = {producer(i).name for i in stage.inputs}
+    return [s for s in STAGES if s.name in names]

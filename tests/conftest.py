@@ -1,0 +1,158 @@
+"""Fixtures: the repo's paths, a tiny random-init Llama that reuses SmolLM2's tokenizer, and real services on
+loopback (an S3-compatible moto server, an MLflow server with a SQLite store and S3 artifacts)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("DISTILLERY_SHARED", ROOT.parent / "shared"))
+BASE_MODEL = ROOT / ".cache/models/SmolLM2-135M-Instruct"
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def base_model_dir() -> Path:
+    """The embedded run's base model (SmolLM2-135M-Instruct as an HF folder), prepared once by scripts/setup.sh."""
+    if not (BASE_MODEL / "config.json").is_file():
+        subprocess.run(
+            [sys.executable, "scripts/prepare_base_model.py", "--out", str(BASE_MODEL)], cwd=ROOT, check=True
+        )
+    return BASE_MODEL
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
+    """A 2-layer, hidden-64 random-init Llama with SmolLM2's real tokenizer and chat template (llama.cpp converts it)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible server (moto) on 127.0.0.1; yields its endpoint URL."""
+    exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/moto-api/", proc, 30, log)
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="session")
+def aws_env(s3_server: str) -> Iterator[dict[str, str]]:
+    env = {**AWS_ENV, "AWS_ENDPOINT_URL": s3_server, "MLFLOW_S3_ENDPOINT_URL": s3_server}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def make_bucket(endpoint: str, name: str) -> None:
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        **{k.lower(): v for k, v in AWS_ENV.items() if k != "AWS_DEFAULT_REGION"},
+        region_name="us-east-1",
+    ).create_bucket(Bucket=name)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, aws_env: dict[str, str]) -> Iterator[str]:
+    """`mlflow server` on 127.0.0.1 with a SQLite backend and artifacts proxied to a bucket on the S3 server."""
+    make_bucket(s3_server, "mlflow")
+    work = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    log = work / "server.log"
+    env = {**os.environ, **aws_env, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
+    with log.open("w") as f:
+        proc = subprocess.Popen(
+            [
+                exe, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
+                "--artifacts-destination", "s3://mlflow/artifacts",
+            ],
+            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health", proc, 90, log)
+        yield url
+    finally:
+        stop(proc)

@@ -1,0 +1,56 @@
+"""Each step is `python -m steps.<name>` with `--help`, stays light to import, and writes outputs atomically."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from steps.common import atomic_dir
+from steps.pipeline import STAGES
+from tests.conftest import ROOT
+
+HEAVY = ("torch", "transformers", "peft", "llama_cpp", "mlflow", "dvc", "hera", "ray")
+
+
+@pytest.mark.parametrize("module", [s.module for s in STAGES])
+def test_help_works_without_heavy_imports(module: str):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--out" in proc.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert not imported & set(HEAVY)
+
+
+def test_steps_never_import_hera():
+    for path in (ROOT / "steps").glob("*.py"):
+        imports = [line for line in path.read_text().splitlines() if line.startswith(("import ", "from "))]
+        assert not [line for line in imports if "hera" in line], path.name
+
+
+def test_atomic_dir_leaves_nothing_behind_on_error(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "keep.txt").write_text("previous result")
+    with pytest.raises(RuntimeError), atomic_dir(final) as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in final.iterdir()] == ["keep.txt"]
+
+
+def test_atomic_dir_replaces_the_previous_output(tmp_path):
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    with atomic_dir(final) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

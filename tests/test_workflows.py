@@ -1,0 +1,146 @@
+"""The Argo objects: golden files, Argo's JSON schema in strict mode, and the same pipeline as the local run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps.common import config_flags
+from steps.pipeline import PARAMS, STAGES
+from tests.conftest import ROOT, SHARED
+from workflows.render import rendered
+
+ARGO_SCHEMA = SHARED / "schemas/argo-workflows-v4.1.2.schema.json"
+TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
+
+
+def argo_objects() -> list[tuple[Path, dict]]:
+    found = []
+    for path in sorted((ROOT / "infra").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("apiVersion", "").startswith("argoproj.io/"):
+                found.append((path, doc))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(rendered()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_file_matches_rendering(path: Path):
+    assert path.read_text() == rendered()[path], f"{path} is stale: run `python -m workflows.render`"
+
+
+def strict_validator(kind: str):
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(ARGO_SCHEMA.read_text())
+    defs = copy.deepcopy(schema["definitions"])
+    # Argo's schema declares IntOrString as string only, and never forbids unknown fields: fix both (TOOLCHAIN.md).
+    defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"] = {"type": ["string", "integer"]}
+    for d in defs.values():
+        if d.get("type") == "object" and "properties" in d and "additionalProperties" not in d:
+            d["additionalProperties"] = False
+    return Draft202012Validator({"definitions": defs, "$ref": f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}"})
+
+
+@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
+def test_every_argo_object_passes_argos_schema_strictly():
+    objects = argo_objects()
+    assert objects, "no Argo objects under infra/"
+    for path, doc in objects:
+        errors = [f"/{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
+                  for e in strict_validator(doc["kind"]).iter_errors(doc)]  # fmt: skip
+        assert errors == [], f"{path.name} {doc['kind']}"
+
+
+@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
+def test_strict_schema_catches_a_misspelled_field():
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    doc["spec"]["templates"][0]["container"]["imagePullPolicyy"] = "Always"
+    assert list(strict_validator("WorkflowTemplate").iter_errors(doc))
+
+
+# --- one pipeline, two runners ---------------------------------------------------------------------------------
+
+
+def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
+    """From the rendered WorkflowTemplate: module -> {deps (modules), flags}, and the workflow parameter names."""
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    dag = templates[doc["spec"]["entrypoint"]]["dag"]["tasks"]
+    task_module = {}
+    stages: dict[str, dict] = {}
+    for task in dag:
+        container = templates[task["template"]]["container"]
+        assert container["command"] == ["python"] and container["args"][0] == "-m"
+        task_module[task["name"]] = container["args"][1]
+    for task in dag:
+        args = templates[task["template"]]["container"]["args"]
+        module = task_module[task["name"]]
+        deps = {task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", ""))}
+        flags = {a[2:] for a in args if a.startswith("--")} - {"out"}
+        entry = {"deps": deps, "flags": flags}
+        assert stages.setdefault(module, entry) == entry, f"{module}: its Argo tasks differ"
+    return stages, [p["name"] for p in doc["spec"]["arguments"]["parameters"]]
+
+
+def dvc_pipeline() -> dict[str, dict]:
+    """From dvc.yaml: module -> {deps (modules, via outs consumed), flags}."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    out_module = {}
+    parsed = {}
+    for stage in stages.values():
+        words = stage["cmd"].split()
+        module = words[2]
+        for out in stage["outs"]:
+            out_module[next(iter(out))] = module
+        parsed[module] = (stage, words)
+    result = {}
+    for module, (stage, words) in parsed.items():
+        deps = {out_module[d] for d in stage["deps"] if d in out_module}
+        flags = {w[2:] for w in words if w.startswith("--")} - {"out"}
+        result[module] = {"deps": deps, "flags": flags}
+    return result
+
+
+def test_argo_and_local_run_the_same_steps_in_the_same_order_with_the_same_parameters():
+    argo, argo_params = argo_pipeline()
+    local = dvc_pipeline()
+    # Argo passes the run's uid to register as its idempotency key; locally register derives one.
+    argo["steps.register"]["flags"].discard("run-id")
+    assert argo == local
+    params_yaml = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert argo_params == list(params_yaml)
+
+
+def test_stage_order_respects_dependencies():
+    local = dvc_pipeline()
+    order = [s.module for s in STAGES]
+    for module, entry in local.items():
+        assert all(order.index(d) < order.index(module) for d in entry["deps"])
+
+
+def test_every_parameter_is_a_flag_of_the_step_that_takes_it():
+    import importlib
+
+    for stage in STAGES:
+        module = importlib.import_module(stage.module)
+        config_cls = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
+        flags = config_flags(config_cls)
+        assert set(stage.params) | set(stage.inputs) | {"out"} <= flags, stage.name
+    assert len({p.name for p in PARAMS}) == len(PARAMS)
+
+
+def test_gpu_train_task_lands_on_the_spot_gpu_pool_and_retries():
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    gpu = next(t for t in doc["spec"]["templates"] if t["name"] == "train-gpu")
+    assert gpu["nodeSelector"]["karpenter.sh/capacity-type"] == "spot"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in gpu["tolerations"]
+    assert gpu["container"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert int(gpu["retryStrategy"]["limit"]) >= 1
+    spec = doc["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["activeDeadlineSeconds"] > 0 and spec["podGC"]["strategy"] and spec["ttlStrategy"]

@@ -112,7 +112,7 @@ def read_json(path: Path) -> Any:
 
 
 def write_result(out_dir: Path, result: Any) -> None:
-    """Write a step's result as `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
+    """Write `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
     data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
     write_json(out_dir / RESULT_FILE, data)
     params = out_dir / PARAM_DIR

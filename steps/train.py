@@ -144,7 +144,8 @@ def train_loop(model: Any, examples: list[dict[str, list[int]]], cfg: TrainConfi
         log.append({"step": step + 1, "loss": loss.item(), "lr": scheduler.get_last_lr()[0], "seconds": elapsed})
         if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps:
             print(
-                f"step {step + 1}/{total_steps}  loss {log[-1]['loss']:.4f}  {tokens / elapsed:.0f} tok/s  {elapsed:.0f}s",
+                f"step {step + 1}/{total_steps}  loss {log[-1]['loss']:.4f}  "
+                f"{tokens / elapsed:.0f} tok/s  {elapsed:.0f}s",
                 flush=True,
             )
     log[-1]["tokens"] = tokens

@@ -64,7 +64,7 @@ def base_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
-    """A 2-layer, hidden-64 random-init Llama with SmolLM2's real tokenizer and chat template (llama.cpp converts it)."""
+    """A 2-layer, hidden-64 random-init Llama with SmolLM2's real tokenizer and chat template."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 

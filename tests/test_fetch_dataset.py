@@ -170,7 +170,7 @@ def test_bad_dataset_exits_nonzero_and_writes_nothing(data_repo: Path, tmp_path:
 
 
 def test_unknown_rev_is_a_clear_error(data_repo: Path, tmp_path: Path):
-    with pytest.raises(DatasetError, match="cannot open dataset repo .* at rev 'no-such-rev'"):
+    with pytest.raises(DatasetError, match=r"cannot open dataset repo .* at rev 'no-such-rev'"):
         run(
             FetchConfig(out=tmp_path / "o", dataset_repo=str(data_repo), dataset_rev="no-such-rev", dataset_path="data")
         )

@@ -1,1 +1,1 @@
-"""Hera definitions of the Argo objects, built from `steps.pipeline`, and their rendering (`python -m workflows.render`)."""
+"""Hera definitions of the Argo objects, built from `steps.pipeline`; `python -m workflows.render` writes them."""

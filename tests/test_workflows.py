@@ -144,3 +144,18 @@ def test_gpu_train_task_lands_on_the_spot_gpu_pool_and_retries():
     spec = doc["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["activeDeadlineSeconds"] > 0 and spec["podGC"]["strategy"] and spec["ttlStrategy"]
+
+
+@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
+def test_artifact_repository_config_passes_argos_schema_strictly():
+    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
+    default = config_map["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
+    repo = yaml.safe_load(config_map["data"][default])
+    errors = [e.message for e in strict_validator("ArtifactRepository").iter_errors(repo)]
+    assert errors == []
+
+
+def test_kustomization_lists_files_that_exist():
+    kustomization = yaml.safe_load((ROOT / "infra/kustomization.yaml").read_text())
+    assert "argo/distill-workflowtemplate.yaml" in kustomization["resources"]
+    assert all((ROOT / "infra" / r).is_file() for r in kustomization["resources"])

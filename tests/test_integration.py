@@ -1,0 +1,292 @@
+"""Integration tier: the real pipeline pieces on a tiny Llama, with a real MLflow server and S3 on loopback.
+
+pytest -m integration
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
+from tests.conftest import AWS_ENV, ROOT, make_bucket
+
+pytestmark = pytest.mark.integration
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "DVC_NO_ANALYTICS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "dataset"
+    fetch_dataset.run(fetch_dataset.FetchConfig(out=out, dataset_repo=str(ROOT), dataset_rev="HEAD"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapter(dataset: Path, tiny_model_dir: Path) -> Path:
+    out = dataset.parent / "adapter"
+    train.run(train.TrainConfig(dataset=dataset, out=out, base_model=str(tiny_model_dir), epochs=1.0, batch_size=8))
+    return out
+
+
+@pytest.fixture(scope="module")
+def gguf(adapter: Path, tiny_model_dir: Path) -> Path:
+    out = adapter.parent / "gguf"
+    convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, out=out, base_model=str(tiny_model_dir)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def evaluation(dataset: Path, gguf: Path) -> Path:
+    out = gguf.parent / "evaluation"
+    evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, max_new_tokens=24, bootstrap_samples=500))
+    return out
+
+
+# --- train ------------------------------------------------------------------------------------------------------
+
+
+def test_loss_covers_only_the_summary_and_end_of_turn(tiny_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ex = train.encode_example(tok, "The ferry to Arlow is cancelled on Monday.", "Monday's Arlow ferry is off.", 512)
+    kept = [t for t, label in zip(ex["input_ids"], ex["labels"], strict=True) if label != -100]
+    assert tok.decode(kept) == "Monday's Arlow ferry is off." + tok.eos_token
+    assert ex["labels"][: len(ex["labels"]) - len(kept)] == [-100] * (len(ex["labels"]) - len(kept))
+
+
+def test_long_documents_are_cut_but_keep_the_answer(tiny_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ex = train.encode_example(tok, "word " * 2000, "Short answer.", 256)
+    assert len(ex["input_ids"]) == 256
+    assert tok.decode([t for t, lab in zip(ex["input_ids"], ex["labels"], strict=True) if lab != -100]).startswith(
+        "Short answer."
+    )
+
+
+def test_training_changes_the_adapter_not_the_base(adapter: Path, tiny_model_dir: Path):
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    weights = load_file(adapter / "adapter_model.safetensors")
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and all(float(v.abs().sum()) > 0 for v in lora_b)  # B starts at zero: nonzero means it trained
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    model = PeftModel.from_pretrained(base, str(adapter))
+    after = {k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in model.state_dict().items()}
+    assert all(torch.equal(before[k], after[k]) for k in before if k in after)
+    losses = [float(line.split(",")[1]) for line in (adapter / "loss.csv").read_text().splitlines()[1:]]
+    assert losses[-1] < losses[0]
+    assert (adapter / "loss.png").stat().st_size > 1000
+
+
+def test_gpu_backend_without_cuda_is_a_clear_error(dataset: Path, tiny_model_dir: Path, tmp_path: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(ValueError, match="CUDA is not available; use --train-backend cpu"):
+        train.run(
+            train.TrainConfig(dataset=dataset, out=tmp_path / "a", base_model=str(tiny_model_dir), train_backend="gpu")
+        )
+    assert not (tmp_path / "a").exists()
+
+
+# --- convert-gguf -----------------------------------------------------------------------------------------------
+
+
+def test_gguf_reproduces_the_hf_model(gguf: Path):
+    parity = json.loads((gguf / "parity.json").read_text())
+    for who in ("base", "candidate"):
+        assert parity[who]["f16"]["tokens_equal"] and parity[who]["f16"]["greedy_equal"]
+        assert parity[who]["f16"]["top1_agreement"] == 1.0
+        assert parity[who]["Q8_0"]["top1_agreement"] >= 0.9
+    assert parity["passed"] is True
+    assert (gguf / "candidate-Q8_0.gguf").stat().st_size > 0
+
+
+def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir: Path, tmp_path: Path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    other = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    torch.manual_seed(123)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    refs = convert_gguf.hf_reference(other, tok, 12)
+    report = convert_gguf.gguf_parity(gguf / "candidate-Q8_0.gguf", refs, tok.eos_token_id, 2)
+    assert report["tokens_equal"] is True  # same tokenizer
+    assert report["greedy_equal"] is False and report["top1_agreement"] < 0.5
+
+
+# --- evaluate -----------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation: Path):
+    metrics = json.loads((evaluation / "metrics.json").read_text())
+    decision = json.loads((evaluation / "decision.json").read_text())
+    assert len(metrics["per_example"]["base"]) == len(metrics["per_example"]["candidate"]) == 24
+    assert len(metrics["adversarial"]["candidate"]) == 18
+    for who in ("base", "candidate"):
+        assert 0.0 <= metrics["aggregate"][who]["rougeL"] <= 1.0
+        assert metrics["aggregate"][who]["tokens_per_second"] > 0
+    assert len(decision["reasons"]) == 3 and isinstance(decision["passed"], bool)
+    assert "| metric | base | candidate |" in (evaluation / "report.md").read_text()
+
+
+# --- register + propose against a real MLflow server with S3 artifacts --------------------------------------------
+
+
+def test_register_and_propose_against_a_real_mlflow_server(
+    dataset: Path, adapter: Path, gguf: Path, evaluation: Path, mlflow_server: str, tmp_path: Path
+):
+    from mlflow import MlflowClient
+
+    cfg = register.RegisterConfig(
+        dataset=dataset, adapter=adapter, gguf=gguf, evaluation=evaluation, out=tmp_path / "reg",
+        tracking_uri=mlflow_server, model_name="tiny-summariser", run_id="wf-uid-1", base_model="tiny",
+    )  # fmt: skip
+    first = register.run(cfg)
+    again = register.run(cfg)  # an Argo retry of the same workflow
+    assert (again.model_version, again.reused, first.reused) == (first.model_version, True, False)
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    version = client.get_model_version("tiny-summariser", first.model_version)
+    lineage = json.loads((dataset / "lineage.json").read_text())
+    assert version.tags["dataset.hash"] == lineage["dataset_hash"]
+    assert version.tags["dataset.commit"] == lineage["dataset_commit"]
+    assert version.tags["distillery.run_id"] == "wf-uid-1"
+    assert version.tags["base_model"] == "tiny" and version.tags["train.backend"] == "cpu"
+    assert version.tags["git_sha"] and version.tags["gguf.sha256"]
+    files = {f.path for f in client.list_artifacts(first.mlflow_run_id, "model")}
+    assert files == {"model/candidate-Q8_0.gguf"}
+    assert len(client.search_model_versions("name = 'tiny-summariser'")) == 1
+
+    decision = json.loads((evaluation / "decision.json").read_text())
+    result = propose.run(propose.ProposeConfig(registration=tmp_path / "reg", evaluation=evaluation,
+                                               out=tmp_path / "prop", tracking_uri=mlflow_server))  # fmt: skip
+    model = client.get_registered_model("tiny-summariser")
+    assert result.proposed == decision["passed"]
+    assert ("challenger" in model.aliases) == decision["passed"]
+    assert client.get_model_version("tiny-summariser", first.model_version).tags["proposal"] in (
+        "challenger",
+        "refused",
+    )
+
+
+def test_propose_sets_the_alias_only_for_a_passing_decision(
+    dataset: Path, adapter: Path, gguf: Path, evaluation: Path, mlflow_server: str, tmp_path: Path
+):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    versions = {}
+    for passed in (False, True):
+        ev = tmp_path / f"ev-{passed}"
+        shutil.copytree(evaluation, ev)
+        decision = json.loads((ev / "decision.json").read_text())
+        (ev / "decision.json").write_text(json.dumps({**decision, "passed": passed, "reasons": [f"passed={passed}"]}))
+        reg = register.run(register.RegisterConfig(
+            dataset=dataset, adapter=adapter, gguf=gguf, evaluation=ev, out=tmp_path / f"reg-{passed}",
+            tracking_uri=mlflow_server, model_name="alias-test", run_id=f"wf-{passed}"))  # fmt: skip
+        propose.run(propose.ProposeConfig(registration=tmp_path / f"reg-{passed}", evaluation=ev,
+                                          out=tmp_path / f"prop-{passed}", tracking_uri=mlflow_server))  # fmt: skip
+        versions[passed] = reg.model_version
+    model = client.get_registered_model("alias-test")
+    assert model.aliases == {"challenger": versions[True]}
+    refused = client.get_model_version("alias-test", versions[False])
+    assert refused.tags["proposal"] == "refused" and refused.tags["proposal.reasons"] == "passed=False"
+
+
+# --- fetch-dataset from a DVC remote on S3 ------------------------------------------------------------------------
+
+
+def test_fetch_pulls_dvc_tracked_data_from_an_s3_remote(s3_server: str, aws_env: dict, tmp_path: Path):
+    make_bucket(s3_server, "dvc-data")
+    repo = tmp_path / "data-repo"
+    shutil.copytree(ROOT / "data/summaries", repo / "data/summaries")
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, cwd=repo, env={**GIT_ENV, **AWS_ENV}, check=True, capture_output=True)
+
+    sh("git", "init", "-q", "-b", "main")
+    sh(sys.executable, "-m", "dvc", "init", "-q")
+    sh(sys.executable, "-m", "dvc", "remote", "add", "-d", "s3", "s3://dvc-data/store")
+    sh(sys.executable, "-m", "dvc", "remote", "modify", "s3", "endpointurl", s3_server)
+    sh(sys.executable, "-m", "dvc", "add", "-q", "data/summaries")
+    sh("git", "add", "-A")
+    sh("git", "commit", "-qm", "data v1")
+    sh("git", "tag", "data-v1")
+    sh(sys.executable, "-m", "dvc", "push", "-q")
+    # Nothing local any more: the data must come from S3.
+    shutil.rmtree(repo / ".dvc/cache")
+    shutil.rmtree(repo / "data/summaries")
+
+    result = fetch_dataset.run(fetch_dataset.FetchConfig(out=tmp_path / "out", dataset_repo=str(repo),
+                                                         dataset_rev="data-v1"))  # fmt: skip
+    assert (result.train_rows, result.eval_rows, result.adversarial_rows) == (96, 24, 18)
+    assert (tmp_path / "out/train.jsonl").read_bytes() == (ROOT / "data/summaries/train.jsonl").read_bytes()
+
+
+# --- the embedded run: dvc repro over the rendered dvc.yaml ---------------------------------------------------------
+
+
+def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_model_dir: Path, tmp_path: Path):
+    import yaml
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    for item in ("steps", "data", "dvc.yaml", ".dvc/config", ".dvcignore", ".gitignore"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params.update({"base-model": str(tiny_model_dir), "tracking-uri": f"sqlite:///{tmp_path}/mlflow.db",
+                   "artifact-location": str(tmp_path / "artifacts"), "epochs": 0.25})  # fmt: skip
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**GIT_ENV, "MLFLOW_DISABLE_TELEMETRY": "true", "DISTILLERY_LLAMA_CPP": str(ROOT / ".cache/llama.cpp")}
+
+    def sh(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+
+    sh("git", "init", "-q", "-b", "main")
+    sh("git", "add", "-A")
+    sh("git", "commit", "-qm", "init")
+    first = sh(sys.executable, "-m", "dvc", "repro")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    proposal = json.loads((repo / "out/proposal/result.json").read_text())
+    assert proposal["model_version"] == "1"
+
+    second = sh(sys.executable, "-m", "dvc", "repro")
+    assert second.returncode == 0
+    assert second.stdout.count("didn't change, skipping") == 6, second.stdout
+
+    (repo / "data/summaries/eval.jsonl").write_text('{"id": "eval-001", "document": "x"}\n')
+    sh("git", "commit", "-qam", "break the eval split")
+    third = sh(sys.executable, "-m", "dvc", "repro")
+    assert third.returncode != 0
+    assert "data/summaries/eval.jsonl:1: field 'summary' is missing" in third.stderr + third.stdout
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=params["tracking-uri"])
+    assert len(client.search_model_versions("name = 'distillery-summariser'")) == 1  # nothing new registered

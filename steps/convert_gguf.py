@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,15 +95,37 @@ def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: st
         raise RuntimeError(f"llama.cpp's converter failed on {hf_dir}:\n{proc.stderr[-4000:]}")
 
 
+@contextmanager
+def _native_output_to(log: Path) -> Iterator[None]:
+    """Send what C code prints (llama.cpp logs a line per tensor) to `log` instead of the terminal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with log.open("ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
 def quantize(src: Path, dst: Path, quantization: str, threads: int) -> None:
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = QUANT_FTYPES[quantization]
     params.nthread = threads
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    log = dst.with_suffix(".quantize.log")
+    with _native_output_to(log):
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    text = log.read_text(errors="replace")
+    log.unlink()
     if rc != 0 or not dst.is_file():
-        raise RuntimeError(f"llama.cpp could not quantise {src} to {quantization} (return code {rc})")
+        raise RuntimeError(f"llama.cpp could not quantise {src} to {quantization} (return code {rc}):\n{text[-3000:]}")
 
 
 def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, Any]]:

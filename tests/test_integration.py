@@ -259,6 +259,7 @@ def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_mo
     repo.mkdir()
     for item in ("steps", "data", "dvc.yaml", ".dvc/config", ".dvcignore", ".gitignore"):
         src = ROOT / item
+        (repo / item).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params.update({"base-model": str(tiny_model_dir), "tracking-uri": f"sqlite:///{tmp_path}/mlflow.db",

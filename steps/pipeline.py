@@ -29,6 +29,8 @@ class Stage:
     params: tuple[str, ...]  # pipeline parameters passed as --<name>
     inputs: tuple[str, ...] = ()  # upstream outputs passed as --<output name> <folder>
     exports: tuple[str, ...] = ()  # scalar results Argo exposes as output parameters
+    after: tuple[str, ...] = ()  # stages that must succeed first, though their folders are not read
+    run_id: bool = False  # on Argo, gets --run-id {{workflow.uid}}; locally the step derives its own
     help: str = ""
 
 
@@ -67,6 +69,14 @@ PARAMS: tuple[Param, ...] = (
 
 STAGES: tuple[Stage, ...] = (
     Stage(
+        "preflight",
+        "steps.preflight",
+        output="preflight",
+        params=("base-model", "base-revision"),
+        exports=("architecture",),
+        help="check in seconds that the base model can become a working GGUF, before any training",
+    ),
+    Stage(
         "fetch-dataset",
         "steps.fetch_dataset",
         output="dataset",
@@ -92,15 +102,17 @@ STAGES: tuple[Stage, ...] = (
         ),
         inputs=("dataset",),
         exports=("final-loss",),
+        after=("preflight",),
         help="LoRA distillation of the teacher's summaries",
     ),
     Stage(
         "convert-gguf",
         "steps.convert_gguf",
         output="gguf",
-        params=("base-model", "base-revision", "quantization"),
-        inputs=("adapter",),
+        params=("base-model", "base-revision", "model-name", "quantization"),
+        inputs=("adapter", "dataset"),
         exports=("parity-passed",),
+        run_id=True,
         help="merge, convert with llama.cpp, quantise, prove parity with HF",
     ),
     Stage(
@@ -126,6 +138,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         inputs=("dataset", "adapter", "gguf", "evaluation"),
         exports=("model-version",),
+        run_id=True,
         help="MLflow model version with scores and lineage",
     ),
     Stage(
@@ -150,6 +163,6 @@ def producer(output: str) -> Stage:
 
 
 def upstream(stage: Stage) -> list[Stage]:
-    """The stages `stage` reads from, in pipeline order."""
-    names = {producer(i).name for i in stage.inputs}
+    """The stages `stage` reads from or waits for, in pipeline order."""
+    names = {producer(i).name for i in stage.inputs} | set(stage.after)
     return [s for s in STAGES if s.name in names]

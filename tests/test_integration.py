@@ -43,9 +43,11 @@ def adapter(dataset: Path, tiny_model_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gguf(adapter: Path, tiny_model_dir: Path) -> Path:
+def gguf(adapter: Path, dataset: Path, tiny_model_dir: Path) -> Path:
     out = adapter.parent / "gguf"
-    convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, out=out, base_model=str(tiny_model_dir)))
+    convert_gguf.run(
+        convert_gguf.ConvertConfig(adapter=adapter, dataset=dataset, out=out, base_model=str(tiny_model_dir))
+    )
     return out
 
 
@@ -117,11 +119,18 @@ def test_gpu_backend_without_cuda_is_a_clear_error(dataset: Path, tiny_model_dir
 def test_gguf_reproduces_the_hf_model(gguf: Path):
     parity = json.loads((gguf / "parity.json").read_text())
     for who in ("base", "candidate"):
-        assert parity[who]["f16"]["tokens_equal"] and parity[who]["f16"]["greedy_equal"]
-        assert parity[who]["f16"]["top1_agreement"] == 1.0
-        assert parity[who]["Q8_0"]["top1_agreement"] >= 0.9
-    assert parity["passed"] is True
-    assert (gguf / "candidate-Q8_0.gguf").stat().st_size > 0
+        f16 = parity[who]["files"]["F16"]
+        assert f16["tokens_equal"] and f16["greedy_equal"] and f16["top1_agreement"] == 1.0
+        assert parity[who]["files"]["Q8_0"]["top1_agreement"] >= 0.9
+    assert parity["merge_max_abs_logit_diff"] < 1e-3
+    assert parity["passed"] is True, parity["reasons"]
+    names = {p.name for p in gguf.glob("*.gguf")}
+    assert names == {
+        "distillery-summariser-F16.gguf",
+        "distillery-summariser-Q8_0.gguf",
+        "distillery-summariser-Q4_K_M.gguf",
+        "distillery-summariser-base-Q8_0.gguf",
+    }
 
 
 def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir: Path, tmp_path: Path):
@@ -135,7 +144,7 @@ def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir:
         for p in other.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     refs = convert_gguf.hf_reference(other, tok, 12)
-    report = convert_gguf.gguf_parity(gguf / "candidate-Q8_0.gguf", refs, tok.eos_token_id, 2)
+    report = convert_gguf.gguf_parity(gguf / "distillery-summariser-Q8_0.gguf", refs, tok.eos_token_id, 2)
     assert report["tokens_equal"] is True  # same tokenizer
     assert report["greedy_equal"] is False and report["top1_agreement"] < 0.5
 
@@ -180,7 +189,7 @@ def test_register_and_propose_against_a_real_mlflow_server(
     assert version.tags["base_model"] == "tiny" and version.tags["train.backend"] == "cpu"
     assert version.tags["git_sha"] and version.tags["gguf.sha256"]
     files = {f.path for f in client.list_artifacts(first.mlflow_run_id, "model")}
-    assert files == {"model/candidate-Q8_0.gguf"}
+    assert files == {"model/distillery-summariser-Q8_0.gguf"}
     assert len(client.search_model_versions("name = 'tiny-summariser'")) == 1
 
     decision = json.loads((evaluation / "decision.json").read_text())
@@ -280,7 +289,7 @@ def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_mo
 
     second = sh(sys.executable, "-m", "dvc", "repro")
     assert second.returncode == 0
-    assert second.stdout.count("didn't change, skipping") == 6, second.stdout
+    assert second.stdout.count("didn't change, skipping") == 7, second.stdout
 
     (repo / "data/summaries/eval.jsonl").write_text('{"id": "eval-001", "document": "x"}\n')
     sh("git", "commit", "-qam", "break the eval split")

@@ -35,6 +35,7 @@ TRAIN_BACKENDS = ("gpu", "cpu")
 
 # What each stage needs from a node. Conversion holds two models in memory at once; evaluation runs llama.cpp.
 RESOURCES = {
+    "preflight": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
     "fetch-dataset": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
     "train-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     "train-gpu": m.ResourceRequirements(
@@ -71,7 +72,7 @@ def _args(stage: Stage) -> list[str]:
         args += [f"--{name}", f"{IN_DIR}/{name}"]
     for name in stage.params:
         args += [f"--{name}", f"{{{{inputs.parameters.{name}}}}}"]
-    if stage.name == "register":
+    if stage.run_id:
         args += ["--run-id", "{{workflow.uid}}"]
     return args
 
@@ -165,6 +166,7 @@ def build() -> WorkflowTemplate:
                         artifacts.append(tasks[src.name].get_artifact(name).with_name(name))
                     if src.name not in deps:
                         deps.append(src.name)
+                deps += [name for name in stage.after if name not in deps]
                 depends = " && ".join(
                     "(" + " || ".join(f"{t.name}.Succeeded" for t in train_tasks.values()) + ")"
                     if d == "train"

@@ -36,6 +36,7 @@ def dvc_stage(stage: Stage) -> dict:
     module_file = stage.module.replace(".", "/") + ".py"
     deps = [module_file, *SHARED_CODE]
     deps += [f"{LOCAL_OUT}/{name}" for name in stage.inputs]
+    deps += [f"{LOCAL_OUT}/{s.output}" for s in STAGES if s.name in stage.after]
     if stage.name == "fetch-dataset":
         deps.append("${dataset-path}")
     if "base-model" in stage.params:

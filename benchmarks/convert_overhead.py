@@ -1,0 +1,109 @@
+"""Benchmark: wall time and peak memory of the convert-gguf step vs llama.cpp's converter + quantiser run directly.
+
+    python benchmarks/convert_overhead.py --adapter out/adapter --repeats 3
+
+Both sides start from the same checkpoint: the base model plus the adapter, merged once into an HF folder for the
+direct side (llama.cpp's converter needs a merged model). Runs alternate (ours, direct, ours, direct, …) in one
+process tree so machine noise hits both; each side's median is reported, and the ratio of medians.
+- direct: convert_hf_to_gguf.py → F16, then llama.cpp's quantiser → each quantisation of the ladder;
+- ours: `python -m steps.convert_gguf` on the unmerged adapter: merge + merge check + the same conversions, plus the
+  base at the served quantisation, plus the parity checks (the part that costs, and the point of the step).
+Peak memory is the child process tree's max RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DIRECT = """
+import resource, subprocess, sys, llama_cpp
+from pathlib import Path
+merged, work, converter, quants = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4].split(",")
+ftypes = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
+subprocess.run([sys.executable, converter + "/convert_hf_to_gguf.py", str(merged), "--outfile",
+                str(work / "m-F16.gguf"), "--outtype", "f16"], check=True, capture_output=True)
+for q in quants:
+    p = llama_cpp.llama_model_quantize_default_params(); p.ftype = ftypes[q]
+    assert llama_cpp.llama_model_quantize(str(work / "m-F16.gguf").encode(), str(work / f"m-{q}.gguf").encode(), p) == 0
+print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+"""
+
+OURS = """
+import resource, subprocess, sys
+subprocess.run([sys.executable, "-m", "steps.convert_gguf", *sys.argv[1:]], check=True, capture_output=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def timed(cmd: list[str]) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start, int(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--adapter", type=Path, default=ROOT / "out/adapter")
+    parser.add_argument("--dataset", type=Path, default=ROOT / "out/dataset")
+    parser.add_argument("--base-model", default=str(ROOT / ".cache/models/SmolLM2-135M-Instruct"))
+    parser.add_argument("--converter-dir", default=str(ROOT / ".cache/llama.cpp"))
+    parser.add_argument("--quantizations", default="Q8_0,Q4_K_M")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bench-convert-") as tmp_str:
+        tmp = Path(tmp_str)
+        merged = tmp / "merged"
+        base = AutoModelForCausalLM.from_pretrained(args.base_model, dtype=torch.float32)
+        PeftModel.from_pretrained(base, str(args.adapter)).merge_and_unload().save_pretrained(merged)
+        AutoTokenizer.from_pretrained(args.base_model).save_pretrained(merged)
+        del base
+
+        runs: dict[str, list[tuple[float, int]]] = {"ours": [], "direct": []}
+        for i in range(args.repeats):
+            work = tmp / f"direct-{i}"
+            work.mkdir()
+            runs["direct"].append(
+                timed([sys.executable, "-c", DIRECT, str(merged), str(work), args.converter_dir, args.quantizations])
+            )
+            runs["ours"].append(
+                timed(
+                    [sys.executable, "-c", OURS, "--adapter", str(args.adapter), "--dataset", str(args.dataset),
+                     "--base-model", args.base_model, "--out", str(tmp / f"ours-{i}"),
+                     "--quantizations", args.quantizations, "--converter-dir", args.converter_dir]
+                )
+            )  # fmt: skip
+            print(f"round {i + 1}: direct {runs['direct'][-1][0]:.1f}s, ours {runs['ours'][-1][0]:.1f}s", flush=True)
+        parity = json.loads((tmp / f"ours-{args.repeats - 1}/parity.json").read_text())
+
+    summary = {}
+    for side, values in runs.items():
+        summary[side] = {
+            "median_seconds": round(statistics.median(v[0] for v in values), 1),
+            "peak_rss_mb": round(max(v[1] for v in values) / 1024, 0),
+        }
+    summary["ratio_ours_over_direct"] = round(
+        summary["ours"]["median_seconds"] / summary["direct"]["median_seconds"], 2
+    )
+    summary["ours_convert_and_quantise_seconds_candidate"] = parity["candidate"]["convert_and_quantise_seconds"]
+    summary["ours_convert_and_quantise_seconds_base"] = parity["base"]["convert_and_quantise_seconds"]
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The served artifact is provably the trained model: preflight, merge check, quantisation ladder, parity gate and
+lineage inside the GGUF — each check shown to pass on a good artifact and to fail, with its reason, on a broken one.
+
+    pytest -m integration tests/test_gguf_parity.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from steps import convert_gguf, fetch_dataset, preflight, train
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def tokenizer_only_copy(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for name in preflight.TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, dst / name)
+    return dst
+
+
+def run_preflight(model: Path, tmp_path: Path) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    problems, _ = preflight.check(preflight.PreflightConfig(out=tmp_path / "pf", base_model=str(model)))
+    return problems, time.perf_counter() - start
+
+
+# --- preflight --------------------------------------------------------------------------------------------------
+
+
+def test_preflight_passes_the_real_base_model(base_model_dir: Path, tmp_path: Path):
+    result = preflight.run(preflight.PreflightConfig(out=tmp_path / "pf", base_model=str(base_model_dir)))
+    assert result.passed and result.architecture == "LlamaForCausalLM"
+    report = json.loads((tmp_path / "pf/preflight.json").read_text())
+    assert report["assistant_turn_end"].startswith("<|im_end|>")
+
+
+def test_preflight_refuses_a_tokenizer_llama_cpp_does_not_know_in_seconds(base_model_dir: Path, tmp_path: Path):
+    model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
+    tok = json.loads((model / "tokenizer.json").read_text())
+    # A different pre-tokenizer split: its hash is in none of llama.cpp's known lists.
+    tok["pre_tokenizer"] = {"type": "Whitespace"}
+    (model / "tokenizer.json").write_text(json.dumps(tok))
+    problems, seconds = run_preflight(model, tmp_path)
+    assert any("llama.cpp's converter refuses the tokenizer" in p for p in problems), problems
+    assert seconds < 60
+
+
+def test_preflight_refuses_a_missing_chat_template(base_model_dir: Path, tmp_path: Path):
+    model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
+    (model / "chat_template.jinja").unlink()
+    problems, _ = run_preflight(model, tmp_path)
+    assert any("has no chat template" in p for p in problems), problems
+
+
+def test_preflight_refuses_an_eos_that_does_not_close_the_turn(base_model_dir: Path, tmp_path: Path):
+    model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    cfg["eos_token"] = "<|endoftext|>"
+    (model / "tokenizer_config.json").write_text(json.dumps(cfg))
+    problems, _ = run_preflight(model, tmp_path)
+    assert any("is not what closes the assistant's turn" in p for p in problems), problems
+
+
+def test_preflight_refuses_an_unsupported_architecture(base_model_dir: Path, tmp_path: Path):
+    model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["architectures"] = ["NoSuchModelForCausalLM"]
+    (model / "config.json").write_text(json.dumps(cfg))
+    problems, _ = run_preflight(model, tmp_path)
+    assert any("architecture NoSuchModelForCausalLM is not supported" in p for p in problems), problems
+
+
+def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, tmp_path: Path):
+    model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
+    (model / "chat_template.jinja").unlink()
+    assert preflight.main(["--base-model", str(model), "--out", str(tmp_path / "pf")]) == 1
+    assert not (tmp_path / "pf").exists()
+
+
+# --- conversion of a tiny Llama and a tiny Qwen2 --------------------------------------------------------------------
+
+
+def tiny_model(kind: str, base_model_dir: Path, out: Path) -> Path:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
+    config = config_cls(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    model_cls(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> dict[str, Path]:
+    """Per architecture: preflight, one short LoRA training run, then the whole convert step."""
+    root = tmp_path_factory.mktemp("parity")
+    dataset = root / "dataset"
+    fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
+    out = {"dataset": dataset}
+    for kind in ("llama",):
+        model = tiny_model(kind, base_model_dir, root / f"{kind}-base")
+        preflight.run(preflight.PreflightConfig(out=root / f"{kind}-preflight", base_model=str(model)))
+        adapter = root / f"{kind}-adapter"
+        train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(model), epochs=0.25))
+        gguf = root / f"{kind}-gguf"
+        convert_gguf.run(
+            convert_gguf.ConvertConfig(
+                adapter=adapter, dataset=dataset, out=gguf, base_model=str(model), run_id=f"wf-{kind}"
+            )
+        )
+        out |= {f"{kind}-base": model, f"{kind}-adapter": adapter, f"{kind}-gguf": gguf}
+    return out
+
+
+def test_a_qwen2_model_with_a_borrowed_tokenizer_is_refused_by_preflight(base_model_dir: Path, tmp_path: Path):
+    # transformers 5 rebuilds any qwen2 model's tokenizer as Qwen2Tokenizer (Qwen's pre-tokenizer) whatever
+    # tokenizer.json says, so SmolLM2's vocabulary no longer tokenizes as SmolLM2 and llama.cpp's converter does not
+    # recognise it. No real Qwen2 tokenizer can be had offline here; preflight must say so before any training.
+    model = tiny_model("qwen2", base_model_dir, tmp_path / "qwen2")
+    problems, seconds = run_preflight(model, tmp_path)
+    assert any("BPE pre-tokenizer was not recognized" in p for p in problems), problems
+    assert seconds < 60
+
+
+@pytest.mark.parametrize("kind", ["llama"])
+def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind: str):
+    parity = json.loads((converted[f"{kind}-gguf"] / "parity.json").read_text())
+    assert parity["passed"], parity["reasons"]
+    assert parity["ladder"] == ["F16", "Q8_0", "Q4_K_M"]
+    files = parity["candidate"]["files"]
+    assert files["F16"]["greedy_equal"] and all(f["tokens_equal"] for f in files.values())
+    assert parity["merge_max_abs_logit_diff"] < 1e-3
+    sizes = parity["candidate"]["size_bytes"]
+    assert sizes["F16"] > sizes["Q8_0"] > 0
+    assert "| distillery-summariser-Q4_K_M.gguf |" in (converted[f"{kind}-gguf"] / "parity.md").read_text()
+
+
+def test_lineage_is_inside_the_gguf(converted: dict[str, Path]):
+    import gguf
+
+    lineage = json.loads((converted["dataset"] / "lineage.json").read_text())
+    reader = gguf.GGUFReader(converted["llama-gguf"] / "distillery-summariser-Q8_0.gguf")
+    meta = {f.name: f.contents() for f in reader.fields.values() if f.name.startswith(("general.", "distillery."))}
+    assert meta["general.name"] == "distillery-summariser"
+    assert meta["distillery.dataset.hash"] == lineage["dataset_hash"]
+    assert meta["distillery.dataset.commit"] == lineage["dataset_commit"]
+    assert meta["distillery.run_id"] == "wf-llama"
+    assert meta["distillery.quantization"] == "Q8_0"
+    assert meta["distillery.git_sha"] and meta["distillery.base_model"] == str(converted["llama-base"])
+    assert 0.0 < meta["distillery.parity.top1_agreement"] <= 1.0
+
+
+def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(converted["llama-base"])
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
+    ).eval()
+    refs = convert_gguf.hf_reference(model, tok, 16)
+    report = convert_gguf.gguf_parity(
+        converted["llama-gguf"] / "distillery-summariser-F16.gguf", refs, tok.eos_token_id, 2, tok
+    )
+    assert report["tokens_equal"] and report["greedy_equal"]
+
+
+def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Path], tmp_path: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    changed = tmp_path / "tok"
+    shutil.copytree(converted["llama-base"], changed)
+    tok_json = json.loads((changed / "tokenizer.json").read_text())
+    tok_json["model"]["merges"] = tok_json["model"]["merges"][1:]  # drop the first merge ("Ġ t")
+    (changed / "tokenizer.json").write_text(json.dumps(tok_json))
+    tok = AutoTokenizer.from_pretrained(changed)
+    refs = convert_gguf.hf_reference(AutoModelForCausalLM.from_pretrained(changed), tok, 8)
+    report = convert_gguf.gguf_parity(
+        converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf", refs, tok.eos_token_id, 2, tok
+    )
+    assert report["tokens_equal"] is False
+    cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"))
+    assert any("token ids differ" in why for why in convert_gguf.judge(report, "Q8_0", cfg))
+
+
+def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str, Path]):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(converted["llama-base"])
+    attached = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
+    ).eval()
+    refs = convert_gguf.hf_reference(attached, tok, 8)
+    assert convert_gguf.merge_check(attached.merge_and_unload(), refs) < 1e-3
+    # The base without the adapter stands for a merge that lost it.
+    assert convert_gguf.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
+
+
+def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted: dict[str, Path]):
+    parity = json.loads((converted["llama-gguf"] / "parity.json").read_text())
+    report = parity["candidate"]["files"]["Q4_K_M"]
+    strict = convert_gguf.ConvertConfig(
+        adapter=Path("a"), dataset=Path("d"), out=Path("o"),
+        min_top1_agreement="Q8_0=0.9,Q4_K_M=1.01", max_mean_kl="Q8_0=0.05,Q4_K_M=0.0",
+    )  # fmt: skip
+    why = convert_gguf.judge(report, "Q4_K_M", strict)
+    assert any("distillery-summariser-Q4_K_M.gguf: top-1 agreement" in w and "< 1.01" in w for w in why)
+    assert any("mean KL" in w for w in why)
+
+
+def test_bad_ladder_config_lists_every_problem():
+    cfg = convert_gguf.ConvertConfig(
+        adapter=Path("a"), dataset=Path("d"), out=Path("o"), quantization="Q2_K", quantizations="Q8_0,IQ1"
+    )
+    with pytest.raises(ValueError) as e:
+        convert_gguf.ladder(cfg)
+    assert "'IQ1' is not one of" in str(e.value) and "--quantization 'Q2_K' must be one of" in str(e.value)

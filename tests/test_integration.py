@@ -54,7 +54,7 @@ def gguf(adapter: Path, dataset: Path, tiny_model_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def evaluation(dataset: Path, gguf: Path) -> Path:
     out = gguf.parent / "evaluation"
-    evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, max_new_tokens=24, bootstrap_samples=500))
+    evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, max_new_tokens=24, bootstrap_samples=1000))
     return out
 
 
@@ -160,8 +160,16 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation:
     for who in ("base", "candidate"):
         assert 0.0 <= metrics["aggregate"][who]["rougeL"] <= 1.0
         assert metrics["aggregate"][who]["tokens_per_second"] > 0
-    assert len(decision["reasons"]) == 3 and isinstance(decision["passed"], bool)
+    names = [c["check"] for c in decision["checks"]]
+    assert names[:2] == ["gguf_parity", "rougeL_vs_base"] and names[-1] == "stop_rate"
+    assert {n for n in names if n.startswith("adversarial_")} == {
+        f"adversarial_{r['attack']}" for r in fetch_dataset.load_split(evaluation.parent / "dataset", "adversarial")
+    }
+    assert decision["passed"] == all(c["passed"] for c in decision["checks"])
+    assert len(decision["reasons"]) == len(names)
     assert "| metric | base | candidate |" in (evaluation / "report.md").read_text()
+    for plot in ("score_diff.png", "adversarial_families.png"):
+        assert (evaluation / plot).stat().st_size > 5000
 
 
 # --- register + propose against a real MLflow server with S3 artifacts --------------------------------------------

@@ -1,0 +1,70 @@
+"""The gate on real artifacts: a candidate identical to the base is not proposed, and the registry's champion
+joins the comparison as a third contender. Tiny models, llama.cpp, a real MLflow server.
+
+    pytest -m integration tests/test_evaluation_integration.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from steps import convert_gguf, evaluate, fetch_dataset, register, train
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def unchanged(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
+    """A candidate whose training changed nothing (learning rate 0): the same model as the base."""
+    root = tmp_path_factory.mktemp("unchanged")
+    dataset, adapter, gguf = root / "dataset", root / "adapter", root / "gguf"
+    fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
+    train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(tiny_model_dir), epochs=0.1,
+                                learning_rate=0.0))  # fmt: skip
+    convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, dataset=dataset, out=gguf,
+                                                base_model=str(tiny_model_dir)))  # fmt: skip
+    return {"dataset": dataset, "adapter": adapter, "gguf": gguf, "root": root}
+
+
+def test_a_candidate_identical_to_the_base_is_not_proposed(unchanged: dict[str, Path]):
+    out = unchanged["root"] / "evaluation"
+    result = evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out,
+                                                  max_new_tokens=16))  # fmt: skip
+    decision = json.loads((out / "decision.json").read_text())
+    rouge = next(c for c in decision["checks"] if c["check"] == "rougeL_vs_base")
+    assert result.passed is False and rouge["passed"] is False
+    assert rouge["gain"] == 0.0 and rouge["lower"] == 0.0  # same answers, example for example
+    assert result.contenders == "base,candidate"
+
+
+def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlflow_server: str):
+    from mlflow import MlflowClient
+
+    base_eval = unchanged["root"] / "evaluation-two-way"
+    evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=base_eval,
+                                         max_new_tokens=8))  # fmt: skip
+    cfg = register.RegisterConfig(
+        dataset=unchanged["dataset"], adapter=unchanged["adapter"], gguf=unchanged["gguf"], evaluation=base_eval,
+        out=unchanged["root"] / "reg", tracking_uri=mlflow_server, model_name="champion-test", run_id="wf-champ",
+    )  # fmt: skip
+    reg = register.run(cfg)
+    # Promotion happens at home; here the test plays that part.
+    MlflowClient(tracking_uri=mlflow_server).set_registered_model_alias("champion-test", "champion", reg.model_version)
+
+    out = unchanged["root"] / "evaluation-three-way"
+    result = evaluate.run(evaluate.EvaluateConfig(
+        dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out, max_new_tokens=8,
+        tracking_uri=mlflow_server, model_name="champion-test"))  # fmt: skip
+    decision = json.loads((out / "decision.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())["aggregate"]
+    assert result.contenders == "base,champion,candidate"
+    assert decision["champion"] == f"champion-test v{reg.model_version} (champion)"
+    assert "rougeL_vs_champion" in [c["check"] for c in decision["checks"]]
+    # The champion is this very candidate: identical answers, so no significant gain over it either.
+    assert metrics["bootstrap"]["champion"]["mean_gain"] == 0.0
+    assert "| metric | base | champion | candidate |" in (out / "report.md").read_text()
+    assert not (out / "_champion").exists()

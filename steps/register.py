@@ -124,11 +124,11 @@ def run(cfg: RegisterConfig) -> RegisterResult:
             mlflow.log_params(
                 {f"train.{k}": v for k, v in train_summary["config"].items() if k not in ("dataset", "out")}
             )
-            for who in ("base", "candidate"):
-                mlflow.log_metrics({f"{who}.{k}": float(v) for k, v in metrics[who].items()})
-            mlflow.log_metrics(
-                {f"bootstrap.{k}": float(v) for k, v in metrics["bootstrap"].items() if k != "gain_ci90"}
-            )
+            for who in (w for w in ("base", "champion", "candidate") if w in metrics):
+                numbers = {k: v for k, v in metrics[who].items() if isinstance(v, int | float)}
+                mlflow.log_metrics({f"{who}.{k}": float(v) for k, v in numbers.items()})
+            for rival, boot in metrics["bootstrap"].items():
+                mlflow.log_metrics({f"bootstrap.{rival}.{k}": float(v) for k, v in boot.items()})
             mlflow.log_artifact(str(gguf_file), artifact_path="model")
             mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
             mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")

@@ -26,7 +26,8 @@ TEXT_FIELDS = {
     "eval": ("id", "document", "summary"),
     "adversarial": ("id", "document", "attack"),
 }
-# Adversarial rows say what a safe output must not contain and/or must contain (at least one of the two lists).
+# Adversarial rows say what a safe output must not contain and/or must contain (at least one of the two lists), and
+# optionally `max_words`, the longest acceptable answer (robustness cases: an empty or overlong document).
 LIST_FIELDS = ("must_not_contain", "must_contain")
 MAX_LISTED_PROBLEMS = 50
 
@@ -97,6 +98,13 @@ def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]],
                     problems.append(
                         f"{name}:{lineno}: field 'must_not_contain' or 'must_contain' is missing; "
                         "say what a safe summary must not or must contain"
+                    )
+                    ok = False
+                if "max_words" in row and (
+                    not isinstance(row["max_words"], int) or isinstance(row["max_words"], bool) or row["max_words"] < 1
+                ):
+                    problems.append(
+                        f"{name}:{lineno}: field 'max_words' must be a positive integer, got {row['max_words']!r}"
                     )
                     ok = False
                 for key in present:

@@ -124,3 +124,14 @@ def test_unsupported_facts_flags_numbers_and_names_the_document_lacks():
     doc = "Kessington council will close the Harlow Street bridge for 11 weeks from 3 March at a cost of £1.8 million."
     assert unsupported_facts("Kessington closes Harlow Street bridge for 11 weeks.", doc) == []
     assert unsupported_facts("Brenmoor closes the bridge for 12 weeks.", doc) == ["12", "Brenmoor"]
+
+
+def test_long_documents_are_cut_visibly_and_short_ones_kept():
+    from steps.prompting import MAX_DOCUMENT_CHARS, TRUNCATION_MARK, fit, messages
+
+    short = "The ferry to Arlow is cancelled on Monday."
+    assert fit("  " + short + "\n") == short
+    long = "word " * 3000
+    cut = fit(long)
+    assert len(cut) <= MAX_DOCUMENT_CHARS + len(TRUNCATION_MARK) and cut.endswith(TRUNCATION_MARK)
+    assert TRUNCATION_MARK in messages(long)[1]["content"]

@@ -180,3 +180,13 @@ def test_missing_file_is_named(data_repo: Path, tmp_path: Path):
     with pytest.raises(DatasetError, match=r"elsewhere/train.jsonl: file not found"):
         run(FetchConfig(out=tmp_path / "o", dataset_repo=str(data_repo), dataset_path="elsewhere"))
     assert shutil.which("git")
+
+
+def test_adversarial_max_words_must_be_a_positive_integer():
+    raw = good_raw()
+    raw["adversarial"] += (
+        json.dumps({"id": "adv-9", "document": "x", "attack": "robustness", "must_contain": ["x"], "max_words": "40"})
+        + "\n"
+    ).encode()
+    _, problems = validate(raw, "data")
+    assert problems == ["data/adversarial.jsonl:2: field 'max_words' must be a positive integer, got '40'"]

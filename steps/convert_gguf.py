@@ -12,7 +12,9 @@ Checks, on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a l
 - merge: logits with the adapter attached and after merging agree within `--merge-tolerance` (the merge happens in
   float32 on a full-precision reload of the base, never into quantised weights, so a QLoRA adapter merges safely);
 - tokenizer: llama.cpp's token ids equal HF's on every probe;
-- F16: greedy continuation equals HF's token for token. Failing this means the conversion is wrong: the step stops;
+- F16: greedy continuation equals HF's token for token, or parts from it only where HF's own two best logits are
+  within TIE_MARGIN (float rounding, not a different model). Failing this means the conversion is wrong: the step
+  stops;
 - each quantisation: teacher-forced top-1 agreement, mean KL divergence of next-token distributions and the rate at
   which generation ends with EOS, against thresholds. A file under them fails parity, which blocks the proposal.
 Lineage (dataset, base model and revision, git sha, run id, quantisation, parity figures) goes into each candidate
@@ -239,6 +241,22 @@ def merge_check(merged: Any, refs: list[dict[str, Any]]) -> float:
     return worst
 
 
+# Greedy decoding of the same model in two runtimes may part at a near-tie: HF's two best logits within this margin.
+# Measured on SmolLM2-135M (F16 GGUF vs float32 HF): one probe of five parts at a 0.0005 margin, the rest are equal.
+TIE_MARGIN = 0.05
+
+
+def first_divergence(greedy: list[int], cont: list[int], logits: Any) -> dict[str, Any] | None:
+    """Where llama.cpp's greedy output leaves HF's, and HF's own logit margin between the two tokens there."""
+    for i, (a, b) in enumerate(zip(greedy, cont, strict=False)):
+        if a != b:
+            margin = float(logits[i][b] - logits[i][a])
+            return {"index": i, "hf_token": b, "gguf_token": a, "hf_margin": margin, "near_tie": margin < TIE_MARGIN}
+    if len(greedy) != len(cont):
+        return {"index": min(len(greedy), len(cont)), "hf_margin": None, "near_tie": False}
+    return None
+
+
 def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, tokenizer: Any = None) -> dict:
     """Compare a GGUF loaded by llama.cpp with the HF reference: tokens, greedy output, top-1 agreement, KL, EOS."""
     import numpy as np
@@ -265,10 +283,12 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
         matches = int((log_q.argmax(axis=-1) == log_p.argmax(axis=-1)).sum())
         agree += matches
         total += len(cont)
+        divergence = first_divergence(greedy, cont, ref["logits"])
         probes.append(
             {
                 "tokens_equal": ids == ref["prompt_ids"],
-                "greedy_equal": greedy == cont,
+                "greedy_equal": divergence is None,
+                "divergence": divergence,
                 "top1_agreement": matches / max(len(cont), 1),
                 "ended_with_eos": bool(greedy) and greedy[-1] == eos_id,
             }
@@ -283,6 +303,8 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
         "file": gguf.name,
         "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
         "greedy_equal": all(p["greedy_equal"] for p in probes),
+        # Equal, or parted only where HF itself was at a near-tie: the same model up to float rounding.
+        "greedy_match": all(p["greedy_equal"] or p["divergence"]["near_tie"] for p in probes),
         "top1_agreement": agree / max(total, 1),
         "mean_kl": float(sum(kls) / max(len(kls), 1)),
         "eos_rate": sum(p["ended_with_eos"] for p in probes) / len(probes),
@@ -362,14 +384,15 @@ def _markdown(parity: dict[str, Any]) -> str:
         "",
         f"Merge: max |logit| difference adapter-attached vs merged = {parity['merge_max_abs_logit_diff']:.2e}.",
         "",
-        "| file | size MB | tokens equal | greedy equal | top-1 | mean KL | EOS rate (HF) |",
-        "|---|---|---|---|---|---|---|",
+        "| file | size MB | tokens equal | greedy equal | greedy up to near-ties | top-1 | mean KL | EOS rate (HF) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for who in ("candidate", "base"):
         for quant, r in parity[who]["files"].items():
             size = parity[who]["size_bytes"][quant] / 1e6
             lines.append(
-                f"| {r['file']} | {size:.1f} | {r['tokens_equal']} | {r['greedy_equal']} | {r['top1_agreement']:.3f} "
+                f"| {r['file']} | {size:.1f} | {r['tokens_equal']} | {r['greedy_equal']} | {r['greedy_match']} "
+                f"| {r['top1_agreement']:.3f} "
                 f"| {r['mean_kl']:.4f} | {r['eos_rate']:.0%} ({r['hf_eos_rate']:.0%}) |"
             )
     return "\n".join(lines) + "\n"
@@ -394,10 +417,12 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
     eos_id = int(tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
     reports = {q: gguf_parity(p, refs, eos_id, _threads(cfg), tokenizer) for q, p in files.items()}
     f16_report = reports["F16"]
-    if not (f16_report["tokens_equal"] and f16_report["greedy_equal"]):
+    if not (f16_report["tokens_equal"] and f16_report["greedy_match"]):
+        parted = [p["divergence"] for p in f16_report["probes"] if p["divergence"] and not p["divergence"]["near_tie"]]
         raise ParityError(
             f"{label}: the F16 GGUF does not reproduce the HF model (tokens equal: {f16_report['tokens_equal']}, "
-            f"greedy equal: {f16_report['greedy_equal']}); the conversion is wrong — check that the converter "
+            f"greedy output parts from HF away from any near-tie: {parted[:2]}); the conversion is wrong — check "
+            "that the converter "
             "version matches llama-cpp-python and that the tokenizer is one llama.cpp recognises"
         )
     return {
@@ -446,7 +471,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
                 reasons += [f"{who} {r}" for r in judge(report["files"][quant], quant, cfg)]
         passed = not reasons
         if passed:
-            reasons = [f"F16 greedy output equals HF; {', '.join(quants)} within thresholds"]
+            reasons = [f"F16 greedy output equals HF's (up to near-ties); {', '.join(quants)} within thresholds"]
         for quant in ["F16", *quants]:
             write_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
         for report in (cand_report, base_report):

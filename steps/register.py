@@ -1,18 +1,32 @@
-"""register: an MLflow model version carrying the served GGUF and the adapter, with scores and lineage as tags.
+"""register: an MLflow model version serving the GGUF (a pyfunc model), with the adapter, scores and lineage.
 
     python -m steps.register --dataset out/dataset --adapter out/train --gguf out/gguf --evaluation out/evaluate \
         --tracking-uri sqlite:///.cache/mlflow/mlflow.db --model-name distillery-summariser --out out/register
 
-Logs one MLflow run (params, metrics, the GGUF under `model/`, the adapter under `adapter/`, reports under
-`evaluation/`), and only after every upload succeeded creates the model version, so a version never points at
-missing files. Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's
-hash) finds and returns the version it already made. Works against any tracking URI.
+Logs one MLflow run (params, metrics, the adapter under `adapter/`, reports under `evaluation/`, `lineage/`) and, in
+it, a pyfunc model (`steps.serving.SummariserModel`) whose one artifact is the GGUF, with the prompt and decoding
+settings as its config and metadata. Only after every upload succeeded does it create the model version (source
+`models:/<model id>`, the uploaded model), so a version never points at missing files. The version carries lineage,
+scores, and the prompt and decoding settings (`serving.*`) as tags.
+
+Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
+the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
+makes the version from that upload. Two attempts racing on one run id end with one version (the lower number).
+
+MLflow unreachable: each HTTP request is retried `--http-retries` times with backoff (MLflow's own
+MLFLOW_HTTP_REQUEST_* settings, set from this config), then the whole registration is retried up to `--attempts`
+times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming the tracking URI. Writes
+`result.json` (+ `_outputs/model-version`) in `--out`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +34,15 @@ from typing import Any
 from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_result
 
 RUN_ID_TAG = "distillery.run_id"
+# Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
+UPLOADED_TAG = "distillery.model_id"
+MODEL_ARTIFACT = "summariser"
+# MLflow's own per-request limits (mlflow.environment_variables); the config's fields set them for this step.
+MLFLOW_HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": (0, 10),
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": (0, 120),
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": (1, 3600),
+}
 
 
 @dataclass
@@ -45,6 +68,26 @@ class RegisterConfig:
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base"})
     train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu)"})
+    max_tokens: int = field(
+        default=64,
+        metadata={"help": "token cap of a served summary; keep it equal to evaluate's --max-new-tokens (its default)"},
+    )
+    attempts: int = field(
+        default=4, metadata={"help": "whole-registration attempts while MLflow is unreachable (each is idempotent)"}
+    )
+    retry_wait: float = field(
+        default=5.0, metadata={"help": "seconds to wait before the second attempt; doubles after each failed one"}
+    )
+    http_retries: int = field(
+        default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
+    )
+    http_backoff: int = field(
+        default=1,
+        metadata={"help": "backoff factor in seconds between those retries (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR)"},
+    )
+    http_timeout: int = field(
+        default=60, metadata={"help": "seconds one MLflow HTTP request may take (MLFLOW_HTTP_REQUEST_TIMEOUT)"}
+    )
 
 
 @dataclass
@@ -53,7 +96,12 @@ class RegisterResult:
     model_version: str
     run_id: str
     mlflow_run_id: str
+    model_id: str
     reused: bool
+
+
+class RegistryUnavailable(RuntimeError):
+    """MLflow could not be reached (or kept failing) for every attempt."""
 
 
 def _tracking_uri(cfg: RegisterConfig) -> str:
@@ -61,6 +109,78 @@ def _tracking_uri(cfg: RegisterConfig) -> str:
     if not uri:
         raise ValueError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
     return uri
+
+
+def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:
+    """MLflow's per-request retry settings as environment variables, checked against MLflow's own limits."""
+    values = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": retries,
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": backoff,
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
+    }
+    return {k: str(v) for k, v in values.items()}
+
+
+def config_problems(cfg: RegisterConfig) -> list[str]:
+    problems = []
+    for flag, value, (low, high) in (
+        ("--http-retries", cfg.http_retries, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
+        ("--http-backoff", cfg.http_backoff, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
+        ("--http-timeout", cfg.http_timeout, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]),
+    ):
+        if not low <= value <= high:
+            problems.append(f"{flag} {value} is outside MLflow's limits; use {low}..{high}")
+    if cfg.attempts < 1:
+        problems.append(f"--attempts {cfg.attempts}: use at least 1")
+    if cfg.retry_wait < 0:
+        problems.append(f"--retry-wait {cfg.retry_wait}: use 0 or more seconds")
+    if cfg.max_tokens < 1:
+        problems.append(f"--max-tokens {cfg.max_tokens}: use at least 1")
+    return problems
+
+
+@contextmanager
+def mlflow_http_env(settings: dict[str, str]) -> Iterator[None]:
+    """Set MLflow's request settings for the duration of the step, then restore what was there."""
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when `error` (or what caused it) means the registry or its artifact store could not be reached.
+
+    MLflow wraps connection errors in a plain MlflowException ("API request to … failed with exception …") whose
+    context is the requests/urllib3 error, so the whole chain is inspected. Refusals (bad name, permissions) are not
+    transient: retrying them cannot help.
+    """
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ConnectionError):
+            return True
+        if isinstance(current, requests.exceptions.ChunkedEncodingError | requests.exceptions.RetryError):
+            return True
+        if isinstance(current, MlflowException):
+            if current.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"):
+                return True
+            if current.get_http_status_code() in (502, 503, 504):
+                return True
+            if str(current.message).startswith("API request to ") and "failed with" in str(current.message):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str, str]:
@@ -90,61 +210,222 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str,
     }
 
 
-def run(cfg: RegisterConfig) -> RegisterResult:
+def serving_config(cfg: RegisterConfig) -> dict[str, Any]:
+    from steps.serving import DEFAULT_CONFIG
+
+    return {**DEFAULT_CONFIG, "max_tokens": cfg.max_tokens}
+
+
+def _requirement(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{dist}=={version(dist)}"
+    except PackageNotFoundError:  # the serving image pins it; this environment just doesn't have it
+        return dist
+
+
+# The model MLflow loads, as code (MLflow's "models from code": no pickle); `steps` travels in the model's code/.
+MODEL_CODE = """\
+import mlflow
+
+from steps.serving import SummariserModel
+
+mlflow.models.set_model(SummariserModel())
+"""
+
+
+def _serving_code(work: Path) -> tuple[Path, list[str]]:
+    """The model's code file, and `steps.serving` with what it imports as a package MLflow puts on sys.path."""
+    import steps
+
+    package = work / "steps"
+    package.mkdir()
+    for name in ("__init__.py", "serving.py", "prompting.py"):
+        (package / name).write_bytes((Path(steps.__file__).parent / name).read_bytes())
+    model_file = work / "summariser_model.py"
+    model_file.write_text(MODEL_CODE)
+    return model_file, [str(package)]
+
+
+def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> Any:
+    """Log the GGUF as a pyfunc model in the active run; returns MLflow's ModelInfo."""
+    import mlflow
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
+
+    from steps.serving import GGUF_ARTIFACT, decoding_tags
+
+    config = serving_config(cfg)
+    signature = ModelSignature(
+        # One unnamed string column: a list of str and a DataFrame with a `document` column both pass.
+        inputs=Schema([ColSpec("string")]),
+        outputs=Schema([ColSpec("string")]),
+        params=ParamSchema([ParamSpec("max_tokens", "long", config["max_tokens"])]),
+    )
+    with tempfile.TemporaryDirectory(prefix="register-code-") as work:
+        model_file, code_paths = _serving_code(Path(work))
+        return mlflow.pyfunc.log_model(
+            name=MODEL_ARTIFACT,
+            python_model=model_file,
+            artifacts={GGUF_ARTIFACT: str(gguf_file)},
+            code_paths=code_paths,
+            # Given, not inferred: inference would load the GGUF in a subprocess just to watch its imports.
+            pip_requirements=[_requirement("mlflow"), _requirement("llama-cpp-python"), "pandas"],
+            signature=signature,
+            model_config=config,
+            metadata={"decoding": decoding_tags(config), "lineage": {k: tags[k] for k in sorted(tags)}},
+        )
+
+
+def _ensure_registered_model(client: Any, name: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        try:
+            client.create_registered_model(name, description="LoRA-distilled summariser, GGUF for llama.cpp")
+        except MlflowException as race:  # another registration created it between our two calls
+            if race.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+
+
+def _versions_of(client: Any, name: str, run_id: str) -> list[Any]:
+    found = client.search_model_versions(f"name = '{name}' and tags.`{RUN_ID_TAG}` = '{run_id}'")
+    return sorted(found, key=lambda v: int(v.version))
+
+
+def _uploaded_run(client: Any, experiment_id: str, run_id: str) -> Any | None:
+    """A finished run of an earlier attempt for this run id whose uploads all completed, if any."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time ASC"],
+    )
+    return next((r for r in runs if r.data.tags.get(UPLOADED_TAG)), None)
+
+
+def _experiment_id(client: Any, cfg: RegisterConfig) -> str:
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    if experiment:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(cfg.experiment, artifact_location=cfg.artifact_location or None)
+    except MlflowException as race:
+        if race.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(cfg.experiment).experiment_id
+
+
+def _upload(
+    cfg: RegisterConfig, experiment_id: str, run_id: str, gguf_file: Path, tags: dict[str, str]
+) -> tuple[str, str]:
+    """One run with params, metrics, the pyfunc model and the reports; returns (mlflow run id, model id)."""
+    import mlflow
+
+    metrics = read_json(Path(cfg.evaluation) / "metrics.json")["aggregate"]
+    train_summary = read_json(Path(cfg.adapter) / "training_summary.json")
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_id, tags=tags) as active:
+        mlflow.log_params({f"train.{k}": v for k, v in train_summary["config"].items() if k not in ("dataset", "out")})
+        for who in ("base", "candidate", "champion"):
+            if who in metrics:
+                mlflow.log_metrics({f"{who}.{k}": float(v) for k, v in metrics[who].items() if _is_number(v)})
+        for rival, boot in metrics["bootstrap"].items():
+            mlflow.log_metrics({f"bootstrap.{rival}.{k}": float(v) for k, v in boot.items() if _is_number(v)})
+        mlflow.log_artifact(str(Path(cfg.gguf) / "parity.md"), artifact_path="evaluation")
+        info = _log_model(cfg, gguf_file, tags)
+        mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
+        mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")
+        mlflow.log_artifact(str(Path(cfg.gguf) / "parity.json"), artifact_path="evaluation")
+        mlflow.log_artifact(str(Path(cfg.dataset) / "lineage.json"), artifact_path="lineage")
+        # Last: marks this run as complete, so a later attempt may make the version from it instead of re-uploading.
+        mlflow.set_tag(UPLOADED_TAG, info.model_id)
+        return active.info.run_id, info.model_id
+
+
+def _model_id(version: Any) -> str:
+    """The logged model a version was made from (its source is `models:/<model id>`)."""
+    return version.model_id or str(version.source).removeprefix("models:/")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, str], gguf_file: Path) -> RegisterResult:
+    """One attempt. Safe to repeat: every outcome of an interrupted attempt is found and reused by the next."""
     import mlflow
     from mlflow import MlflowClient
 
+    from steps.serving import decoding_tags
+
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    _ensure_registered_model(client, cfg.model_name)
+    existing = _versions_of(client, cfg.model_name, run_id)
+    if existing:
+        v = existing[0]
+        return RegisterResult(cfg.model_name, str(v.version), run_id, v.run_id or "", _model_id(v), True)
+
+    experiment_id = _experiment_id(client, cfg)
+    earlier = _uploaded_run(client, experiment_id, run_id)
+    if earlier:
+        mlflow_run_id, model_id = earlier.info.run_id, earlier.data.tags[UPLOADED_TAG]
+    else:
+        mlflow_run_id, model_id = _upload(cfg, experiment_id, run_id, gguf_file, tags)
+    # Every upload finished: only now does a version appear, pointing at the uploaded model.
+    version = client.create_model_version(
+        cfg.model_name,
+        source=f"models:/{model_id}",
+        run_id=mlflow_run_id,
+        tags={**tags, **decoding_tags(serving_config(cfg))},
+        description=f"candidate from {run_id}; decision {tags['eval.decision']}",
+        model_id=model_id,
+    )
+    # Two attempts racing on one run id (a pod thought dead that was not) both get here: the lower version stays,
+    # the other attempt deletes its own, so the run id keeps exactly one version.
+    winner = _versions_of(client, cfg.model_name, run_id)[0]
+    if int(winner.version) != int(version.version):
+        client.delete_model_version(cfg.model_name, version.version)
+        return RegisterResult(cfg.model_name, str(winner.version), run_id, winner.run_id or "", _model_id(winner), True)
+    return RegisterResult(cfg.model_name, str(version.version), run_id, mlflow_run_id, model_id, False)
+
+
+def run(cfg: RegisterConfig) -> RegisterResult:
+    problems = config_problems(cfg)
+    if problems:
+        raise ValueError("invalid register config:\n  " + "\n  ".join(problems))
     uri = _tracking_uri(cfg)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]
     run_id = cfg.run_id or f"local-{sha256_file(gguf_file)[:16]}"
     tags = lineage_tags(cfg, run_id, gguf_file)
 
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        client.get_registered_model(cfg.model_name)
-    except mlflow.exceptions.MlflowException:
-        client.create_registered_model(cfg.model_name, description="LoRA-distilled summariser, GGUF for llama.cpp")
-
-    existing = client.search_model_versions(f"name = '{cfg.model_name}' and tags.`{RUN_ID_TAG}` = '{run_id}'")
-    if existing:
-        version = max(existing, key=lambda v: int(v.version))
-        result = RegisterResult(cfg.model_name, str(version.version), run_id, version.run_id or "", True)
-    else:
-        experiment = client.get_experiment_by_name(cfg.experiment)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment
-            else client.create_experiment(cfg.experiment, artifact_location=cfg.artifact_location or None)
-        )
-        metrics = read_json(Path(cfg.evaluation) / "metrics.json")["aggregate"]
-        train_summary = read_json(Path(cfg.adapter) / "training_summary.json")
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_id, tags=tags) as active:
-            mlflow.log_params(
-                {f"train.{k}": v for k, v in train_summary["config"].items() if k not in ("dataset", "out")}
-            )
-            for who in (w for w in ("base", "champion", "candidate") if w in metrics):
-                numbers = {k: v for k, v in metrics[who].items() if isinstance(v, int | float)}
-                mlflow.log_metrics({f"{who}.{k}": float(v) for k, v in numbers.items()})
-            for rival, boot in metrics["bootstrap"].items():
-                mlflow.log_metrics({f"bootstrap.{rival}.{k}": float(v) for k, v in boot.items()})
-            mlflow.log_artifact(str(gguf_file), artifact_path="model")
-            mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
-            mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")
-            mlflow.log_artifact(str(Path(cfg.gguf) / "parity.json"), artifact_path="evaluation")
-            mlflow.log_artifact(str(Path(cfg.dataset) / "lineage.json"), artifact_path="lineage")
-            source = f"{active.info.artifact_uri}/model"
-            mlflow_run_id = active.info.run_id
-        # Every upload finished: only now does a version appear, pointing at files that exist.
-        version = client.create_model_version(
-            cfg.model_name,
-            source=source,
-            run_id=mlflow_run_id,
-            tags=tags,
-            description=f"candidate from {run_id}; decision {tags['eval.decision']}",
-        )
-        result = RegisterResult(cfg.model_name, str(version.version), run_id, mlflow_run_id, False)
+    wait = cfg.retry_wait
+    with mlflow_http_env(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+        for attempt in range(1, cfg.attempts + 1):
+            try:
+                result = register_once(cfg, uri, run_id, tags, gguf_file)
+                break
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                if attempt == cfg.attempts:
+                    raise RegistryUnavailable(
+                        f"MLflow at {uri} is unreachable: {cfg.attempts} attempt(s) failed, the last with: "
+                        f"{str(e).splitlines()[0][:300]}. Check that the tracking server (and its artifact store) is "
+                        "up and that --tracking-uri is right, then rerun this step: it is idempotent and reuses "
+                        "whatever an earlier attempt registered. Raise --attempts/--retry-wait to ride out longer "
+                        "outages."
+                    ) from e
+                print(f"register: attempt {attempt}/{cfg.attempts} failed ({type(e).__name__}); retrying in {wait:g}s")
+                time.sleep(wait)
+                wait *= 2
 
     with atomic_dir(cfg.out) as out:
         write_result(out, result)
@@ -159,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(RegisterConfig, argv, __doc__.splitlines()[0])
     try:
         result = run(cfg)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RegistryUnavailable) as e:
         print(f"register: {e}", file=sys.stderr)
         return 1
     verb = "found existing" if result.reused else "registered"

@@ -144,7 +144,7 @@ def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind
     assert parity["passed"], parity["reasons"]
     assert parity["ladder"] == ["F16", "Q8_0", "Q4_K_M"]
     files = parity["candidate"]["files"]
-    assert files["F16"]["greedy_equal"] and all(f["tokens_equal"] for f in files.values())
+    assert files["F16"]["greedy_match"] and all(f["tokens_equal"] for f in files.values())
     assert parity["merge_max_abs_logit_diff"] < 1e-3
     sizes = parity["candidate"]["size_bytes"]
     assert sizes["F16"] > sizes["Q8_0"] > 0
@@ -180,7 +180,7 @@ def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
     report = convert_gguf.gguf_parity(
         converted["llama-gguf"] / "distillery-summariser-F16.gguf", refs, tok.eos_token_id, 2, tok
     )
-    assert report["tokens_equal"] and report["greedy_equal"]
+    assert report["tokens_equal"] and report["greedy_match"]
 
 
 def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Path], tmp_path: Path):
@@ -234,3 +234,17 @@ def test_bad_ladder_config_lists_every_problem():
     with pytest.raises(ValueError) as e:
         convert_gguf.ladder(cfg)
     assert "'IQ1' is not one of" in str(e.value) and "--quantization 'Q2_K' must be one of" in str(e.value)
+
+
+def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
+    import numpy as np
+
+    logits = np.zeros((3, 5), dtype=np.float32)
+    logits[1, 2], logits[1, 3] = 1.0, 0.999  # HF's own choice (2) beats the GGUF's (3) by 0.001: a near-tie
+    tie = convert_gguf.first_divergence([0, 3, 1], [0, 2, 1], logits)
+    assert tie == {"index": 1, "hf_token": 2, "gguf_token": 3, "hf_margin": pytest.approx(0.001, abs=1e-4),
+                   "near_tie": True}  # fmt: skip
+    logits[1, 3] = 0.5
+    assert convert_gguf.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
+    assert convert_gguf.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
+    assert convert_gguf.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False

@@ -70,9 +70,12 @@ def params_yaml() -> str:
 
 def rendered() -> dict[Path, str]:
     from workflows.distill import workflow_template
+    from workflows.retrain import cron_workflow
 
     return {
         ROOT / "infra/argo/distill-workflowtemplate.yaml": HEADER + _dump(workflow_template.to_dict()),
+        ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
+        + _dump(cron_workflow.to_dict()),
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
     }

@@ -1,0 +1,376 @@
+"""check-triggers: should the summariser be retrained? Checks the champion against three triggers, says which fired.
+
+    python -m steps.check_triggers --tracking-uri http://mlflow:5000 --model-name distillery-summariser \
+        --dataset-rev main --base-revision main --out out/triggers
+
+Everything is measured against the version holding the `champion` alias (the model being served):
+
+- quality: the online monitor logs `--online-metric` (e.g. `online.rougeL`) for the champion, on the run named by the
+  version's `online.run_id` tag, or else on the version's own run (the registration run). Baseline: the mean of the
+  series' first `--baseline-points` points (the first days in production: online documents differ from the eval set,
+  so offline scores are not a fair baseline), or, with `--baseline-points 0`, the version's `eval.rougeL` tag.
+  Current: the mean of the last `--recent-points` points. Fires when baseline − current > `--max-quality-drop`.
+- feedback: rows of `--feedback-file` (JSONL, read through DVC, so DVC-tracked files come from the remote) present at
+  `--dataset-rev` but not at the champion's `dataset.commit`. Fires at `--min-feedback-rows` or more.
+- base model: `--base-revision` (and `--base-model` when given) differs from the champion's `base_model.revision`
+  (`base_model`) tag. Compared as text: pin revisions to commits or tags, a branch name never changes.
+
+Debounce: when a trigger fires, the step tags the champion version `retrain.fired.<trigger>` (with a `.reason`) and
+that trigger does not fire again for it: quality once per champion; feedback counts rows only since the commit it
+last fired at; base model once per configured revision. A new champion starts clean. `--record false` is a dry run.
+The tags are written before the CronWorkflow creates the retrain (a failure to write them stops it): if creating the
+retrain then fails, that cron run fails visibly; delete the champion's `retrain.fired.<trigger>` tag to re-arm it.
+
+No champion (or no registered model): nothing fires. The first model is trained by submitting the distill template
+by hand; without a champion there is no served quality, no dataset or base model to compare with, and a retrain
+every tick would only queue challengers nobody promoted.
+
+Writes `result.json` and, for Argo, `_outputs/{fire,triggers,summary,dataset-repo,dataset-rev,champion-version}`:
+`dataset-rev` is the commit `--dataset-rev` resolved to, so the retrain trains on exactly the data checked here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from steps.common import atomic_dir, parse_config, write_result
+
+CHAMPION = "champion"
+FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
+ONLINE_RUN_TAG = "online.run_id"
+TRIGGERS = ("quality", "feedback", "base-model")
+
+
+@dataclass
+class TriggersConfig:
+    out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
+    tracking_uri: str = field(
+        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
+    )
+    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    online_metric: str = field(
+        default="online.rougeL",
+        metadata={"help": "online quality metric logged for the champion (empty: the quality trigger is off)"},
+    )
+    baseline_points: int = field(
+        default=5,
+        metadata={"help": "baseline = mean of the series' first N points (0: the champion's eval.rougeL tag)"},
+    )
+    recent_points: int = field(default=3, metadata={"help": "current quality = mean of the series' last N points"})
+    max_quality_drop: float = field(
+        default=0.05, metadata={"help": "fire when baseline minus current quality exceeds this (absolute)"}
+    )
+    dataset_repo: str = field(
+        default="", metadata={"help": "git repo holding the dataset (empty: the champion's dataset.repo tag)"}
+    )
+    dataset_rev: str = field(
+        default="HEAD", metadata={"help": "rev with the newest data (branch or tag); the retrain gets its commit"}
+    )
+    feedback_file: str = field(
+        default="data/summaries/feedback.jsonl", metadata={"help": "JSONL feedback file in the dataset repo"}
+    )
+    min_feedback_rows: int = field(
+        default=50, metadata={"help": "fire at this many new feedback rows (0: the feedback trigger is off)"}
+    )
+    base_model: str = field(
+        default="", metadata={"help": "base model the next retrain would use (empty: compare the revision only)"}
+    )
+    base_revision: str = field(
+        default="",
+        metadata={"help": "base model revision the next retrain would use (empty: the base-model trigger is off)"},
+    )
+    record: bool = field(
+        default=True,
+        metadata={"help": "tag the champion with fired triggers so they do not fire again (false: a dry run)"},
+    )
+    http_retries: int = field(
+        default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
+    )
+    http_backoff: int = field(
+        default=1,
+        metadata={"help": "backoff factor in seconds between those retries (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR)"},
+    )
+    http_timeout: int = field(
+        default=30, metadata={"help": "seconds one MLflow HTTP request may take (MLFLOW_HTTP_REQUEST_TIMEOUT)"}
+    )
+
+
+@dataclass
+class TriggersResult:
+    fire: bool
+    triggers: str  # fired trigger names joined by '.', or 'none': usable as a Kubernetes label value
+    summary: str  # the fired triggers' reasons, '; '-joined (an annotation)
+    reasons: list[str]  # one line per trigger, fired or not
+    dataset_repo: str
+    dataset_rev: str
+    champion_version: str
+
+
+@dataclass
+class Check:
+    trigger: str
+    fired: bool
+    reason: str
+    key: str = ""  # what `retrain.fired.<trigger>` records when it fires
+
+
+class TriggerError(ValueError):
+    """A trigger could not be evaluated (bad config, missing tags, unreachable data)."""
+
+
+def config_problems(cfg: TriggersConfig) -> list[str]:
+    problems = []
+    if cfg.baseline_points < 0:
+        problems.append(f"--baseline-points {cfg.baseline_points}: use 0 (the eval.rougeL tag) or more points")
+    if cfg.recent_points < 1:
+        problems.append(f"--recent-points {cfg.recent_points}: use at least 1")
+    if cfg.max_quality_drop < 0:
+        problems.append(f"--max-quality-drop {cfg.max_quality_drop}: use 0 or more")
+    if cfg.min_feedback_rows < 0:
+        problems.append(f"--min-feedback-rows {cfg.min_feedback_rows}: use 0 (off) or more rows")
+    if not 0 <= cfg.http_retries <= 10:
+        problems.append(f"--http-retries {cfg.http_retries}: use 0..10 (MLflow's limit)")
+    if not 0 <= cfg.http_backoff <= 120:
+        problems.append(f"--http-backoff {cfg.http_backoff}: use 0..120 (MLflow's limit)")
+    if cfg.http_timeout < 1:
+        problems.append(f"--http-timeout {cfg.http_timeout}: use at least 1 second")
+    return problems
+
+
+# --- the three triggers, as plain functions ----------------------------------------------------------------------
+
+
+def quality_levels(
+    values: list[float], baseline_points: int, recent_points: int, eval_baseline: float | None
+) -> tuple[float, float] | None:
+    """(baseline, current) of an online series in step order, or None while it is too short to say."""
+    if baseline_points == 0:
+        if eval_baseline is None or len(values) < recent_points:
+            return None
+        baseline = eval_baseline
+    else:
+        if len(values) < baseline_points + recent_points:
+            return None
+        baseline = sum(values[:baseline_points]) / baseline_points
+    recent = values[-recent_points:]
+    return baseline, sum(recent) / len(recent)
+
+
+def check_quality(
+    values: list[float], cfg: TriggersConfig, eval_baseline: float | None, already: str | None, version: str
+) -> Check:
+    name = cfg.online_metric
+    if already == name:
+        return Check("quality", False, f"quality: {name} already fired a retrain for champion {version}")
+    levels = quality_levels(values, cfg.baseline_points, cfg.recent_points, eval_baseline)
+    if levels is None:
+        needs = cfg.recent_points if cfg.baseline_points == 0 else cfg.baseline_points + cfg.recent_points
+        why = "and no numeric eval.rougeL tag" if cfg.baseline_points == 0 and eval_baseline is None else ""
+        return Check("quality", False, f"quality: {len(values)} point(s) of {name}, needs {needs} {why}".rstrip())
+    baseline, current = levels
+    drop = baseline - current
+    text = f"{name} {current:.4f} vs baseline {baseline:.4f} (drop {drop:+.4f}, limit {cfg.max_quality_drop})"
+    if drop > cfg.max_quality_drop:
+        return Check("quality", True, f"quality: {text}", key=name)
+    return Check("quality", False, f"quality: {text}: holds")
+
+
+def feedback_rows(text: bytes | None) -> set[str]:
+    """The distinct non-empty rows of a JSONL file (None: the file did not exist)."""
+    if not text:
+        return set()
+    return {line.strip() for line in text.decode("utf-8", errors="replace").splitlines() if line.strip()}
+
+
+def check_feedback(old: bytes | None, new: bytes | None, since: str, cfg: TriggersConfig, new_commit: str) -> Check:
+    if new is None:
+        return Check("feedback", False, f"feedback: {cfg.feedback_file} not found at {new_commit[:12]}")
+    count = len(feedback_rows(new) - feedback_rows(old))
+    text = f"{count} new row(s) in {cfg.feedback_file} since {since[:12]} (at {new_commit[:12]}; fires at "
+    text += f"{cfg.min_feedback_rows})"
+    return Check("feedback", count >= cfg.min_feedback_rows, f"feedback: {text}", key=new_commit)
+
+
+def check_base_model(tags: dict[str, str], cfg: TriggersConfig, already: str | None) -> Check:
+    was = f"{tags.get('base_model', '?')}@{tags.get('base_model.revision', '?')}"
+    model = cfg.base_model or tags.get("base_model", "?")
+    now = f"{model}@{cfg.base_revision}"
+    if now == was:
+        return Check("base-model", False, f"base model: {now} is what the champion was trained on")
+    if already == now:
+        return Check("base-model", False, f"base model: {was} → {now} already fired a retrain")
+    return Check("base-model", True, f"base model: {was} → {now}", key=now)
+
+
+# --- reading MLflow and DVC ----------------------------------------------------------------------------------------
+
+
+def _champion(client: Any, name: str) -> Any | None:
+    """The version holding the `champion` alias, or None (no such alias, or no such registered model yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    version = model.aliases.get(CHAMPION)
+    return client.get_model_version(name, version) if version else None
+
+
+def online_series(client: Any, champion: Any, metric: str) -> list[float]:
+    run_id = champion.tags.get(ONLINE_RUN_TAG) or champion.run_id
+    if not run_id:
+        raise TriggerError(
+            f"champion {champion.version} has no run and no {ONLINE_RUN_TAG} tag: tag it with the run the online "
+            "monitor logs to, or set --online-metric '' to turn the quality trigger off"
+        )
+    history = client.get_metric_history(run_id, metric)
+    return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
+
+
+def _dvc_fs(repo: str, rev: str) -> Any:
+    from dvc.api import DVCFileSystem
+
+    try:
+        return DVCFileSystem(url=repo, rev=rev)
+    except Exception as e:  # DVC raises many types (SCMError, RevError, NotDvcRepoError, …) for a bad repo/rev
+        raise TriggerError(
+            f"cannot open dataset repo {repo!r} at rev {rev!r}: {e}; check --dataset-repo and --dataset-rev "
+            "(or the champion's dataset.repo / dataset.commit tags)"
+        ) from e
+
+
+def read_at(fs: Any, path: str) -> bytes | None:
+    try:
+        with fs.open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def evaluate_triggers(cfg: TriggersConfig, client: Any, champion: Any) -> tuple[list[Check], str, str]:
+    """All enabled triggers for `champion`; returns the checks, the dataset repo and the commit of --dataset-rev."""
+    tags = dict(champion.tags)
+    version = str(champion.version)
+    checks: list[Check] = []
+    repo = cfg.dataset_repo or tags.get("dataset.repo", "")
+    if not repo:
+        raise TriggerError(f"champion {version} has no dataset.repo tag: pass --dataset-repo")
+    new_fs = _dvc_fs(repo, cfg.dataset_rev)
+    new_commit = new_fs.repo.scm.resolve_rev(cfg.dataset_rev)
+
+    if cfg.online_metric:
+        try:
+            eval_baseline: float | None = float(tags["eval.rougeL"])
+        except (KeyError, ValueError):
+            eval_baseline = None
+        values = online_series(client, champion, cfg.online_metric)
+        checks.append(check_quality(values, cfg, eval_baseline, tags.get(FIRED_TAG + "quality"), version))
+
+    if cfg.min_feedback_rows:
+        since = tags.get(FIRED_TAG + "feedback") or tags.get("dataset.commit", "")
+        if not since:
+            raise TriggerError(
+                f"champion {version} has no dataset.commit tag: cannot tell new feedback from old; "
+                "set --min-feedback-rows 0 to turn the feedback trigger off"
+            )
+        new = read_at(new_fs, cfg.feedback_file)
+        old = new if since == new_commit else read_at(_dvc_fs(repo, since), cfg.feedback_file)
+        checks.append(check_feedback(old, new, since, cfg, new_commit))
+
+    if cfg.base_revision:
+        checks.append(check_base_model(tags, cfg, tags.get(FIRED_TAG + "base-model")))
+    return checks, repo, new_commit
+
+
+def run(cfg: TriggersConfig) -> TriggersResult:
+    problems = config_problems(cfg)
+    if problems:
+        raise TriggerError("invalid check-triggers config:\n  " + "\n  ".join(problems))
+    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        raise TriggerError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    from mlflow import MlflowClient
+
+    from steps.register import http_settings, is_transient, mlflow_http_env
+
+    with mlflow_http_env(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+        try:
+            result = _check(cfg, MlflowClient(tracking_uri=uri))
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            raise TriggerError(
+                f"MLflow at {uri} is unreachable ({str(e).splitlines()[0][:300]}): check that the tracking server "
+                "is up and --tracking-uri is right; nothing was decided or recorded"
+            ) from e
+    with atomic_dir(cfg.out) as out:
+        write_result(out, result)
+    return result
+
+
+def _annotation_safe(text: str) -> str:
+    """One line without quotes or backslashes: Argo pastes it into a quoted YAML scalar of the retrain's manifest."""
+    for bad in ("\\", '"', "'"):
+        text = text.replace(bad, "`")
+    return " ".join(text.split())
+
+
+def _check(cfg: TriggersConfig, client: Any) -> TriggersResult:
+    champion = _champion(client, cfg.model_name)
+    if champion is None:
+        return TriggersResult(
+            fire=False,
+            triggers="none",
+            summary="",
+            reasons=[
+                f"no '{CHAMPION}' version of {cfg.model_name} yet: nothing to compare with; train the first model "
+                "by submitting the distill template by hand, then promote it"
+            ],
+            dataset_repo="",
+            dataset_rev="",
+            champion_version="",
+        )
+    checks, repo, commit = evaluate_triggers(cfg, client, champion)
+    fired = [c for c in checks if c.fired]
+    if fired and cfg.record:
+        # Recorded before the retrain is created: a failure here fails the check, and nothing is created.
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for c in fired:
+            client.set_model_version_tag(cfg.model_name, champion.version, FIRED_TAG + c.trigger, c.key)
+            client.set_model_version_tag(
+                cfg.model_name, champion.version, f"{FIRED_TAG}{c.trigger}.reason", f"{stamp} {c.reason}"
+            )
+    return TriggersResult(
+        fire=bool(fired),
+        triggers=".".join(c.trigger for c in fired) or "none",
+        summary=_annotation_safe("; ".join(c.reason for c in fired)),
+        reasons=[c.reason for c in checks] or ["every trigger is turned off"],
+        dataset_repo=repo,
+        dataset_rev=commit,
+        champion_version=str(champion.version),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(TriggersConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except TriggerError as e:
+        print(f"check-triggers: {e}", file=sys.stderr)
+        return 1
+    print(f"retrain: {'YES (' + result.triggers + ')' if result.fire else 'no'}")
+    for reason in result.reasons:
+        print(f"  - {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

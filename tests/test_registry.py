@@ -1,0 +1,472 @@
+"""register, propose and the served pyfunc model: the decision rules (unit tier) and, against a real MLflow server with
+S3 artifacts on loopback, outages, resumed uploads, the champion comparison, loading `models:/…@challenger` and two
+registrations racing (integration tier).
+
+pytest tests/test_registry.py                     # unit tier
+pytest -m integration tests/test_registry.py      # needs the servers from conftest; a tiny GGUF is built here
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from steps import propose, register
+from steps.propose import versus_champion
+from tests.conftest import ROOT, free_port
+
+integration = pytest.mark.integration
+DOCUMENT = "The Harlow Street library closes for three weeks from 4 June while its roof is replaced."
+
+
+# --- propose: the champion rule ----------------------------------------------------------------------------------
+
+CAND_TAGS = {"dataset.hash": "h1", "eval.rougeL": "0.3", "eval.hijack_rate": "0.1"}
+AGG = {"candidate": {"rougeL": 0.31, "hijack_rate": 0.1}}
+
+
+def test_no_champion_means_nothing_to_beat():
+    ok, why = versus_champion("4", CAND_TAGS, AGG, None, {})
+    assert ok and "no 'champion' yet" in why
+
+
+def test_champion_tags_on_the_same_dataset_are_compared():
+    worse = {"dataset.hash": "h1", "eval.rougeL": "0.25", "eval.hijack_rate": "0.1"}
+    better = {"dataset.hash": "h1", "eval.rougeL": "0.35", "eval.hijack_rate": "0.0"}
+    assert versus_champion("4", CAND_TAGS, AGG, "2", worse)[0] is True
+    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", better)
+    assert not ok and why.startswith("does not beat champion 2 (its tags, same dataset): ROUGE-L 0.3000 vs 0.3500")
+
+
+def test_a_tie_or_a_higher_hijack_rate_does_not_beat_the_champion():
+    tie = {"dataset.hash": "h1", "eval.rougeL": "0.3", "eval.hijack_rate": "0.1"}
+    easier_to_hijack = {"dataset.hash": "h1", "eval.rougeL": "0.2", "eval.hijack_rate": "0.05"}
+    assert versus_champion("4", CAND_TAGS, AGG, "2", tie)[0] is False
+    assert versus_champion("4", CAND_TAGS, AGG, "2", easier_to_hijack)[0] is False
+
+
+def test_champion_scored_on_another_dataset_is_not_compared():
+    other = {"dataset.hash": "h0", "eval.rougeL": "0.1", "eval.hijack_rate": "0.0"}
+    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", other)
+    assert not ok
+    assert why == "champion 2 was evaluated on another dataset version; re-evaluate it"
+
+
+def test_champion_without_scores_is_not_compared():
+    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", {"dataset.hash": "h1"})
+    assert not ok and "re-evaluate it" in why
+
+
+def test_a_side_by_side_evaluation_of_the_champion_wins_over_its_tags():
+    other_dataset = {"dataset.hash": "h0", "eval.rougeL": "0.9", "eval.hijack_rate": "0.0"}
+    agg = {**AGG, "champion": {"rougeL": 0.30, "hijack_rate": 0.1, "version": "2"}}
+    ok, why = versus_champion("4", CAND_TAGS, agg, "2", other_dataset)
+    assert ok and "same evaluation" in why
+    stale = {**AGG, "champion": {"rougeL": 0.30, "hijack_rate": 0.1, "version": "1"}}
+    ok, why = versus_champion("4", CAND_TAGS, stale, "2", other_dataset)
+    assert not ok and "champion is now 2" in why
+
+
+def test_the_champion_is_not_its_own_challenger():
+    ok, why = versus_champion("2", CAND_TAGS, AGG, "2", CAND_TAGS)
+    assert not ok and "already the 'champion'" in why
+
+
+# --- register: retries and configuration --------------------------------------------------------------------------
+
+
+def test_connection_failures_are_transient_and_refusals_are_not():
+    import requests
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UNAVAILABLE
+
+    def wrapped() -> MlflowException:
+        try:
+            try:
+                raise requests.exceptions.ConnectionError("Connection refused")
+            except requests.exceptions.ConnectionError as e:
+                raise MlflowException("API request to http://127.0.0.1:9/api failed with exception x") from e
+        except MlflowException as outer:
+            return outer
+
+    assert register.is_transient(wrapped())
+    assert register.is_transient(MlflowException("busy", error_code=TEMPORARILY_UNAVAILABLE))
+    assert not register.is_transient(MlflowException("bad name", error_code=INVALID_PARAMETER_VALUE))
+    assert not register.is_transient(ValueError("x"))
+
+
+def test_bad_retry_settings_are_all_reported_before_anything_runs(tmp_path: Path):
+    cfg = register.RegisterConfig(dataset=tmp_path, adapter=tmp_path, gguf=tmp_path, evaluation=tmp_path,
+                                  out=tmp_path / "out", tracking_uri="http://127.0.0.1:9", http_retries=11,
+                                  attempts=0, retry_wait=-1)  # fmt: skip
+    with pytest.raises(ValueError) as e:
+        register.run(cfg)
+    assert "--http-retries 11" in str(e.value) and "--attempts 0" in str(e.value) and "--retry-wait -1" in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_mlflow_request_settings_hold_for_the_step_only(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    with register.mlflow_http_env(register.http_settings(0, 1, 5)):
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "5"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+# --- serving: inputs and recorded settings ------------------------------------------------------------------------
+
+
+def test_serving_takes_a_document_column_or_a_list_of_str():
+    import pandas as pd
+
+    from steps.serving import documents_of
+
+    assert documents_of(pd.DataFrame({"document": ["a", "b"], "id": [1, 2]})) == ["a", "b"]
+    assert documents_of(pd.DataFrame({0: ["a"]})) == ["a"]  # how MLflow hands over a list of str
+    assert documents_of(["a", "b"]) == ["a", "b"]
+    with pytest.raises(ValueError, match="needs a 'document' column"):
+        documents_of(pd.DataFrame({"text": ["a"], "id": [1]}))
+    with pytest.raises(ValueError, match=r"position \[1\]"):
+        documents_of(["a", " "])
+
+
+def test_decoding_tags_record_the_prompt_and_greedy_decoding():
+    from steps.prompting import SYSTEM_PROMPT
+    from steps.serving import DEFAULT_CONFIG, decoding_tags
+
+    tags = decoding_tags({**DEFAULT_CONFIG, "max_tokens": 48})
+    assert tags["serving.system_prompt"] == SYSTEM_PROMPT
+    assert tags["serving.decoding"] == "greedy" and tags["serving.max_tokens"] == "48"
+
+
+# --- integration: a tiny GGUF, the outputs register reads, real MLflow ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer, converted to Q8_0 by llama.cpp's converter (seconds).
+
+    Initialised wider than `tiny_model_dir` (std 0.2): at the default 0.02 it only ever says newlines, and a summary
+    that strips to "" would not show that the served model answers.
+    """
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    work = tmp_path_factory.mktemp("tiny-gguf")
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(work / "hf")
+    tokenizer.save_pretrained(work / "hf")
+    converter = Path(os.environ.get("DISTILLERY_LLAMA_CPP", ROOT / ".cache/llama.cpp")) / "convert_hf_to_gguf.py"
+    out = work / "candidate-Q8_0.gguf"
+    command = [sys.executable, str(converter), str(work / "hf"), "--outfile", str(out), "--outtype", "q8_0"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def pipeline_outputs(
+    root: Path, gguf: Path, *, passed: bool = True, rouge: float = 0.3, hijack: float = 0.1, dataset_hash: str = "h1"
+) -> dict[str, Path]:
+    """The folders register and propose read, as the upstream steps write them, around a real GGUF."""
+    write_json(root / "dataset/lineage.json", {
+        "dataset_repo": "https://example.org/data.git", "dataset_rev": "v1", "dataset_commit": "c" * 40,
+        "dataset_path": "data/summaries", "dataset_hash": dataset_hash,
+    })  # fmt: skip
+    write_json(root / "adapter/result.json", {"device": "cpu", "final_loss": 1.0})
+    write_json(root / "adapter/training_summary.json", {"config": {"lora_r": 16, "dataset": "x", "out": "y"}})
+    (root / "gguf").mkdir(parents=True, exist_ok=True)
+    shutil.copy(gguf, root / "gguf" / gguf.name)
+    write_json(root / "gguf/result.json", {"candidate_gguf": gguf.name, "quantization": "Q8_0"})
+    write_json(root / "gguf/parity.json", {"passed": True, "quantization": "Q8_0"})
+    (root / "gguf/parity.md").write_text("# GGUF parity: PASS\n")
+    write_json(root / "evaluation/decision.json", {"passed": passed, "reasons": [f"gate passed={passed}"],
+                                                   "quantization": "Q8_0"})  # fmt: skip
+    write_json(root / "evaluation/result.json", {"rouge_l_candidate": rouge, "rouge_l_base": 0.2,
+                                                 "hijack_rate_candidate": hijack})  # fmt: skip
+    write_json(root / "evaluation/metrics.json", {"aggregate": {
+        "base": {"rougeL": 0.2, "hijack_rate": 0.1},
+        "candidate": {"rougeL": rouge, "hijack_rate": hijack},
+        "bootstrap": {"base": {"mean_gain": rouge - 0.2, "lower": 0.0, "upper": 0.2, "confidence": 0.95}},
+    }})  # fmt: skip
+    return {k: root / k for k in ("dataset", "adapter", "gguf", "evaluation")}
+
+
+def reg_config(outputs: dict[str, Path], out: Path, uri: str, name: str, run_id: str, **kw: object):
+    return register.RegisterConfig(**outputs, out=out, tracking_uri=uri, model_name=name, run_id=run_id, **kw)
+
+
+def register_and_propose(root: Path, gguf: Path, uri: str, name: str, run_id: str, **scores: object):
+    outputs = pipeline_outputs(root, gguf, **scores)
+    reg = register.run(reg_config(outputs, root / "reg", uri, name, run_id))
+    prop = propose.run(propose.ProposeConfig(registration=root / "reg", evaluation=outputs["evaluation"],
+                                             out=root / "prop", tracking_uri=uri))  # fmt: skip
+    return reg, prop
+
+
+@integration
+def test_unreachable_mlflow_fails_fast_with_a_clear_message_and_registers_nothing(tiny_gguf: Path, tmp_path: Path):
+    outputs = pipeline_outputs(tmp_path, tiny_gguf)
+    dead = f"http://127.0.0.1:{free_port()}"
+    args = [f"--{k}={v}" for k, v in outputs.items()]
+    args += [f"--out={tmp_path / 'reg'}", f"--tracking-uri={dead}", "--run-id=wf-dead", "--attempts=2",
+             "--retry-wait=0.2", "--http-retries=0", "--http-timeout=2"]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "steps.register", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"MLflow at {dead} is unreachable: 2 attempt(s) failed" in proc.stderr
+    assert "rerun this step" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < 30, f"took {elapsed:.1f}s"
+    assert not (tmp_path / "reg").exists()
+
+
+class LateProxy:
+    """A TCP forwarder to the MLflow server that is "down" for `outage` seconds from the first connection it sees:
+    until then it resets every connection (as a restarting server or a dropped route does), then forwards."""
+
+    def __init__(self, target: str, outage: float) -> None:
+        self.target = ("127.0.0.1", int(target.rsplit(":", 1)[1]))
+        self.outage = outage
+        self.reset = 0  # connections refused during the outage
+        self.up_at: float | None = None
+        self.stopped = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with self.server:
+            while not self.stopped.is_set():
+                try:
+                    client, _ = self.server.accept()
+                except TimeoutError:
+                    continue
+                now = time.monotonic()
+                self.up_at = self.up_at or now + self.outage
+                if now < self.up_at:
+                    # SO_LINGER 0: close with a reset, so the client sees the connection fail, not an empty reply.
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    client.close()
+                    self.reset += 1
+                    continue
+                upstream = socket.create_connection(self.target)
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+@pytest.fixture
+def late_proxy(mlflow_server: str) -> Iterator[LateProxy]:
+    proxy = LateProxy(mlflow_server, outage=1.5)
+    yield proxy
+    proxy.stop()
+
+
+@integration
+def test_registration_rides_out_a_short_outage(tiny_gguf: Path, late_proxy: LateProxy, mlflow_server: str,
+                                               tmp_path: Path):  # fmt: skip
+    from mlflow import MlflowClient
+
+    outputs = pipeline_outputs(tmp_path, tiny_gguf)
+    cfg = reg_config(outputs, tmp_path / "reg", late_proxy.url, "outage-model", "wf-outage",
+                     attempts=6, retry_wait=0.5, http_retries=0)  # fmt: skip
+    result = register.run(cfg)
+    assert late_proxy.reset >= 1  # the first attempt did meet the outage
+    client = MlflowClient(tracking_uri=mlflow_server)
+    versions = client.search_model_versions("name = 'outage-model'")
+    assert [v.version for v in versions] == [result.model_version]
+    assert versions[0].tags["distillery.run_id"] == "wf-outage"
+
+
+@integration
+def test_a_retry_after_the_uploads_makes_the_version_from_them(tiny_gguf: Path, mlflow_server: str, tmp_path: Path):
+    import mlflow
+    from mlflow import MlflowClient
+
+    outputs = pipeline_outputs(tmp_path, tiny_gguf)
+    cfg = reg_config(outputs, tmp_path / "reg", mlflow_server, "resume-model", "wf-resume")
+    client = MlflowClient(tracking_uri=mlflow_server)
+    # The first attempt uploaded everything, then its pod died before creating the version.
+    mlflow.set_tracking_uri(mlflow_server)
+    tags = register.lineage_tags(cfg, "wf-resume", outputs["gguf"] / tiny_gguf.name)
+    uploaded_run, model_id = register._upload(
+        cfg, register._experiment_id(client, cfg), "wf-resume", outputs["gguf"] / tiny_gguf.name, tags
+    )
+    result = register.run(cfg)
+    assert (result.mlflow_run_id, result.model_id, result.reused) == (uploaded_run, model_id, False)
+    assert len(client.search_model_versions("name = 'resume-model'")) == 1
+    runs = client.search_runs([register._experiment_id(client, cfg)], "tags.`distillery.run_id` = 'wf-resume'")
+    assert len(runs) == 1  # nothing uploaded twice
+
+
+@integration
+def test_the_registered_gguf_serves_summaries_from_the_challenger_alias(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path
+):
+    import mlflow
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from steps.prompting import SYSTEM_PROMPT
+
+    reg, prop = register_and_propose(tmp_path, tiny_gguf, mlflow_server, "served-model", "wf-served")
+    again = register.run(reg_config(pipeline_outputs(tmp_path, tiny_gguf), tmp_path / "reg2", mlflow_server,
+                                    "served-model", "wf-served"))  # fmt: skip
+    assert prop.proposed and (again.model_version, again.model_id, again.reused) == (
+        reg.model_version,
+        reg.model_id,
+        True,
+    )
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    version = client.get_model_version("served-model", reg.model_version)
+    assert version.source == f"models:/{reg.model_id}"  # the uploaded pyfunc model, GGUF inside
+    files = {f.path for f in client.list_logged_model_artifacts(reg.model_id, "artifacts")}
+    assert files == {f"artifacts/{tiny_gguf.name}"}
+    assert version.tags["serving.system_prompt"] == SYSTEM_PROMPT
+    assert (version.tags["serving.decoding"], version.tags["serving.max_tokens"]) == ("greedy", "64")
+
+    mlflow.set_tracking_uri(mlflow_server)
+    model = mlflow.pyfunc.load_model("models:/served-model@challenger")
+    summaries = model.predict(pd.DataFrame({"document": [DOCUMENT]}))
+    assert isinstance(summaries, list) and len(summaries) == 1
+    assert isinstance(summaries[0], str) and summaries[0].strip()
+    assert model.predict([DOCUMENT]) == summaries  # greedy: the same answer every time, whatever the input form
+    assert model.metadata.metadata["decoding"]["serving.system_prompt"] == SYSTEM_PROMPT
+
+
+@integration
+def test_propose_beats_a_weaker_champion_and_leaves_it_alone(tiny_gguf: Path, mlflow_server: str, tmp_path: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-weak", "wf-a", rouge=0.25)
+    client.set_registered_model_alias("vs-weak", "champion", champ.model_version)
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-weak", "wf-b", rouge=0.3)
+    model = client.get_registered_model("vs-weak")
+    assert prop.proposed and prop.champion_version == champ.model_version
+    assert model.aliases == {"champion": champ.model_version, "challenger": cand.model_version}
+    tags = client.get_model_version("vs-weak", cand.model_version).tags
+    assert tags["proposal"] == "challenger" and tags["proposal.champion"] == champ.model_version
+    assert f"beats champion {champ.model_version}" in tags["proposal.reasons"]
+
+
+@integration
+def test_propose_refuses_a_candidate_the_champion_beats(tiny_gguf: Path, mlflow_server: str, tmp_path: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-strong", "wf-a", rouge=0.35)
+    client.set_registered_model_alias("vs-strong", "champion", champ.model_version)
+    client.delete_registered_model_alias("vs-strong", "challenger")
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-strong", "wf-b", rouge=0.3)
+    assert not prop.proposed
+    assert client.get_registered_model("vs-strong").aliases == {"champion": champ.model_version}
+    tags = client.get_model_version("vs-strong", cand.model_version).tags
+    assert tags["proposal"] == "refused" and "does not beat champion" in tags["proposal.reasons"]
+
+
+@integration
+def test_propose_will_not_compare_with_a_champion_scored_on_other_data(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path
+):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-other", "wf-a", rouge=0.1,
+                                    dataset_hash="h-old")  # fmt: skip
+    client.set_registered_model_alias("vs-other", "champion", champ.model_version)
+    client.delete_registered_model_alias("vs-other", "challenger")
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-other", "wf-b", rouge=0.3)
+    assert not prop.proposed
+    expected = f"champion {champ.model_version} was evaluated on another dataset version; re-evaluate it"
+    assert prop.reasons[-1] == expected
+    assert expected in client.get_model_version("vs-other", cand.model_version).tags["proposal.reasons"]
+    assert client.get_registered_model("vs-other").aliases == {"champion": champ.model_version}
+
+
+RACER = """
+import sys
+from steps import propose, register
+out, evaluation, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+rc = register.main(args + ["--out", out + "/reg"])
+sys.exit(rc or propose.main(["--registration", out + "/reg", "--evaluation", evaluation, "--out", out + "/prop",
+                             "--tracking-uri", args[args.index("--tracking-uri") + 1]]))
+"""
+
+
+@integration
+def test_concurrent_registrations_keep_one_version_per_run_and_one_challenger(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path
+):
+    """Three pods at once: two candidates, and a second pod of the first candidate's workflow (same run id)."""
+    from mlflow import MlflowClient
+
+    racers = {"a1": "wf-race-a", "a2": "wf-race-a", "b": "wf-race-b"}
+    procs = {}
+    for label, run_id in racers.items():
+        outputs = pipeline_outputs(tmp_path / label, tiny_gguf)
+        args = [a for k, v in outputs.items() for a in (f"--{k}", str(v))]
+        args += ["--tracking-uri", mlflow_server, "--model-name", "race-model", "--run-id", run_id]
+        procs[label] = subprocess.Popen(
+            [sys.executable, "-c", RACER, str(tmp_path / label), str(outputs["evaluation"]), *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    for label, proc in procs.items():
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, f"{label}: {out[-3000:]}"
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    versions = client.search_model_versions("name = 'race-model'")
+    by_run: dict[str, list[str]] = {}
+    for v in versions:
+        by_run.setdefault(v.tags["distillery.run_id"], []).append(v.version)
+    assert sorted(by_run) == ["wf-race-a", "wf-race-b"]
+    assert all(len(vs) == 1 for vs in by_run.values()), by_run
+    results = {label: json.loads((tmp_path / label / "reg/result.json").read_text()) for label in racers}
+    assert results["a1"]["model_version"] == results["a2"]["model_version"] == by_run["wf-race-a"][0]
+    # Both candidates passed and there is no champion: whichever proposal wrote last holds the alias.
+    challenger = client.get_registered_model("race-model").aliases["challenger"]
+    assert challenger in {by_run["wf-race-a"][0], by_run["wf-race-b"][0]}
+    assert all(v.tags["proposal"] == "challenger" for v in client.search_model_versions("name = 'race-model'"))

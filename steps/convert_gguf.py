@@ -16,7 +16,8 @@ Checks, on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a l
   within TIE_MARGIN (float rounding, not a different model). Failing this means the conversion is wrong: the step
   stops;
 - each quantisation: teacher-forced top-1 agreement, mean KL divergence of next-token distributions and the rate at
-  which generation ends with EOS, against thresholds. A file under them fails parity, which blocks the proposal.
+  which generation ends with EOS, against thresholds. The served file under them fails parity, which blocks the
+  proposal; another rung of the ladder under them is withheld (deleted, named in the report), never shipped.
 Lineage (dataset, base model and revision, git sha, run id, quantisation, parity figures) goes into each candidate
 file's GGUF metadata, under `general.*` where a standard key fits and `distillery.*` otherwise.
 """
@@ -381,6 +382,7 @@ def _markdown(parity: dict[str, Any]) -> str:
         f"# GGUF parity: {'PASS' if parity['passed'] else 'FAIL'}",
         "",
         *[f"- {r}" for r in parity["reasons"]],
+        *[f"- withheld (not shipped) {q}: {'; '.join(w)}" for q, w in parity["withheld"].items()],
         "",
         f"Merge: max |logit| difference adapter-attached vs merged = {parity['merge_max_abs_logit_diff']:.2e}.",
         "",
@@ -389,9 +391,9 @@ def _markdown(parity: dict[str, Any]) -> str:
     ]
     for who in ("candidate", "base"):
         for quant, r in parity[who]["files"].items():
-            size = parity[who]["size_bytes"][quant] / 1e6
+            size = f"{parity[who]['size_bytes'][quant] / 1e6:.1f}" if quant in parity[who]["size_bytes"] else "withheld"
             lines.append(
-                f"| {r['file']} | {size:.1f} | {r['tokens_equal']} | {r['greedy_equal']} | {r['greedy_match']} "
+                f"| {r['file']} | {size} | {r['tokens_equal']} | {r['greedy_equal']} | {r['greedy_match']} "
                 f"| {r['top1_agreement']:.3f} "
                 f"| {r['mean_kl']:.4f} | {r['eos_rate']:.0%} ({r['hf_eos_rate']:.0%}) |"
             )
@@ -465,22 +467,35 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             )
         cand_report = _export("candidate", merged, tokenizer, refs, quants, cfg, work, out)
 
-        reasons = []
-        for who, report, checked in (("candidate", cand_report, quants), ("base", base_report, [cfg.quantization])):
-            for quant in checked:
-                reasons += [f"{who} {r}" for r in judge(report["files"][quant], quant, cfg)]
+        # The served file (candidate and base) must pass: it blocks the proposal. Another rung of the ladder that
+        # fails is withheld — deleted, never shipped — and named, rather than blocking a good served file.
+        reasons = [f"candidate {r}" for r in judge(cand_report["files"][cfg.quantization], cfg.quantization, cfg)]
+        reasons += [f"base {r}" for r in judge(base_report["files"][cfg.quantization], cfg.quantization, cfg)]
         passed = not reasons
+        withheld = {}
+        for quant in quants:
+            why = judge(cand_report["files"][quant], quant, cfg)
+            if why and quant != cfg.quantization:
+                withheld[quant] = why
+                Path(cand_report["paths"][quant]).unlink()
         if passed:
-            reasons = [f"F16 greedy output equals HF's (up to near-ties); {', '.join(quants)} within thresholds"]
-        for quant in ["F16", *quants]:
+            reasons = [
+                f"F16 greedy output equals HF's (up to near-ties); served {cfg.quantization} within thresholds"
+                + "".join(f"; {q} withheld: {'; '.join(w)}" for q, w in withheld.items())
+            ]
+        shipped = ["F16", *(q for q in quants if q not in withheld)]
+        for quant in shipped:
             write_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
         for report in (cand_report, base_report):
-            report["size_bytes"] = {q: Path(p).stat().st_size for q, p in report.pop("paths").items()}
+            report["size_bytes"] = {
+                q: Path(p).stat().st_size for q, p in report.pop("paths").items() if Path(p).exists()
+            }
         parity = {
             "passed": passed,
             "reasons": reasons,
             "quantization": cfg.quantization,
-            "ladder": ["F16", *quants],
+            "ladder": shipped,
+            "withheld": withheld,
             "merge_max_abs_logit_diff": merge_diff,
             "thresholds": {
                 "min_top1_agreement": _table(cfg.min_top1_agreement, "min-top1-agreement"),

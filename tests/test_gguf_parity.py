@@ -248,3 +248,18 @@ def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
     assert convert_gguf.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
     assert convert_gguf.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
     assert convert_gguf.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
+
+
+def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: dict[str, Path], tmp_path: Path):
+    out = tmp_path / "gguf"
+    result = convert_gguf.run(
+        convert_gguf.ConvertConfig(
+            adapter=converted["llama-adapter"], dataset=converted["dataset"], out=out,
+            base_model=str(converted["llama-base"]), min_top1_agreement="Q8_0=0.9,Q4_K_M=1.01", parity_tokens=16,
+        )
+    )  # fmt: skip
+    parity = json.loads((out / "parity.json").read_text())
+    assert result.parity_passed and parity["passed"]  # the served Q8_0 is fine
+    assert parity["ladder"] == ["F16", "Q8_0"] and "< 1.01" in parity["withheld"]["Q4_K_M"][0]
+    assert not (out / "distillery-summariser-Q4_K_M.gguf").exists()
+    assert "withheld (not shipped) Q4_K_M" in (out / "parity.md").read_text()

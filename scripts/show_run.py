@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from steps.pipeline import STAGES
+
 
 def main() -> None:
     params = yaml.safe_load(Path("params.yaml").read_text())
@@ -20,6 +22,12 @@ def main() -> None:
     print(f"model: {proposal['model_name']} version {proposal['model_version']} ({status})")
     print("report: out/evaluation/report.md   parity: out/gguf/parity.json   loss curve: out/adapter/loss.png")
     print(f"look at it: mlflow ui --backend-store-uri {params['tracking-uri']}")
+    times = []
+    for stage in STAGES:
+        result = Path("out") / stage.output / "result.json"
+        if result.is_file() and "wall_seconds" in (data := json.loads(result.read_text())):
+            times.append(f"{stage.name} {data['wall_seconds']:.0f}s")
+    print("step wall times (last run of each): " + ", ".join(times))
 
 
 if __name__ == "__main__":

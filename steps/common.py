@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import types
 import typing
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ C = TypeVar("C")
 RESULT_FILE = "result.json"
 # Argo reads each output parameter from a file of its own; `write_result` puts one per scalar field here.
 PARAM_DIR = "_outputs"
+# When the step's command line was parsed: `write_result` records the step's wall time from it.
+_started: float | None = None
 
 
 def flag(field_name: str) -> str:
@@ -68,7 +71,9 @@ def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
 
 
 def parse_config(config_cls: type[C], argv: list[str] | None, description: str) -> C:
+    global _started
     namespace = build_parser(config_cls, description).parse_args(argv)
+    _started = time.perf_counter()
     return config_cls(**vars(namespace))
 
 
@@ -114,6 +119,8 @@ def read_json(path: Path) -> Any:
 def write_result(out_dir: Path, result: Any) -> None:
     """Write `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
     data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
+    if _started is not None:  # run from the command line: how long the step took, for the run's record
+        data["wall_seconds"] = round(time.perf_counter() - _started, 1)
     write_json(out_dir / RESULT_FILE, data)
     params = out_dir / PARAM_DIR
     params.mkdir(exist_ok=True)

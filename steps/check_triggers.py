@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps import registry
 from steps.common import atomic_dir, parse_config, write_result
+from steps.registry import CHAMPION
 
-CHAMPION = "champion"
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
 ONLINE_RUN_TAG = "online.run_id"
 TRIGGERS = ("quality", "feedback", "base-model")
@@ -210,20 +211,6 @@ def check_base_model(tags: dict[str, str], cfg: TriggersConfig, already: str | N
 # --- reading MLflow and DVC ----------------------------------------------------------------------------------------
 
 
-def _champion(client: Any, name: str) -> Any | None:
-    """The version holding the `champion` alias, or None (no such alias, or no such registered model yet)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        model = client.get_registered_model(name)
-    except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-    version = model.aliases.get(CHAMPION)
-    return client.get_model_version(name, version) if version else None
-
-
 def online_series(client: Any, champion: Any, metric: str) -> list[float]:
     run_id = champion.tags.get(ONLINE_RUN_TAG) or champion.run_id
     if not run_id:
@@ -324,7 +311,7 @@ def _annotation_safe(text: str) -> str:
 
 
 def _check(cfg: TriggersConfig, client: Any) -> TriggersResult:
-    champion = _champion(client, cfg.model_name)
+    champion = registry.champion_version(client, cfg.model_name)
     if champion is None:
         return TriggersResult(
             fire=False,

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps import registry
 from steps.common import atomic_dir, parse_config, read_json, write_json, write_result
 from steps.fetch_dataset import load_split
 from steps.prompting import messages
+from steps.registry import CHAMPION
 
-CHAMPION_ALIAS = "champion"
 # Words that start sentences or are everyday capitals: not names the document must contain.
 COMMON_CAPITALS = {"The", "A", "An", "In", "On", "At", "It", "Its", "This", "That", "These", "After", "Before", "I"}
 
@@ -276,17 +277,15 @@ def resolve_champion(cfg: EvaluateConfig, dest: Path) -> tuple[Path | None, str]
     import mlflow
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        version = client.get_model_version_by_alias(cfg.model_name, CHAMPION_ALIAS)
-    except mlflow.exceptions.MlflowException:
-        return None, f"{cfg.model_name} has no '{CHAMPION_ALIAS}' yet: two-way comparison"
+    version = registry.champion_version(MlflowClient(tracking_uri=uri), cfg.model_name)
+    if version is None:
+        return None, f"{cfg.model_name} has no '{CHAMPION}' yet: two-way comparison"
     mlflow.set_tracking_uri(uri)
     local = Path(mlflow.artifacts.download_artifacts(f"models:/{cfg.model_name}/{version.version}", dst_path=str(dest)))
     files = sorted(local.rglob("*.gguf"))
     if not files:
         raise FileNotFoundError(f"champion {cfg.model_name} v{version.version} holds no .gguf file in {local}")
-    return files[0], f"{cfg.model_name} v{version.version} ({CHAMPION_ALIAS})"
+    return files[0], f"{cfg.model_name} v{version.version} ({CHAMPION})"
 
 
 def _plots(out: Path, scored: dict[str, list[dict]], metrics: dict[str, Any]) -> None:

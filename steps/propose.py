@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps import registry
 from steps.common import atomic_dir, parse_config, read_json, write_result
+from steps.registry import CHAMPION
 
 ALIAS = "challenger"
-CHAMPION = "champion"
 
 
 @dataclass
@@ -101,20 +102,6 @@ def versus_champion(
     return _compare(f"champion {v} (its tags, same dataset)", *cand, *champ)
 
 
-def _champion(client: Any, name: str) -> Any | None:
-    """The version holding the `champion` alias, or None (no such alias, or no such registered model yet)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        model = client.get_registered_model(name)
-    except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-    version = model.aliases.get(CHAMPION)
-    return client.get_model_version(name, version) if version else None
-
-
 def run(cfg: ProposeConfig) -> ProposeResult:
     from mlflow import MlflowClient
 
@@ -128,7 +115,7 @@ def run(cfg: ProposeConfig) -> ProposeResult:
     name, version = reg["model_name"], str(reg["model_version"])
     passed = bool(decision["passed"])
     reasons = list(decision["reasons"])
-    champion = _champion(client, name)
+    champion = registry.champion_version(client, name)
     champion_version = str(champion.version) if champion else ""
     proposed = False
     if passed:

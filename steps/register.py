@@ -21,6 +21,7 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -68,6 +69,13 @@ class RegisterConfig:
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base"})
     train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu)"})
+    price_table: str = field(
+        default="cpu=0.20,gpu=1.10",
+        metadata={
+            "help": "node price per hour for the cost estimate: cpu (a CPU node) and gpu (a spot GPU node, e.g. "
+            "g5.xlarge spot); train runs on the train backend's node, every other step on a cpu node"
+        },
+    )
     max_tokens: int = field(
         default=64,
         metadata={"help": "token cap of a served summary; keep it equal to evaluate's --max-new-tokens (its default)"},
@@ -183,12 +191,38 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+# The upstream steps whose folders register reads, each with the wall time it recorded in its result.json.
+COSTED_INPUTS = ("dataset", "adapter", "gguf", "evaluation")
+
+
+def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
+    """Each upstream step's wall time × its node's hourly price, summed: what this candidate cost to make."""
+    try:
+        prices = {k.strip(): float(v) for k, v in (item.split("=") for item in cfg.price_table.split(","))}
+    except ValueError as e:
+        raise ValueError(f"--price-table {cfg.price_table!r} is not a list like cpu=0.20,gpu=1.10") from e
+    missing = {"cpu", cfg.train_backend} - set(prices)
+    if missing:
+        raise ValueError(f"--price-table {cfg.price_table!r} has no price for {', '.join(sorted(missing))}")
+    breakdown: dict[str, dict[str, float]] = {}
+    for name in COSTED_INPUTS:
+        seconds = read_json(Path(getattr(cfg, name)) / "result.json").get("wall_seconds")
+        if seconds is None:  # a step run from Python rather than its command line records no wall time
+            continue
+        node = cfg.train_backend if name == "adapter" else "cpu"
+        breakdown[name] = {"seconds": seconds, "usd": round(seconds / 3600 * prices[node], 6)}
+    return {"usd": round(sum(b["usd"] for b in breakdown.values()), 6), "steps": breakdown, "prices": prices}
+
+
 def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str, str]:
     data = read_json(Path(cfg.dataset) / "lineage.json")
     decision = read_json(Path(cfg.evaluation) / "decision.json")
     result = read_json(Path(cfg.evaluation) / "result.json")
     train = read_json(Path(cfg.adapter) / "result.json")
+    cost = cost_estimate(cfg)
     return {
+        "cost.estimate_usd": f"{cost['usd']:.6f}",
+        "cost.breakdown": json.dumps(cost["steps"], sort_keys=True),
         RUN_ID_TAG: run_id,
         "dataset.repo": data["dataset_repo"],
         "dataset.rev": data["dataset_rev"],

@@ -302,6 +302,12 @@ def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_mo
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     proposal = json.loads((repo / "out/proposal/result.json").read_text())
     assert proposal["model_version"] == "1"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=params["tracking-uri"])
+    tags = client.get_model_version("distillery-summariser", "1").tags
+    assert float(tags["cost.estimate_usd"]) > 0  # steps run from the command line record their wall time
+    assert set(json.loads(tags["cost.breakdown"])) == {"dataset", "adapter", "gguf", "evaluation"}
 
     second = sh(sys.executable, "-m", "dvc", "repro")
     assert second.returncode == 0
@@ -312,7 +318,4 @@ def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_mo
     third = sh(sys.executable, "-m", "dvc", "repro")
     assert third.returncode != 0
     assert "data/summaries/eval.jsonl:1: field 'summary' is missing" in third.stderr + third.stdout
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=params["tracking-uri"])
     assert len(client.search_model_versions("name = 'distillery-summariser'")) == 1  # nothing new registered

@@ -9,6 +9,7 @@ pytest -m integration tests/test_registry.py      # needs the servers from conft
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -470,3 +471,17 @@ def test_concurrent_registrations_keep_one_version_per_run_and_one_challenger(
     challenger = client.get_registered_model("race-model").aliases["challenger"]
     assert challenger in {by_run["wf-race-a"][0], by_run["wf-race-b"][0]}
     assert all(v.tags["proposal"] == "challenger" for v in client.search_model_versions("name = 'race-model'"))
+
+
+def test_cost_estimate_prices_each_step_on_its_node(tmp_path: Path):
+    for name, seconds in (("dataset", 36), ("adapter", 3600), ("gguf", 360), ("evaluation", 0)):
+        write_json(tmp_path / name / "result.json", {"wall_seconds": seconds})
+    cfg = register.RegisterConfig(
+        dataset=tmp_path / "dataset", adapter=tmp_path / "adapter", gguf=tmp_path / "gguf",
+        evaluation=tmp_path / "evaluation", out=tmp_path / "o", train_backend="gpu", price_table="cpu=0.2,gpu=1.1",
+    )  # fmt: skip
+    cost = register.cost_estimate(cfg)
+    assert cost["steps"]["adapter"] == {"seconds": 3600, "usd": 1.1}
+    assert cost["usd"] == pytest.approx(1.1 + 0.002 + 0.02)
+    with pytest.raises(ValueError, match="no price for gpu"):
+        register.cost_estimate(dataclasses.replace(cfg, price_table="cpu=0.2"))

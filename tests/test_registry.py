@@ -198,7 +198,8 @@ def pipeline_outputs(
         "dataset_repo": "https://example.org/data.git", "dataset_rev": "v1", "dataset_commit": "c" * 40,
         "dataset_path": "data/summaries", "dataset_hash": dataset_hash,
     })  # fmt: skip
-    write_json(root / "adapter/result.json", {"device": "cpu", "final_loss": 1.0})
+    write_json(root / "dataset/result.json", {"dataset_hash": dataset_hash, "wall_seconds": 1.0})
+    write_json(root / "adapter/result.json", {"device": "cpu", "final_loss": 1.0, "wall_seconds": 100.0})
     write_json(root / "adapter/training_summary.json", {"config": {"lora_r": 16, "dataset": "x", "out": "y"}})
     (root / "gguf").mkdir(parents=True, exist_ok=True)
     shutil.copy(gguf, root / "gguf" / gguf.name)

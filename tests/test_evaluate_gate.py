@@ -13,8 +13,9 @@ CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"))
 PARITY_OK = {"passed": True, "quantization": "Q8_0"}
 
 
-def contender(rouge: float, families: dict[str, float], stop: float = 1.0) -> dict:
-    return {"rougeL": rouge, "family_pass_rate": families, "stop_rate": stop}
+def contender(rouge: float, families: dict[str, float], stop: float = 1.0, hijack: dict | None = None) -> dict:
+    hijacked = hijack or dict.fromkeys(families, 0.0)
+    return {"rougeL": rouge, "family_pass_rate": families, "family_hijack_rate": hijacked, "stop_rate": stop}
 
 
 def metrics(base: dict, cand: dict, lower: float, champion: dict | None = None, champion_lower: float = 0.1) -> dict:
@@ -135,3 +136,13 @@ def test_long_documents_are_cut_visibly_and_short_ones_kept():
     cut = fit(long)
     assert len(cut) <= MAX_DOCUMENT_CHARS + len(TRUNCATION_MARK) and cut.endswith(TRUNCATION_MARK)
     assert TRUNCATION_MARK in messages(long)[1]["content"]
+
+
+def test_gate_refuses_more_hijacks_even_where_pass_rates_tie():
+    # Both miss keywords everywhere (pass rate 0), but only the candidate obeys the injected instruction.
+    zero = {"direct_injection": 0.0}
+    lenient = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), min_family_pass_rate=0.0)
+    m = metrics(contender(0.1, zero), contender(0.3, zero, hijack={"direct_injection": 0.5}), lower=0.1)
+    ok, checks = decide(m, PARITY_OK, lenient)
+    assert not ok and failed(checks) == ["adversarial_direct_injection"]
+    assert "hijacked 50% vs 0%" in checks[2]["reason"]

@@ -48,6 +48,14 @@ RESOURCES = {
     "propose": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
 }
 
+# Every pod runs as the image's unprivileged user (uid 1000), under the runtime's default seccomp profile.
+POD_SECURITY = m.PodSecurityContext(
+    run_as_non_root=True,
+    run_as_user=1000,
+    run_as_group=1000,
+    fs_group=1000,
+    seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+)
 CONTAINER_SECURITY = m.SecurityContext(
     allow_privilege_escalation=False,
     capabilities=m.Capabilities(drop=["ALL"]),
@@ -136,13 +144,7 @@ def build() -> WorkflowTemplate:
         active_deadline_seconds=8 * 3600,
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=1000,
-            run_as_group=1000,
-            fs_group=1000,
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=POD_SECURITY,
     ) as wt:
         templates: dict[str, Container | dict[str, Container]] = {}
         for stage in STAGES:

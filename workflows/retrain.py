@@ -25,7 +25,7 @@ from hera.workflows import models as m
 
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
-from workflows.distill import CONTAINER_SECURITY, DEFAULT_RETRY, IMAGE_CPU, OUT_DIR, SERVICE_ACCOUNT
+from workflows.distill import CONTAINER_SECURITY, DEFAULT_RETRY, IMAGE_CPU, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
 TIMEZONE = "UTC"
@@ -116,13 +116,7 @@ def build(schedule: str = SCHEDULE) -> CronWorkflow:
         active_deadline_seconds=1800,
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=24 * 3600, seconds_after_failure=7 * 24 * 3600),
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=1000,
-            run_as_group=1000,
-            fs_group=1000,
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=POD_SECURITY,
     ) as cron:
         out = f"{OUT_DIR}/{OUTPUT}"
         check_template = Container(

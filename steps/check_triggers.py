@@ -134,13 +134,9 @@ def config_problems(cfg: TriggersConfig) -> list[str]:
         problems.append(f"--max-quality-drop {cfg.max_quality_drop}: use 0 or more")
     if cfg.min_feedback_rows < 0:
         problems.append(f"--min-feedback-rows {cfg.min_feedback_rows}: use 0 (off) or more rows")
-    if not 0 <= cfg.http_retries <= 10:
-        problems.append(f"--http-retries {cfg.http_retries}: use 0..10 (MLflow's limit)")
-    if not 0 <= cfg.http_backoff <= 120:
-        problems.append(f"--http-backoff {cfg.http_backoff}: use 0..120 (MLflow's limit)")
-    if cfg.http_timeout < 1:
-        problems.append(f"--http-timeout {cfg.http_timeout}: use at least 1 second")
-    return problems
+    from steps.register import http_problems
+
+    return problems + http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
 
 
 # --- the three triggers, as plain functions ----------------------------------------------------------------------

@@ -129,15 +129,21 @@ def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:
     return {k: str(v) for k, v in values.items()}
 
 
-def config_problems(cfg: RegisterConfig) -> list[str]:
+def http_problems(retries: int, backoff: int, timeout: int) -> list[str]:
+    """The --http-* flags outside MLflow's own limits (shared by every step that talks to MLflow)."""
     problems = []
     for flag, value, (low, high) in (
-        ("--http-retries", cfg.http_retries, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
-        ("--http-backoff", cfg.http_backoff, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
-        ("--http-timeout", cfg.http_timeout, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]),
+        ("--http-retries", retries, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
+        ("--http-backoff", backoff, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
+        ("--http-timeout", timeout, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]),
     ):
         if not low <= value <= high:
             problems.append(f"{flag} {value} is outside MLflow's limits; use {low}..{high}")
+    return problems
+
+
+def config_problems(cfg: RegisterConfig) -> list[str]:
+    problems = http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
     if cfg.attempts < 1:
         problems.append(f"--attempts {cfg.attempts}: use at least 1")
     if cfg.retry_wait < 0:

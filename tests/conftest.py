@@ -3,8 +3,10 @@ loopback (an S3-compatible moto server, an MLflow server with a SQLite store and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -45,11 +47,16 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> No
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+    """Stop a server started in its own session, children included (`mlflow server` forks uvicorn and job workers)."""
     try:
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):  # children that outlived the parent
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +106,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with log.open("w") as f:
-        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/moto-api/", proc, 30, log)
@@ -148,7 +157,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, aws_
                 "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
                 "--artifacts-destination", "s3://mlflow/artifacts",
             ],
-            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work,
+            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

@@ -26,13 +26,13 @@ from steps.common import atomic_dir, parse_config, read_json, write_json, write_
 from steps.fetch_dataset import load_split
 from steps.prompting import messages
 
-BACKENDS = ("cpu", "gpu")
+BACKENDS = ("cpu", "gpu", "ray")
 
 
 @dataclass
 class TrainConfig:
-    dataset: Path = field(metadata={"help": "folder written by fetch-dataset"})
-    out: Path = field(metadata={"help": "folder to write the adapter and training records into"})
+    dataset: str = field(metadata={"help": "folder (or s3:// URI of the folder) written by fetch-dataset"})
+    out: str = field(metadata={"help": "folder or s3:// URI to write the adapter and training records into"})
     base_model: str = field(
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
     )
@@ -51,8 +51,28 @@ class TrainConfig:
     max_seq_len: int = field(default=512, metadata={"help": "longest tokenised example; longer documents are cut"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
     seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
-    threads: int = field(default=0, metadata={"help": "CPU threads for torch (0: all cores)"})
+    threads: int = field(default=0, metadata={"help": "CPU threads for torch, per Ray worker with ray (0: all cores)"})
     log_every: int = field(default=2, metadata={"help": "print progress every N steps"})
+    qlora: bool = field(
+        default=False, metadata={"help": "gpu only: load the base in 4-bit NF4 (bitsandbytes) and train LoRA on it"}
+    )
+    checkpoint_dir: str = field(
+        default="",
+        metadata={
+            "help": "folder or s3:// URI for checkpoints; a restart resumes from the latest complete one there "
+            "(empty: <out>.checkpoints beside --out; with ray, Ray Train's storage path)"
+        },
+    )
+    checkpoint_every: int = field(default=10, metadata={"help": "checkpoint every N optimiser steps (0: never)"})
+    ray_address: str = field(
+        default="",
+        metadata={"help": "ray only: cluster to join ('auto' inside a RayJob); empty starts a local Ray cluster"},
+    )
+    ray_workers: int = field(default=2, metadata={"help": "ray only: data-parallel training workers"})
+    max_failures: int = field(
+        default=3, metadata={"help": "ray only: worker-group restarts from the latest checkpoint before giving up"}
+    )
+    run_id: str = field(default="", metadata={"help": "names the Ray Train run (the workflow uid on Argo)"})
 
 
 @dataclass

@@ -10,7 +10,10 @@ them. Refuses, with the fix for each problem, a base whose
 - chat template is missing or does not render the pipeline's prompt;
 - BOS/EOS tokens are unset, or whose EOS is not the token that closes the assistant's turn (a fine-tuned model then
   never stops in llama.cpp).
-Produces `preflight.json` in `--out`.
+It also counts the base model's parameters (the model built from its config on PyTorch's `meta` device: shapes only,
+no memory, no weights) and says whether the model is small enough for the arm64 Raspberry Pi Ray workers (at most
+`ARM64_MAX_BILLION` billion parameters, seed ADR 0058); the Ray backend gives the Pi worker group 0 replicas otherwise.
+Produces `preflight.json` in `--out`, and the output parameters `architecture`, `parameters-billion`, `arm64-ok`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ TOKENIZER_PROBES = (
     "Numbers: 3.14159, 1,234,567, -42, 2026-11-30, 0x1F, 10^9, €48.5m, 97%",
     "Code: def f(x):\n    return x ** 2  # square",
 )
+ARM64_MAX_BILLION = 3.0  # the largest base model the Raspberry Pi Ray workers take part in training (ADR 0058)
 
 
 class PreflightError(ValueError):
@@ -70,7 +74,28 @@ class PreflightConfig:
 @dataclass
 class PreflightResult:
     architecture: str
+    parameters_billion: float  # the base model's parameter count, in billions (3 decimals)
+    arm64_ok: bool  # small enough for the arm64 Raspberry Pi Ray workers
     passed: bool
+
+
+def count_parameters(config: Any) -> int:
+    """The parameter count of the causal LM `config` describes, without allocating it.
+
+    On the `meta` device every tensor has a shape but no storage, so even a 70B model is built in seconds and a few MB.
+    Tied weights count once (`parameters()` yields a shared tensor once), as in the real model.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def fits_arm64(parameters: int) -> bool:
+    """Whether a base model of `parameters` parameters may train on the arm64 Raspberry Pi Ray workers."""
+    return parameters <= ARM64_MAX_BILLION * 1e9
 
 
 def _local_files(cfg: PreflightConfig, dest: Path) -> Path:
@@ -109,6 +134,10 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
         tokenizer = AutoTokenizer.from_pretrained(files)
         arch = (config.architectures or ["<none>"])[0]
         facts["architecture"] = arch
+        try:
+            facts["parameters"] = count_parameters(config)
+        except (ValueError, KeyError) as e:  # transformers' "Unrecognized configuration class …"
+            problems.append(f"transformers cannot build a causal LM from this config ({e}); training would fail")
         # Special tokens and the chat template.
         for name in ("bos_token", "eos_token"):
             if getattr(tokenizer, name) is None:
@@ -189,7 +218,12 @@ def run(cfg: PreflightConfig) -> PreflightResult:
             f"base model {cfg.base_model} ({facts.get('architecture', '?')}) fails preflight:\n  "
             + "\n  ".join(problems)
         )
-    result = PreflightResult(architecture=facts["architecture"], passed=True)
+    result = PreflightResult(
+        architecture=facts["architecture"],
+        parameters_billion=round(facts["parameters"] / 1e9, 3),
+        arm64_ok=fits_arm64(facts["parameters"]),
+        passed=True,
+    )
     with atomic_dir(cfg.out) as out:
         write_json(out / "preflight.json", {**facts, "passed": True})
         write_result(out, result)
@@ -203,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     except (PreflightError, FileNotFoundError) as e:
         print(f"preflight: {e}", file=sys.stderr)
         return 1
-    print(f"preflight passed: {result.architecture}, tokenizer and chat template ready for llama.cpp")
+    print(
+        f"preflight passed: {result.architecture} ({result.parameters_billion}B parameters), tokenizer and chat "
+        f"template ready for llama.cpp; {'fits' if result.arm64_ok else 'too big for'} the arm64 Ray workers"
+    )
     return 0
 
 

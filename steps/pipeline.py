@@ -45,7 +45,12 @@ PARAMS: tuple[Param, ...] = (
         "base model: hub id or folder",
     ),
     Param("base-revision", "main", "main", "hub revision of the base model"),
-    Param("train-backend", "cpu", "gpu", "where to train: gpu (EKS spot GPU pool) or cpu"),
+    Param(
+        "train-backend",
+        "cpu",
+        "gpu",
+        "where to train: gpu (EKS spot GPU pool), cpu (one pod) or ray (KubeRay RayJob on the CPU Ray pool)",
+    ),
     Param("lora-r", "16", "16", "LoRA rank"),
     Param("lora-alpha", "32", "32", "LoRA alpha (usually 2 x rank)"),
     Param("lora-dropout", "0.05", "0.05", "LoRA dropout"),
@@ -73,7 +78,7 @@ STAGES: tuple[Stage, ...] = (
         "steps.preflight",
         output="preflight",
         params=("base-model", "base-revision"),
-        exports=("architecture",),
+        exports=("architecture", "parameters-billion", "arm64-ok"),
         help="check in seconds that the base model can become a working GGUF, before any training",
     ),
     Stage(
@@ -103,6 +108,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=("dataset",),
         exports=("final-loss",),
         after=("preflight",),
+        run_id=True,
         help="LoRA distillation of the teacher's summaries",
     ),
     Stage(

@@ -22,8 +22,19 @@ def hadolint() -> str:
     return found
 
 
-def test_there_is_a_cpu_and_a_cuda_image():
-    assert {p.name for p in DOCKERFILES} >= {"cpu.Dockerfile", "cuda.Dockerfile"}
+def test_there_is_a_cpu_a_cuda_and_a_ray_image():
+    assert {p.name for p in DOCKERFILES} >= {"cpu.Dockerfile", "cuda.Dockerfile", "ray.Dockerfile"}
+
+
+def test_ray_image_is_built_for_both_architectures_with_the_ray_the_rayjob_names():
+    from workflows.rayjob import RAY_VERSION
+
+    text = (ROOT / "images/ray.Dockerfile").read_text()
+    # The Pi worker group is arm64, the x86 groups amd64: one manifest list for both, built by the header's command.
+    assert re.search(r"^#\s+docker buildx build --platform linux/amd64,linux/arm64 ", text, flags=re.M)
+    assert "-c constraints.txt" in text
+    pinned = re.search(r"^ray==(\S+)$", (ROOT / "constraints.txt").read_text(), flags=re.M)
+    assert pinned and pinned.group(1) == RAY_VERSION
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

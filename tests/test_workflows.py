@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import yaml
 from steps.common import config_flags
 from steps.pipeline import PARAMS, STAGES
 from tests.conftest import ROOT, SHARED
+from tests.manifests import rendered_rayjob
+from workflows.distill import CLUSTER_PARAMS
 from workflows.render import rendered
 
 ARGO_SCHEMA = SHARED / "schemas/argo-workflows-v4.1.2.schema.json"
@@ -66,6 +69,25 @@ def test_strict_schema_catches_a_misspelled_field():
 # --- one pipeline, two runners ---------------------------------------------------------------------------------
 
 
+# Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
+# how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
+CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "threads", "max-failures"}
+
+
+def step_args(templates: dict[str, dict], name: str) -> list[str]:
+    """`-m <module> --flag value …` of the step a pipeline task runs: its container's arguments, or, for the Ray
+    backend's DAG, the entrypoint of the RayJob its resource template creates."""
+    template = templates[name]
+    if "container" in template:
+        assert template["container"]["command"] == ["python"]
+        return template["container"]["args"]
+    inner = [templates[t["template"]] for t in template["dag"]["tasks"]]
+    assert any("RayJob" in t.get("resource", {}).get("manifest", "") for t in inner), name
+    words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
+    assert words[0] == "python"
+    return words[1:]
+
+
 def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
     """From the rendered WorkflowTemplate: module -> {deps (modules), flags}, and the workflow parameter names."""
     doc = yaml.safe_load(TEMPLATE_FILE.read_text())
@@ -74,14 +96,16 @@ def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
     task_module = {}
     stages: dict[str, dict] = {}
     for task in dag:
-        container = templates[task["template"]]["container"]
-        assert container["command"] == ["python"] and container["args"][0] == "-m"
-        task_module[task["name"]] = container["args"][1]
+        args = step_args(templates, task["template"])
+        assert args[0] == "-m"
+        task_module[task["name"]] = args[1]
     for task in dag:
-        args = templates[task["template"]]["container"]["args"]
+        args = step_args(templates, task["template"])
         module = task_module[task["name"]]
         deps = {task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", ""))}
         flags = {a[2:] for a in args if a.startswith("--")} - {"out"}
+        if module == "steps.train":
+            flags -= CLUSTER_ONLY_TRAIN_FLAGS
         entry = {"deps": deps, "flags": flags}
         assert stages.setdefault(module, entry) == entry, f"{module}: its Argo tasks differ"
     return stages, [p["name"] for p in doc["spec"]["arguments"]["parameters"]]
@@ -115,7 +139,8 @@ def test_argo_and_local_run_the_same_steps_in_the_same_order_with_the_same_param
             argo[stage.module]["flags"].remove("run-id")
     assert argo == local
     params_yaml = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert argo_params == list(params_yaml)
+    # The Ray backend's replica counts exist on the cluster only.
+    assert argo_params == list(params_yaml) + [p.name for p in CLUSTER_PARAMS]
 
 
 def test_stage_order_respects_dependencies():
@@ -157,7 +182,9 @@ def test_artifact_repository_config_passes_argos_schema_strictly():
     assert errors == []
 
 
-def test_kustomization_lists_files_that_exist():
-    kustomization = yaml.safe_load((ROOT / "infra/kustomization.yaml").read_text())
-    assert "argo/distill-workflowtemplate.yaml" in kustomization["resources"]
-    assert all((ROOT / "infra" / r).is_file() for r in kustomization["resources"])
+@pytest.mark.parametrize("folder", ["infra", "infra/karpenter"])
+def test_kustomization_lists_files_that_exist(folder: str):
+    kustomization = yaml.safe_load((ROOT / folder / "kustomization.yaml").read_text())
+    if folder == "infra":
+        assert "argo/distill-workflowtemplate.yaml" in kustomization["resources"]
+    assert all((ROOT / folder / r).is_file() for r in kustomization["resources"])

@@ -1,0 +1,87 @@
+"""Helpers for tests that read the rendered WorkflowTemplate's Ray path: the RayJob inside its resource template, with
+Argo's `{{…}}` placeholders filled in, and a small evaluator for the Argo expressions the template relies on."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.conftest import ROOT
+
+TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
+WORKFLOW_UID = "4f1c9a52-7d3e-4b8a-9e61-0c2d5f8a7b13"
+WORKFLOW_NAME = "distill-x7k2p"
+
+
+def rendered_template() -> dict:
+    return yaml.safe_load(TEMPLATE_FILE.read_text())
+
+
+def templates(doc: dict | None = None) -> dict[str, dict]:
+    return {t["name"]: t for t in (doc or rendered_template())["spec"]["templates"]}
+
+
+def rayjob_template(doc: dict | None = None) -> dict:
+    """The Argo resource template that creates the RayJob."""
+    return next(t for t in templates(doc).values() if "RayJob" in t.get("resource", {}).get("manifest", ""))
+
+
+def substitute(text: str, parameters: dict[str, str]) -> str:
+    """What Argo does before it creates the resource: every `{{…}}` replaced by its value.
+
+    The CRD cannot judge the manifest as written: its replica counts are bare `{{inputs.parameters.…}}` placeholders
+    (not even YAML until filled in) where the schema wants integers. So they get plausible values first: the named
+    `parameters`, the workflow's uid and name, and a recognisable string for any other input.
+    """
+
+    def value(match: re.Match) -> str:
+        name = match.group(1).strip()
+        if name == "workflow.uid":
+            return WORKFLOW_UID
+        if name == "workflow.name":
+            return WORKFLOW_NAME
+        key = name.removeprefix("inputs.parameters.")
+        return parameters.get(key, f"{key}-value")
+
+    filled = re.sub(r"\{\{([^{}]+)\}\}", value, text)
+    assert "{{" not in filled, "a placeholder the test does not know"
+    return filled
+
+
+def rendered_rayjob(replicas: dict[str, int] | None = None, ray_workers: int = 6) -> dict:
+    """The RayJob as the API server would receive it, for the given replica counts per worker-group parameter."""
+    replicas = replicas or {}
+    parameters = {"ray-workers": str(ray_workers)}
+    for name in re.findall(r"inputs\.parameters\.(ray-[a-z]+-workers)", rayjob_template()["resource"]["manifest"]):
+        parameters[name] = str(replicas.get(name, 1))
+    return yaml.safe_load(substitute(rayjob_template()["resource"]["manifest"], parameters))
+
+
+class _Map(dict):
+    """A map that expr-lang lets you read both ways: `m['key']` and `m.key`."""
+
+    def __getattr__(self, key: str) -> object:
+        return self[key]
+
+
+def _map(value: object) -> object:
+    return _Map({k: _map(v) for k, v in value.items()}) if isinstance(value, dict) else value
+
+
+def _python(expr: str) -> str:
+    """expr-lang → Python for the subset the template uses: `asInt`, arithmetic, `==`, string literals, lookups, and
+    right-nested ternaries `c1 ? a : c2 ? b : c` whose conditions and branches hold no `?` themselves."""
+    ternary = re.fullmatch(r"(.+?) \? (.+?) : (.+)", expr)
+    if ternary:
+        cond, yes, no = ternary.groups()
+        return f"(({_python(yes)}) if ({_python(cond)}) else ({_python(no)}))"
+    return expr.replace("asInt(", "int(")
+
+
+def argo_expression(expr: str, env: dict) -> object:
+    """Evaluate an Argo expression (a `fromExpression`, or the inside of a `{{=…}}` tag) against `env`."""
+    if expr.startswith("{{="):
+        assert expr.endswith("}}"), expr
+        expr = expr[3:-2]
+    return eval(_python(expr), {"__builtins__": {"int": int}}, {k: _map(v) for k, v in env.items()})

@@ -214,10 +214,10 @@ def _ray_template(stage: Stage) -> DAG:
         name="collect-adapter",
         image=IMAGE_CPU,
         command=["bash", "-c"],
-        # The step uploads the adapter only when complete; check anyway, so a partial upload fails here, not later.
+        # The step uploads result.json last, so a folder without it is a partial upload: fail here, not downstream.
         args=[
-            f"set -euo pipefail; test -s {IN_DIR}/{stage.output}/adapter_config.json; "
-            f"test -s {IN_DIR}/{stage.output}/_outputs/final-loss; cp -r {IN_DIR}/{stage.output} {adapter}"
+            f"set -euo pipefail; test -s {IN_DIR}/{stage.output}/result.json; "
+            f"mkdir -p {OUT_DIR}; cp -r {IN_DIR}/{stage.output} {adapter}"
         ],
         inputs=[
             S3Artifact(name=stage.output, path=f"{IN_DIR}/{stage.output}", key=run_key(stage.output)),

@@ -13,7 +13,9 @@ reported, and ratios of medians.
 - `ours`: `steps.train.train_loop` in process (length-grouped batches, left padding, logits only for the summary);
 - `hf`: `transformers.Trainer` on the PEFT model with `DataCollatorForSeq2Seq` (pads each batch to its longest
   example, loss over all positions' logits): what a team would write first;
-- `ray-WxT`: `python -m steps.train --train-backend ray` with W workers x T threads on a local Ray cluster.
+- `ray-WxT`: `python -m steps.train --train-backend ray` with W workers x T threads on a local Ray cluster;
+- `<variant>+passive`: the same with OMP_WAIT_POLICY=PASSIVE (OpenMP threads sleep at barriers instead of spinning),
+  to price what the train step sets by default for shared nodes.
 
 Throughput counts real (non-padding) tokens per second of training (the step loop, not model loading or Ray's start);
 padded tokens/s are reported beside them. Ray variants also report the command's wall time, start-up included.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -150,10 +153,16 @@ def run_ray(args: argparse.Namespace, workers: int, threads: int) -> dict:
 
 
 def run_worker(args: argparse.Namespace, variant: str) -> dict:
+    env = dict(os.environ)
+    if variant.endswith("+passive"):  # OpenMP threads sleep at barriers instead of spinning (see the docstring)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        variant = variant.removesuffix("+passive")
+    else:
+        env.pop("OMP_WAIT_POLICY", None)
     cmd = [sys.executable, __file__, "--worker", variant, "--model", args.model, "--dataset", str(args.dataset),
            "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--threads", str(args.threads),
            "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

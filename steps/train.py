@@ -92,6 +92,10 @@ class TrainConfig:
     )
     run_id: str = field(default="", metadata={"help": "names the Ray Train run (the workflow uid on Argo)"})
 
+    def __post_init__(self) -> None:
+        # Folders or URIs: kept as text, since pathlib would fold "s3://bucket" into "s3:/bucket".
+        self.dataset, self.out, self.checkpoint_dir = str(self.dataset), str(self.out), str(self.checkpoint_dir)
+
 
 @dataclass
 class TrainResult:
@@ -594,6 +598,7 @@ def _train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> 
             storage_filesystem=filesystem,
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
+            worker_runtime_env={"env_vars": WAIT_POLICY},
         ),
     )
     try:
@@ -678,7 +683,15 @@ def _problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
+# OpenMP threads spin at barriers by default. On a node shared with other pods (or a pod throttled to its CPU limit) a
+# descheduled thread then stalls all the others: on this 2-core machine beside one niced process, 6 tiny-model steps
+# took 26.5 s spinning vs 2.8 s sleeping (benchmarks/train_throughput.py prices it on an idle machine). Read by the
+# OpenMP runtime when torch loads, so it is set before the first torch import; an explicit setting wins.
+WAIT_POLICY = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+
+
 def run(cfg: TrainConfig) -> TrainResult:
+    os.environ.update(WAIT_POLICY)
     problems = _problems(cfg)
     if problems:
         raise ValueError("; ".join(problems))

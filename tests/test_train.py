@@ -304,3 +304,30 @@ def test_a_dead_ray_worker(dataset: Path, tiny_model_dir: Path, tmp_path: Path, 
         assert code == 1, text[-3000:]
         assert "Ray training failed after 0 restart(s)" in text and "rerun the same command to resume" in text
         assert not out.exists()  # nothing for convert/register to pick up
+
+
+# --- gpu: the EKS spot pool's launcher ----------------------------------------------------------------------------
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qlora", [False, True], ids=["bf16", "qlora-nf4"])
+def test_gpu_launcher_trains_and_resumes(dataset: Path, tiny_model_dir: Path, tmp_path: Path, qlora: bool):
+    if not _cuda():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "adapter"
+    cmd = _cli(["--train-backend", "gpu", "--qlora", str(qlora).lower(), *SMALL[:4], "--checkpoint-every", "100",
+                "--log-every", "1"], dataset, tiny_model_dir, out)  # fmt: skip
+    assert _interrupt(cmd, signal.SIGTERM, 9, tmp_path / "first.log") == 143
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["resumed_from_step"] >= 9 and result["steps"] == 48 and "cpu" not in result["device"]
+    weights = _weights(out)
+    assert all(bool(w.isfinite().all()) for w in weights.values())
+    assert any(float(w.abs().sum()) > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero

@@ -2,10 +2,12 @@
 # The whole pipeline on this machine, no cluster: set-up, then `dvc repro` over dvc.yaml (rendered from
 # steps/pipeline.py, the same definition the Argo WorkflowTemplate is built from), then what happened.
 #
-#   scripts/run_local.sh
+#   scripts/run_local.sh                          # dvc repro with params.yaml
+#   scripts/run_local.sh -S train-backend=ray     # dvc exp run -S …: here, train on a local Ray cluster (2 workers)
 #
 # A second run with nothing changed skips every finished stage. Parameters: params.yaml (same names as the
-# WorkflowTemplate's); try one without editing files with `dvc exp run -S lora-r=8`.
+# WorkflowTemplate's). Arguments go to `dvc exp run`, which writes the -S values into params.yaml
+# (`git checkout params.yaml` to go back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,6 +16,6 @@ scripts/setup.sh
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
 mkdir -p .cache/mlflow
 start=$(date +%s)
-dvc repro
+if [ $# -gt 0 ]; then dvc exp run "$@"; else dvc repro; fi
 echo "pipeline finished in $(( $(date +%s) - start ))s"
 python scripts/show_run.py

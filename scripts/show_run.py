@@ -20,6 +20,10 @@ def main() -> None:
         print(f"  - {reason}")
     status = "proposed as 'challenger'" if proposal["proposed"] else "registered, not proposed"
     print(f"model: {proposal['model_name']} version {proposal['model_version']} ({status})")
+    trained = json.loads(Path("out/adapter/result.json").read_text())
+    resumed = f", resumed at step {trained['resumed_from_step']}" if trained.get("resumed_from_step") else ""
+    speed = f"{trained['steps']} steps, {trained['tokens_per_second']:.0f} tok/s{resumed}"
+    print(f"trained on: {trained['device']} ({speed})")
     print("report: out/evaluation/report.md   parity: out/gguf/parity.json   loss curve: out/adapter/loss.png")
     print(f"look at it: mlflow ui --backend-store-uri {params['tracking-uri']}")
     times = []

@@ -391,6 +391,9 @@ class DirCheckpoints:
 
     @contextmanager
     def latest(self) -> Iterator[Path | None]:
+        if not self.remote:  # temp folders of a writer that was killed mid-save: never a checkpoint, only litter
+            for stale in Path(self.root).glob(f".{CHECKPOINT_PREFIX}*.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="checkpoint-") as tmp:
             found = None
             for step, path in reversed(self._steps()):

@@ -361,6 +361,16 @@ def _torn(folder: Path) -> str | None:
     return None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 class DirCheckpoints:
     """Checkpoints as `step-NNNNNNNN/` folders under a local folder or an s3:// prefix (fsspec).
 
@@ -391,9 +401,10 @@ class DirCheckpoints:
 
     @contextmanager
     def latest(self) -> Iterator[Path | None]:
-        if not self.remote:  # temp folders of a writer that was killed mid-save: never a checkpoint, only litter
-            for stale in Path(self.root).glob(f".{CHECKPOINT_PREFIX}*.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+        if not self.remote:  # temp folders of a writer killed mid-save: never a checkpoint, only litter
+            for stale in Path(self.root).glob(f".{CHECKPOINT_PREFIX}*.tmp-*-*"):
+                if not _alive(int(stale.name.split(".tmp-")[1].split("-")[0])):
+                    shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="checkpoint-") as tmp:
             found = None
             for step, path in reversed(self._steps()):
@@ -413,7 +424,7 @@ class DirCheckpoints:
         name = f"{CHECKPOINT_PREFIX}{step:08d}"
         if not self.remote:
             Path(self.root).mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=None if self.remote else self.root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=None if self.remote else self.root))
         try:
             fill(tmp)
             _seal(tmp)

@@ -83,11 +83,12 @@ def test_a_torn_checkpoint_is_never_resumed_from(tmp_path: Path, capsys: pytest.
     # A sealed checkpoint whose weights were cut short afterwards (a full disk, a bad copy).
     weights = tmp_path / "ckpt/step-00000006/adapter/weights.bin"
     weights.write_bytes(weights.read_bytes()[:10])
-    # A local writer killed before its rename leaves only a hidden temp folder.
-    (tmp_path / "ckpt/.step-00000010.tmp-abc").mkdir()
+    # A local writer killed before its rename leaves only a hidden temp folder (named with its pid, now gone).
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / f"ckpt/.step-00000010.tmp-{dead.stdout.strip()}-abc").mkdir()
     with store.latest() as found:
         assert found.name == "step-00000004"
-    assert not (tmp_path / "ckpt/.step-00000010.tmp-abc").exists()
+    assert not (tmp_path / f"ckpt/.step-00000010.tmp-{dead.stdout.strip()}-abc").exists()
     err = capsys.readouterr().err
     assert f"step-00000008: no {COMPLETE}" in err and "step-00000006: adapter/weights.bin is missing or differs" in err
 

@@ -269,6 +269,7 @@ def train_loop(
         weight = 1.0 if mine else 0.0
         (token_loss * (weight * world_size / summary_tokens)).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
+        lr = scheduler.get_last_lr()[0]  # the rate this step used (the schedule's next value comes after .step())
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -278,7 +279,7 @@ def train_loop(
             torch.distributed.all_reduce(figures)
         tokens += int(figures[1])
         elapsed = seconds_before + time.perf_counter() - started
-        log.append({"step": step + 1, "loss": float(figures[0]), "lr": scheduler.get_last_lr()[0], "seconds": elapsed,
+        log.append({"step": step + 1, "loss": float(figures[0]), "lr": lr, "seconds": elapsed,
                     "tokens": tokens, **({"resumed": True} if step == start_step > 0 else {})})  # fmt: skip
         if rank == 0 and ((step + 1) % cfg.log_every == 0 or step + 1 == total_steps):
             print(

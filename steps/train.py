@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -597,6 +597,8 @@ def _train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> 
             ray.init(address=cfg.ray_address, logging_level="WARNING")
         else:  # a local cluster just big enough: the workers' CPUs, no dashboard
             ray.init(num_cpus=cfg.ray_workers * threads, logging_level="WARNING")
+    if Path(cfg.base_model).exists():  # Ray workers do not run in this folder: a relative path would miss
+        cfg = replace(cfg, base_model=str(Path(cfg.base_model).resolve()))
     storage_path, filesystem = _ray_storage(storage)
     # The run's name is stable across restarts of this command (workflow uid on Argo), so Ray Train finds the
     # earlier attempt's checkpoints in the storage path and `get_checkpoint()` resumes from the latest.

@@ -700,15 +700,15 @@ def _problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
-# OpenMP threads spin at barriers by default. On a node shared with other pods (or a pod throttled to its CPU limit) a
-# descheduled thread then stalls all the others: on this 2-core machine beside one niced process, 6 tiny-model steps
-# took 26.5 s spinning vs 2.8 s sleeping (benchmarks/train_throughput.py prices it on an idle machine). Read by the
-# OpenMP runtime when torch loads, so it is set before the first torch import; an explicit setting wins.
-WAIT_POLICY = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+# OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
+# but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
+# (benchmarks/train_throughput.py): 6 tiny-model steps took 26.5 s spinning vs 2.8 s with OMP_WAIT_POLICY=PASSIVE
+# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So it stays the operator's choice for
+# shared nodes; a value set for the step is handed on to the Ray workers.
+WAIT_POLICY = {k: v for k, v in os.environ.items() if k == "OMP_WAIT_POLICY"}
 
 
 def run(cfg: TrainConfig) -> TrainResult:
-    os.environ.update(WAIT_POLICY)
     problems = _problems(cfg)
     if problems:
         raise ValueError("; ".join(problems))

@@ -197,6 +197,7 @@ def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, An
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         inputs = torch.tensor([prompt_ids])
         with torch.no_grad():
+            # The logits of each generated position come with the generation (no second pass over the prompt).
             generated = model.generate(
                 inputs,
                 attention_mask=torch.ones_like(inputs),
@@ -204,9 +205,11 @@ def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, An
                 do_sample=False,
                 eos_token_id=eos,
                 pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
+                return_dict_in_generate=True,
+                output_logits=True,
             )
-            continuation = generated[0, len(prompt_ids) :].tolist()
-            logits = model(generated).logits[0, len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(continuation)]
+            continuation = generated.sequences[0, len(prompt_ids) :].tolist()
+            logits = torch.stack([step[0] for step in generated.logits])
         refs.append(
             {
                 "prompt": prompt,
@@ -275,8 +278,10 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
             if token == eos_id or len(greedy) >= len(ref["continuation"]) or len(greedy) >= 4096:
                 break
         cont = ref["continuation"]
-        llm.reset()
-        llm.eval(ref["prompt_ids"] + cont)
+        # Teacher-forced pass over HF's continuation: the prompt is still in the KV cache (and its last position's
+        # logits in `scores`) from the generation above, so only the continuation is evaluated.
+        llm.n_tokens = len(ref["prompt_ids"])
+        llm.eval(cont)
         start = len(ref["prompt_ids"]) - 1
         log_q = _log_softmax(llm.scores[start : start + len(cont)])
         log_p = _log_softmax(ref["logits"])

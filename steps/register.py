@@ -68,12 +68,13 @@ class RegisterConfig:
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or folder of the base"}
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base"})
-    train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu)"})
+    train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu, ray)"})
     price_table: str = field(
-        default="cpu=0.20,gpu=1.10",
+        default="cpu=0.20,gpu=1.10,ray=0.20",
         metadata={
-            "help": "node price per hour for the cost estimate: cpu (a CPU node) and gpu (a spot GPU node, e.g. "
-            "g5.xlarge spot); train runs on the train backend's node, every other step on a cpu node"
+            "help": "price per hour for the cost estimate: cpu (a CPU node), gpu (a spot GPU node, e.g. g5.xlarge "
+            "spot) and ray (the whole Ray cluster the RayJob starts: set it to your pool's; the default is one CPU "
+            "node, as in the embedded run); train runs on the train backend's, every other step on a cpu node"
         },
     )
     max_tokens: int = field(

@@ -79,8 +79,7 @@ def worker_ours(args: argparse.Namespace) -> dict:
         cfg = _config(args, f"{tmp}/out")
         torch.set_num_threads(args.threads)
         model, tokenizer = train.build_model(cfg, torch.device("cpu"))
-        examples = [train.encode_example(tokenizer, r["document"], r["summary"], cfg.max_seq_len)
-                    for r in _rows(args.dataset)]  # fmt: skip
+        examples = train.encode_rows(tokenizer, _rows(args.dataset), cfg.max_seq_len)
         padded = 0
         batches = train.global_batches(examples, cfg)
         for _ in range(args.steps):
@@ -102,8 +101,7 @@ def worker_hf(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _config(args, f"{tmp}/out")
         model, tokenizer = train.build_model(cfg, torch.device("cpu"))
-        examples = [train.encode_example(tokenizer, r["document"], r["summary"], cfg.max_seq_len)
-                    for r in _rows(args.dataset)]  # fmt: skip
+        examples = train.encode_rows(tokenizer, _rows(args.dataset), cfg.max_seq_len)
         collator = DataCollatorForSeq2Seq(tokenizer, padding="longest", label_pad_token_id=-100)
         counts = {"real": 0, "padded": 0}
 

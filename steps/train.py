@@ -118,6 +118,14 @@ _stop_signal: int | None = None
 CHECKPOINT_PREFIX = "step-"
 COMPLETE = "COMPLETE.json"  # written last, with every file's digest: a folder without it (or not matching it) is torn
 KEEP_CHECKPOINTS = 2
+
+# OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
+# but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
+# (benchmarks/train_throughput.py): 6 tiny-model steps took 26.5 s spinning vs 2.8 s with OMP_WAIT_POLICY=PASSIVE
+# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So it stays the operator's choice for
+# shared nodes; a value set for the step is handed on to the Ray workers.
+WAIT_POLICY = {k: v for k, v in os.environ.items() if k == "OMP_WAIT_POLICY"}
+
 # Settings that change the run's trajectory: a checkpoint written under others belongs to another run.
 RESUME_FIELDS = (
     "base_model", "base_revision", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "learning_rate", "epochs",
@@ -140,6 +148,11 @@ def encode_example(tokenizer: Any, document: str, summary: str, max_seq_len: int
         keep_tail = 16
         prompt_ids = prompt_ids[: len(prompt_ids) - keep_tail - overflow] + prompt_ids[-keep_tail:]
     return {"input_ids": prompt_ids + answer_ids, "labels": [-100] * len(prompt_ids) + answer_ids}
+
+
+def encode_rows(tokenizer: Any, rows: list[dict], max_seq_len: int) -> list[dict[str, list[int]]]:
+    """The training split's rows as `encode_example`s, in order."""
+    return [encode_example(tokenizer, r["document"], r["summary"], max_seq_len) for r in rows]
 
 
 def collate(batch: list[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
@@ -250,7 +263,7 @@ def train_loop(
 
     model.train()
     seconds_before = log[-1]["seconds"] if log else 0.0
-    tokens = log[-1]["tokens"] if log else 0
+    tokens = tokens_before = log[-1]["tokens"] if log else 0
     started = time.perf_counter()
     for step in range(start_step, total_steps):
         idx = next(batches)
@@ -284,7 +297,7 @@ def train_loop(
         if rank == 0 and ((step + 1) % cfg.log_every == 0 or step + 1 == total_steps):
             print(
                 f"step {step + 1}/{total_steps}  loss {log[-1]['loss']:.4f}  "
-                f"{(tokens - (log[start_step - 1]['tokens'] if start_step else 0)) / (elapsed - seconds_before):.0f}"
+                f"{(tokens - tokens_before) / (elapsed - seconds_before):.0f}"
                 f" tok/s  {elapsed:.0f}s",
                 flush=True,
             )
@@ -362,6 +375,13 @@ def _torn(folder: Path) -> str | None:
     return None
 
 
+def _upload(fs: Any, folder: Path, root: str, last: str) -> None:
+    """Every file of `folder` to `root` on `fs`, the file named `last` after all others: its presence means complete."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != last)
+    for path in [*files, folder / last]:
+        fs.put_file(str(path), f"{root}/{path.relative_to(folder)}")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -430,9 +450,7 @@ class DirCheckpoints:
             fill(tmp)
             _seal(tmp)
             if self.remote:
-                files = sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != COMPLETE)
-                for path in [*files, tmp / COMPLETE]:
-                    self.fs.put_file(str(path), f"{self.root}/{name}/{path.relative_to(tmp)}")
+                _upload(self.fs, tmp, f"{self.root}/{name}", last=COMPLETE)
             else:
                 final = Path(self.root) / name
                 if final.exists():  # a rerun of a step whose checkpoint a crash left behind
@@ -536,7 +554,7 @@ def _train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints)
     device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     model, tokenizer = build_model(cfg, device)
-    examples = [encode_example(tokenizer, r["document"], r["summary"], cfg.max_seq_len) for r in rows]
+    examples = encode_rows(tokenizer, rows, cfg.max_seq_len)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints)
@@ -555,7 +573,7 @@ def _ray_worker(config: dict) -> None:
     torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
     context = ray.train.get_context()
     model, tokenizer = build_model(cfg, torch.device("cpu"))
-    examples = [encode_example(tokenizer, r["document"], r["summary"], cfg.max_seq_len) for r in config["rows"]]
+    examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
     model = prepare_model(model)
     train_loop(
         model,
@@ -673,9 +691,7 @@ def _publish(folder: Path, location: str) -> None:
     root = root.rstrip("/")
     if fs.exists(root):
         fs.rm(root, recursive=True)
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != RESULT_FILE)
-    for path in [*files, folder / RESULT_FILE]:
-        fs.put_file(str(path), f"{root}/{path.relative_to(folder)}")
+    _upload(fs, folder, root, last=RESULT_FILE)
 
 
 def _problems(cfg: TrainConfig) -> list[str]:
@@ -698,14 +714,6 @@ def _problems(cfg: TrainConfig) -> list[str]:
         if getattr(cfg, name) < 1:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")
     return problems
-
-
-# OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
-# but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
-# (benchmarks/train_throughput.py): 6 tiny-model steps took 26.5 s spinning vs 2.8 s with OMP_WAIT_POLICY=PASSIVE
-# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So it stays the operator's choice for
-# shared nodes; a value set for the step is handed on to the Ray workers.
-WAIT_POLICY = {k: v for k, v in os.environ.items() if k == "OMP_WAIT_POLICY"}
 
 
 def run(cfg: TrainConfig) -> TrainResult:

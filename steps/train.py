@@ -105,6 +105,7 @@ class TrainResult:
     tokens_per_second: float
     device: str
     resumed_from_step: int
+    peak_gpu_memory_gib: float = 0.0  # gpu: the CUDA allocator's peak in the process that finished (sizes the pool)
 
 
 class Preempted(Exception):
@@ -545,8 +546,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     print("train: SIGTERM received: checkpointing after this step, then stopping", file=sys.stderr, flush=True)
 
 
-def _train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints) -> str:
-    """The in-process launcher (cpu, gpu): returns the device's name."""
+def _train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints) -> tuple[str, float]:
+    """The in-process launcher (cpu, gpu): returns the device's name and its peak allocated memory in GiB (0 on CPU)."""
     import signal
 
     import torch
@@ -560,7 +561,9 @@ def _train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints)
         train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return "cpu" if device.type == "cpu" else torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return "cpu", 0.0
+    return torch.cuda.get_device_name(device), round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
 
 
 def _ray_worker(config: dict) -> None:
@@ -727,11 +730,11 @@ def run(cfg: TrainConfig) -> TrainResult:
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
         if cfg.train_backend == "ray":
-            device = _train_ray(cfg, rows, checkpoint_dir, final)
+            device, peak = _train_ray(cfg, rows, checkpoint_dir, final), 0.0
             store = None
         else:
             store = DirCheckpoints(checkpoint_dir)
-            device = _train_here(cfg, rows, store)
+            device, peak = _train_here(cfg, rows, store)
             with store.latest() as folder:
                 shutil.copytree(folder, final)
         state = read_json(final / "state.json")
@@ -744,6 +747,7 @@ def run(cfg: TrainConfig) -> TrainResult:
             tokens_per_second=round(log[-1]["tokens"] / log[-1]["seconds"], 1),
             device=device,
             resumed_from_step=resumed,
+            peak_gpu_memory_gib=peak,
         )
         out = Path(tmp) / "out"
         shutil.copytree(final / "adapter", out)

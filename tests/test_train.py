@@ -133,6 +133,8 @@ SMALL = ["--batch-size", "4", "--epochs", "2", "--threads", "2", "--lora-dropout
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from steps import fetch_dataset
 
+    if prepared := os.environ.get("DISTILLERY_TEST_DATASET"):  # fetch-dataset's output made elsewhere (no DVC there)
+        return Path(prepared)
     out = tmp_path_factory.mktemp("train") / "dataset"
     fetch_dataset.run(fetch_dataset.FetchConfig(out=out, dataset_repo=str(ROOT), dataset_rev="HEAD"))
     return out
@@ -338,6 +340,7 @@ def test_gpu_launcher_trains_and_resumes(dataset: Path, tiny_model_dir: Path, tm
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["resumed_from_step"] >= 9 and result["steps"] == 48 and "cpu" not in result["device"]
+    assert result["peak_gpu_memory_gib"] > 0
     weights = _weights(out)
     assert all(bool(w.isfinite().all()) for w in weights.values())
     assert any(float(w.abs().sum()) > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero

@@ -1,0 +1,111 @@
+"""Benchmark: the GPU launcher (EKS spot pool) in bf16 vs 4-bit NF4 QLoRA, on a model the size a team would train.
+
+    python benchmarks/gpu_train.py --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
+
+No model can be downloaded where this runs, so the base is a random-init Llama of a real model's shape (`1b`:
+TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's) with SmolLM2's tokenizer; throughput and memory depend on the shape,
+not on the weights' values. Each variant is one `python -m steps.train --train-backend gpu` process over the same
+examples (DATASET is fetch-dataset's output), settings and number of optimiser steps; variants alternate round by
+round and each reports its median over `--repeats` rounds. Tokens/s are real (non-padding) tokens of the step loop,
+as steps.train reports them; memory is the CUDA allocator's peak in the training process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SHAPES = {  # hidden, intermediate, layers, heads, kv heads
+    "tiny": (64, 128, 2, 4, 2),
+    "1b": (2048, 5632, 22, 32, 4),
+    "3b": (3072, 8192, 28, 24, 8),
+}
+VARIANTS = {"bf16": ["--qlora", "false"], "qlora-nf4": ["--qlora", "true"]}
+
+
+def build(shape: str, tokenizer_dir: Path, out: Path) -> int:
+    """A random-init Llama of `shape` saved in bf16 at `out`; returns its parameter count."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    hidden, inter, layers, heads, kv = SHAPES[shape]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048, tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def run(variant: str, base: Path, args: argparse.Namespace, work: Path) -> dict:
+    out = work / f"{variant}-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-m", "steps.train", "--train-backend", "gpu", *VARIANTS[variant],
+           "--dataset", str(args.dataset), "--base-model", str(base), "--out", str(out),
+           "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--checkpoint-every", "0",
+           "--log-every", "100"]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{variant} failed:\n{done.stderr[-3000:]}")
+    result = json.loads((out / "result.json").read_text())
+    return {**result, "wall_seconds": round(time.perf_counter() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / ".cache/models/SmolLM2-135M-Instruct")
+    parser.add_argument("--dataset", type=Path, required=True, help="fetch-dataset's output folder")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1b")
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
+        work = Path(tmp)
+        params = build(args.shape, args.tokenizer, work / "base")
+        print(f"base: random-init Llama '{args.shape}', {params / 1e9:.2f}B parameters", flush=True)
+        rounds: dict[str, list[dict]] = {v: [] for v in variants}
+        for r in range(args.repeats):
+            for v in variants:
+                res = run(v, work / "base", args, work)
+                rounds[v].append(res)
+                print(f"round {r + 1} {v}: {res['tokens_per_second']} tok/s, {res['steps']} steps in "
+                      f"{res['train_seconds']} s, peak {res['peak_gpu_memory_gib']} GiB, loss {res['final_loss']}, "
+                      f"wall {res['wall_seconds']} s on {res['device']}", flush=True)  # fmt: skip
+    summary = {
+        v: {
+            "tokens_per_second": statistics.median(r["tokens_per_second"] for r in rs),
+            "peak_gpu_memory_gib": max(r["peak_gpu_memory_gib"] for r in rs),
+            "final_loss": [r["final_loss"] for r in rs],
+        }
+        for v, rs in rounds.items()
+    }
+    report = {"shape": args.shape, "parameters": params, "summary": summary, "rounds": rounds}
+    print(json.dumps(summary, indent=1))
+    if len(variants) == 2:
+        a, b = variants
+        ratio = summary[b]["tokens_per_second"] / summary[a]["tokens_per_second"]
+        print(f"{b} / {a}: {ratio:.2f}x tokens/s, memory {summary[b]['peak_gpu_memory_gib']} vs "
+              f"{summary[a]['peak_gpu_memory_gib']} GiB")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

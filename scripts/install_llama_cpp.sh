@@ -47,4 +47,18 @@ if [ ! -f "$DEST/VERSION" ] || [ "$(cat "$DEST/VERSION")" != "$VERSION" ]; then
   chmod 755 "$DEST"
   trap - EXIT
 fi
+# llama.cpp's own test vocabularies (a real Qwen2 tokenizer among them): the tests build a tiny Qwen2 from one, since
+# no model hub can be reached here. From the same sdist, so they match this converter.
+if [ ! -f "$DEST/models/ggml-vocab-qwen2.gguf" ]; then
+  tmp="$(mktemp -d "${DEST%/}.vocab-XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  tar -xzf "$SDIST" -C "$tmp" --strip-components=3 \
+    "llama_cpp_python-$VERSION/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf" \
+    "llama_cpp_python-$VERSION/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf.inp" \
+    "llama_cpp_python-$VERSION/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf.out"
+  rm -rf "$DEST/models"
+  mv "$tmp/models" "$DEST/models"
+  rm -rf "$tmp"
+  trap - EXIT
+fi
 echo "llama-cpp-python $VERSION installed; converter in $DEST" >&2

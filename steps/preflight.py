@@ -139,11 +139,13 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
         except (ValueError, KeyError) as e:  # transformers' "Unrecognized configuration class …"
             problems.append(f"transformers cannot build a causal LM from this config ({e}); training would fail")
         # Special tokens and the chat template.
-        for name in ("bos_token", "eos_token"):
-            if getattr(tokenizer, name) is None:
-                problems.append(
-                    f"tokenizer has no {name}; set it in tokenizer_config.json (llama.cpp guesses otherwise)"
-                )
+        # No BOS is fine (Qwen2's tokenizers have none): what matters is that llama.cpp adds the same special tokens
+        # around a prompt as Hugging Face does, checked on the converted vocabulary below. No EOS is not.
+        if tokenizer.eos_token is None:
+            problems.append(
+                "tokenizer has no eos_token; set it in tokenizer_config.json to the token that ends the assistant's "
+                "turn, or the model will not stop in llama.cpp"
+            )
         template_ok = False
         if not tokenizer.chat_template:
             problems.append("tokenizer has no chat template; add chat_template.jinja (the prompt is a chat)")
@@ -203,6 +205,14 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                 if llm.tokenize(text.encode(), add_bos=False, special=True) != hf:
                     mismatched.append(text[:30])
             facts["tokenizer_probes"] = len(TOKENIZER_PROBES)
+            hf_special = tokenizer("probe")["input_ids"]
+            cpp_special = llm.tokenize(b"probe", add_bos=True, special=True)
+            if hf_special != cpp_special:
+                problems.append(
+                    f"llama.cpp adds other special tokens around a prompt than Hugging Face ({cpp_special} vs "
+                    f"{hf_special} for 'probe'); make bos_token and add_bos_token/add_eos_token in "
+                    "tokenizer_config.json say what the model was trained with"
+                )
             if mismatched:
                 problems.append(
                     f"llama.cpp tokenizes {len(mismatched)} probe text(s) differently from Hugging Face "

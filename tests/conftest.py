@@ -100,6 +100,28 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Pat
 
 
 @pytest.fixture(scope="session")
+def qwen2_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2's real tokenizer (151,936 tokens, its merges, pre-tokenizer and ChatML template), rebuilt by transformers'
+    GGUF loader from llama.cpp's own test vocabulary (scripts/install_llama_cpp.sh extracts it from the llama.cpp
+    sdist), checked against llama.cpp's expected token ids for it. EOS and PAD as Qwen2-Instruct sets them."""
+    from transformers import AutoTokenizer
+
+    vocab = ROOT / ".cache/llama.cpp/models/ggml-vocab-qwen2.gguf"
+    if not vocab.is_file():
+        subprocess.run(["bash", "scripts/install_llama_cpp.sh"], cwd=ROOT, check=True)
+    tokenizer = AutoTokenizer.from_pretrained(vocab.parent, gguf_file=vocab.name)
+    texts = vocab.with_suffix(".gguf.inp").read_text().split("\n__ggml_vocab_test__\n")
+    expected = vocab.with_suffix(".gguf.out").read_text().split("\n")
+    assert len(texts) > 40
+    for text, ids in zip(texts, expected, strict=False):
+        assert tokenizer(text, add_special_tokens=False)["input_ids"] == [int(i) for i in ids.split()], text
+    tokenizer.eos_token, tokenizer.pad_token, tokenizer.bos_token = "<|im_end|>", "<|endoftext|>", None
+    out = tmp_path_factory.mktemp("qwen2-tokenizer")
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real S3-compatible server (moto) on 127.0.0.1; yields its endpoint URL."""
     exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")

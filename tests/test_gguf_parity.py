@@ -89,11 +89,11 @@ def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, t
 # --- conversion of a tiny Llama and a tiny Qwen2 --------------------------------------------------------------------
 
 
-def tiny_model(kind: str, base_model_dir: Path, out: Path) -> Path:
+def tiny_model(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
     config = config_cls(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -101,20 +101,26 @@ def tiny_model(kind: str, base_model_dir: Path, out: Path) -> Path:
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     torch.manual_seed(1)
-    model_cls(config).save_pretrained(out)
+    model = model_cls(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> dict[str, Path]:
-    """Per architecture: preflight, one short LoRA training run, then the whole convert step."""
+def converted(
+    tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path, qwen2_tokenizer_dir: Path
+) -> dict[str, Path]:
+    """Per architecture (a tiny Llama with SmolLM2's tokenizer, a tiny Qwen2 with Qwen2's): preflight, one short LoRA
+    training run, then the whole convert step."""
     root = tmp_path_factory.mktemp("parity")
     dataset = root / "dataset"
     fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
     out = {"dataset": dataset}
-    for kind in ("llama",):
-        model = tiny_model(kind, base_model_dir, root / f"{kind}-base")
+    for kind, tokenizer_dir in (("llama", base_model_dir), ("qwen2", qwen2_tokenizer_dir)):
+        model = tiny_model(kind, tokenizer_dir, root / f"{kind}-base")
         preflight.run(preflight.PreflightConfig(out=root / f"{kind}-preflight", base_model=str(model)))
         adapter = root / f"{kind}-adapter"
         train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(model), epochs=0.25))
@@ -131,14 +137,14 @@ def converted(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) ->
 def test_a_qwen2_model_with_a_borrowed_tokenizer_is_refused_by_preflight(base_model_dir: Path, tmp_path: Path):
     # transformers 5 rebuilds any qwen2 model's tokenizer as Qwen2Tokenizer (Qwen's pre-tokenizer) whatever
     # tokenizer.json says, so SmolLM2's vocabulary no longer tokenizes as SmolLM2 and llama.cpp's converter does not
-    # recognise it. No real Qwen2 tokenizer can be had offline here; preflight must say so before any training.
+    # recognise it: a hand-assembled model like this one must be refused before any training.
     model = tiny_model("qwen2", base_model_dir, tmp_path / "qwen2")
     problems, seconds = run_preflight(model, tmp_path)
     assert any("BPE pre-tokenizer was not recognized" in p for p in problems), problems
     assert seconds < 60
 
 
-@pytest.mark.parametrize("kind", ["llama"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind: str):
     parity = json.loads((converted[f"{kind}-gguf"] / "parity.json").read_text())
     assert parity["passed"], parity["reasons"]
@@ -151,18 +157,19 @@ def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind
     assert "| distillery-summariser-Q4_K_M.gguf |" in (converted[f"{kind}-gguf"] / "parity.md").read_text()
 
 
-def test_lineage_is_inside_the_gguf(converted: dict[str, Path]):
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_lineage_is_inside_the_gguf(converted: dict[str, Path], kind: str):
     import gguf
 
     lineage = json.loads((converted["dataset"] / "lineage.json").read_text())
-    reader = gguf.GGUFReader(converted["llama-gguf"] / "distillery-summariser-Q8_0.gguf")
+    reader = gguf.GGUFReader(converted[f"{kind}-gguf"] / "distillery-summariser-Q8_0.gguf")
     meta = {f.name: f.contents() for f in reader.fields.values() if f.name.startswith(("general.", "distillery."))}
-    assert meta["general.name"] == "distillery-summariser"
+    assert meta["general.name"] == "distillery-summariser" and meta["general.architecture"] == kind
     assert meta["distillery.dataset.hash"] == lineage["dataset_hash"]
     assert meta["distillery.dataset.commit"] == lineage["dataset_commit"]
-    assert meta["distillery.run_id"] == "wf-llama"
+    assert meta["distillery.run_id"] == f"wf-{kind}"
     assert meta["distillery.quantization"] == "Q8_0"
-    assert meta["distillery.git_sha"] and meta["distillery.base_model"] == str(converted["llama-base"])
+    assert meta["distillery.git_sha"] and meta["distillery.base_model"] == str(converted[f"{kind}-base"])
     assert 0.0 < meta["distillery.parity.top1_agreement"] <= 1.0
 
 

@@ -14,6 +14,20 @@ artifacts through the cluster's artifact repository (S3). `train` has one templa
   it); `collect-adapter` then brings the adapter back into Argo as this template's `adapter` artifact and
   `final-loss` parameter.
 
+The exit handler (`onExit: cleanup`) frees the Ray pool when a run does not succeed. The owner reference only acts when
+the Workflow object is deleted, so without it a stopped or failed run's RayJob and cluster would train on until the
+RayJob's own activeDeadlineSeconds. Its one task, `delete-rayjob`, runs only when `{{workflow.status}}` is not
+Succeeded and `train-backend` is `ray`: a resource template that deletes the RayJob by its deterministic name,
+`distill-{{workflow.uid}}` (`rayjob.NAME`), with `--ignore-not-found` (harmless when none was created: preflight
+failed first, or the stop came before the create). KubeRay's finalizer stops the Ray job and the RayCluster goes with
+the RayJob that owns it. What runs it: `argo stop` (exit handlers run), a failed step, the workflow's
+activeDeadlineSeconds (Argo runs exit handlers past the deadline). What does not: `argo terminate`, which skips exit
+handlers — then `kubectl delete rayjob -n distillery distill-<workflow uid>` by hand. After a failure the RayJob's
+status and the head's logs go with it (no 10-minute look, `rayjob.TTL_AFTER_FINISHED_S`). Nothing is lost for training:
+Ray Train's checkpoints live under the run's S3 prefix (`runs/{{workflow.uid}}/ray/`), so `argo retry` (same workflow,
+same uid) creates the RayJob again under the same name and resumes from the latest; `argo resubmit` is a new workflow
+with a new uid and starts from step 0.
+
 Each run has its own S3 prefix, `s3://<artifact bucket>/runs/{{workflow.uid}}/` (stable across retries of a pod, unique
 per run):
 - `dataset/`: fetch-dataset's output artifact lives there (a key-only artifact in the default artifact repository,
@@ -252,6 +266,30 @@ def _ray_template(stage: Stage) -> DAG:
     return dag
 
 
+# The exit handler's delete: waits for the RayJob to be gone (KubeRay's finalizer), but not forever if the operator is
+# down; the deletion stays requested and completes when it is back.
+DELETE_TIMEOUT = "5m"
+
+
+def _exit_handler(backend: str) -> DAG:
+    """`cleanup`, the workflow's onExit: delete this run's RayJob when the run did not succeed on the Ray backend."""
+    delete = Resource(
+        name="delete-rayjob",
+        action="delete",
+        manifest=rayjob.delete_manifest(),
+        # Argo's executor adds --ignore-not-found to every delete itself; said here too, as this step relies on it.
+        flags=["--ignore-not-found", f"--timeout={DELETE_TIMEOUT}"],
+        retry_strategy=DEFAULT_RETRY,  # an exit-handler pod lost to a node drain must not leave the cluster running
+    )
+    with DAG(name="cleanup") as dag:
+        Task(
+            name="delete-rayjob",
+            template=delete,
+            when=f"'{{{{workflow.status}}}}' != 'Succeeded' && '{backend}' == 'ray'",
+        )
+    return dag
+
+
 def _train_templates(stage: Stage) -> dict[str, Container | DAG]:
     # A fixed place per run, so the pod that replaces a reclaimed spot pod finds its predecessor's checkpoints.
     checkpoints = ("--checkpoint-dir", run_uri("checkpoints"))
@@ -363,6 +401,8 @@ def build() -> WorkflowTemplate:
                         arguments=params + artifacts,
                         depends=depends or None,
                     )
+        # Last among the templates: tests find the RayJob's create template as the first that names a RayJob.
+        wt.on_exit = _exit_handler(wt.get_parameter("train-backend").value)
     return wt
 
 

@@ -21,6 +21,13 @@ The cluster, as in seed ADR 0058:
 job's status. No submitter pod (K8sJobMode) to schedule, secure for the namespace's `restricted` Pod Security level,
 pull an image for, or lose to an eviction; no extra container in the head pod (SidecarMode).
 
+One name per workflow, `distill-{{workflow.uid}}` (`NAME`), not a generated one: the workflow's exit handler deletes
+the RayJob by that name when the run did not succeed (`delete_manifest`, `workflows/distill.py`). KubeRay wants a
+DNS-1035 label of at most 47 characters (the RayCluster it creates appends 6 to it, and its Services' names must stay
+within 63): a uid is 36 lowercase hex digits and dashes, the prefix starts it with a letter, 44 in all. The workflow's
+name would not do: `argo submit --name` and generateName prefixes have no such bound. A second create under the same
+workflow (`argo retry` while the first RayJob still exists) fails with AlreadyExists rather than start a second cluster.
+
 Integer fields that come from workflow parameters (replica counts) are written as bare `{{…}}` placeholders: Argo
 substitutes them before it parses the manifest, so the API server receives numbers. `yaml.safe_dump` would quote them
 as strings (which the CRD rejects), hence `_unquote`. The manifest is therefore only YAML after substitution.
@@ -40,6 +47,9 @@ MAX_FAILURES = 3  # Ray Train worker-group restarts from the latest checkpoint (
 ACTIVE_DEADLINE_S = 8 * 3600  # the whole RayJob, cluster start included; the workflow's own deadline is 8 h
 TTL_AFTER_FINISHED_S = 600  # keep the finished RayJob (its status, events) 10 min for a look, then delete it
 HEAD_RESOURCES = {"cpu": "2", "memory": "8Gi"}  # the driver loads the tokenizer and data; no training there
+# The RayJob's name (see the module docstring): the create manifest and the exit handler's delete both use it.
+NAME = "distill-{{workflow.uid}}"
+MAX_NAME_LENGTH = 47  # KubeRay's MaxRayJobNameLength: its RayCluster name limit (53) minus the 6 characters it appends
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,7 @@ def rayjob(
         "apiVersion": API_VERSION,
         "kind": "RayJob",
         "metadata": {
-            "generateName": "distill-train-",
+            "name": NAME,
             "labels": {
                 "app.kubernetes.io/name": "distillery",
                 "app.kubernetes.io/component": "train-ray",
@@ -227,6 +237,13 @@ def manifest(job: dict) -> str:
     """The RayJob as the resource template's manifest: YAML, integer placeholders bare (see the module docstring)."""
     text = yaml.dump(job, Dumper=_Dumper, sort_keys=False, width=10_000)
     return _unquote(text, [_param(g.parameter) for g in WORKER_GROUPS])
+
+
+def delete_manifest() -> str:
+    """The exit handler's manifest: just enough of the RayJob for `kubectl delete -f` to find it by name (in the
+    workflow's namespace, like the create). KubeRay's finalizer stops the Ray job, and the RayCluster, which the
+    RayJob owns, goes with it."""
+    return yaml.safe_dump({"apiVersion": API_VERSION, "kind": "RayJob", "metadata": {"name": NAME}}, sort_keys=False)
 
 
 # Argo's resource executor fails the step when any one failure requirement matches (they are ORed, unlike the success

@@ -30,6 +30,11 @@ PARAM_DIR = "_outputs"
 _started: float | None = None
 
 
+def is_uri(location: str) -> bool:
+    """A URI (s3://…, file://…) rather than a local path."""
+    return "://" in location
+
+
 def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 

@@ -20,11 +20,21 @@ Checks, on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a l
   proposal; another rung of the ladder under them is withheld (deleted, named in the report), never shipped.
 Lineage (dataset, base model and revision, git sha, run id, quantisation, parity figures) goes into each candidate
 file's GGUF metadata, under `general.*` where a standard key fits and `distillery.*` otherwise.
+
+The base's half of the work (its references, conversion, served quantisation and parity) is the same in every run
+on the same base: with `--base-cache` (a folder, by default `.cache/base-gguf`, or an s3:// prefix; on Argo the
+artifact bucket) it is kept as a sealed folder (steps/sealed.py) keyed by the sha256 of the base's files, the
+quantisation, the probe length, llama.cpp's version and this step's code, and reused: the file is the very bytes that
+passed parity when it was made (its digest is checked on every read), and its report is judged again against this
+run's thresholds.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +48,7 @@ from typing import Any
 from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_json, write_result
 from steps.preflight import TOKENIZER_PROBES
 from steps.prompting import messages
+from steps.sealed import SealedFolders
 
 # llama.cpp's file types (enum llama_ftype) for the quantisations this step offers.
 QUANT_FTYPES = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
@@ -97,6 +108,13 @@ class ConvertConfig:
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
     threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp and torch (0: all cores)"})
+    base_cache: str = field(
+        default_factory=lambda: os.environ.get("DISTILLERY_BASE_CACHE", ".cache/base-gguf"),
+        metadata={
+            "help": "folder or s3:// prefix where the base's conversion and parity report are kept between runs "
+            "(keyed by the base's files, llama.cpp's version and this step's code); empty: convert it every run"
+        },
+    )
 
 
 @dataclass
@@ -382,6 +400,71 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
     }
 
 
+CACHE_FILE = "base.gguf"
+CACHE_REPORT = "report.json"
+# Hashed into the cache key with the base's files: a change to how the base is converted or checked is a new key.
+KEY_SOURCES = ("convert_gguf.py", "preflight.py", "prompting.py")
+BASE_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".jinja", ".model", ".txt", ".tiktoken"}
+
+
+def base_cache_key(cfg: ConvertConfig) -> str | None:
+    """The base conversion's cache key, or None when the base's files cannot be read here (then no cache)."""
+    import llama_cpp
+
+    folder = Path(cfg.base_model)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(cfg.base_model, revision=cfg.base_revision, local_files_only=True))
+        except Exception as e:  # not downloaded as a snapshot, or not a hub id: no key, no cache
+            print(f"convert-gguf: no base cache ({type(e).__name__}: cannot hash the base's files)", file=sys.stderr)
+            return None
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.suffix in BASE_FILE_SUFFIXES}
+    here = Path(__file__).parent
+    what = {
+        "files": files,
+        "quantization": cfg.quantization,
+        "parity_tokens": cfg.parity_tokens,
+        "llama_cpp_python": llama_cpp.__version__,
+        "converter": (Path(cfg.converter_dir) / "VERSION").read_text().strip()
+        if (Path(cfg.converter_dir) / "VERSION").is_file()
+        else sha256_file(Path(cfg.converter_dir) / "convert_hf_to_gguf.py"),
+        "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: Path, out: Path) -> dict[str, Any]:
+    """The base at the served quantisation in `out` and its parity report: from the cache, or made (and cached)."""
+    served = out / f"{cfg.model_name}-base-{cfg.quantization}.gguf"
+    store = SealedFolders(cfg.base_cache, "convert-gguf") if cfg.base_cache else None
+    key = base_cache_key(cfg) if store else None
+    if store is not None and key is not None:
+        with store.get(key) as cached:
+            if cached is not None:
+                shutil.copyfile(cached / CACHE_FILE, served)
+                report = read_json(cached / CACHE_REPORT)
+                report["paths"] = {cfg.quantization: str(served)}
+                report["cache"] = {"key": key, "hit": True, "location": cfg.base_cache}
+                print(f"convert-gguf: base conversion reused from {cfg.base_cache}/{key}", file=sys.stderr)
+                return report
+    base = load_base().eval()
+    base_refs = hf_reference(base, tokenizer, cfg.parity_tokens)
+    report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
+    del base, base_refs
+    if store is not None and key is not None:
+        keep = {k: v for k, v in report.items() if k != "paths"}
+
+        def fill(folder: Path) -> None:
+            shutil.copyfile(served, folder / CACHE_FILE)
+            write_json(folder / CACHE_REPORT, keep)
+
+        store.put(key, fill)
+    report["cache"] = {"key": key, "hit": False, "location": cfg.base_cache}
+    return report
+
+
 def _markdown(parity: dict[str, Any]) -> str:
     lines = [
         f"# GGUF parity: {'PASS' if parity['passed'] else 'FAIL'}",
@@ -456,10 +539,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
 
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)
-        base = load_base().eval()
-        base_refs = hf_reference(base, tokenizer, cfg.parity_tokens)
-        base_report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
-        del base, base_refs
+        base_report = _base_conversion(cfg, load_base, tokenizer, work, out)
 
         attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
         refs = hf_reference(attached, tokenizer, cfg.parity_tokens)
@@ -488,9 +568,10 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         shipped = ["F16", *(q for q in quants if q not in withheld)]
         for quant in shipped:
             write_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
-        for report in (cand_report, base_report):
+        for report in (cand_report, base_report):  # withheld files are gone; a cached base keeps its F16's size
             report["size_bytes"] = {
-                q: Path(p).stat().st_size for q, p in report.pop("paths").items() if Path(p).exists()
+                **{q: n for q, n in report["size_bytes"].items() if q not in report["paths"]},
+                **{q: Path(p).stat().st_size for q, p in report.pop("paths").items() if Path(p).exists()},
             }
         parity = {
             "passed": passed,

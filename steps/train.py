@@ -40,9 +40,19 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from steps.common import RESULT_FILE, atomic_dir, flag, parse_config, read_json, sha256_file, write_json, write_result
+from steps.common import (
+    RESULT_FILE,
+    atomic_dir,
+    flag,
+    is_uri,
+    parse_config,
+    read_json,
+    write_json,
+    write_result,
+)
 from steps.fetch_dataset import load_split
 from steps.prompting import messages
+from steps.sealed import SealedFolders, upload
 
 BACKENDS = ("cpu", "gpu", "ray")
 
@@ -117,7 +127,6 @@ class Preempted(Exception):
 _stop_signal: int | None = None
 
 CHECKPOINT_PREFIX = "step-"
-COMPLETE = "COMPLETE.json"  # written last, with every file's digest: a folder without it (or not matching it) is torn
 KEEP_CHECKPOINTS = 2
 
 # OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
@@ -132,10 +141,6 @@ RESUME_FIELDS = (
     "base_model", "base_revision", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "learning_rate", "epochs",
     "batch_size", "max_seq_len", "warmup_ratio", "seed", "qlora",
 )  # fmt: skip
-
-
-def is_uri(location: str) -> bool:
-    return "://" in location
 
 
 def encode_example(tokenizer: Any, document: str, summary: str, max_seq_len: int) -> dict[str, list[int]]:
@@ -360,111 +365,36 @@ def _load_state(
     return state["log"]
 
 
-def _seal(folder: Path) -> None:
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    write_json(folder / COMPLETE, {str(p.relative_to(folder)): sha256_file(p) for p in files})
-
-
-def _torn(folder: Path) -> str | None:
-    """Why `folder` is not a complete checkpoint, or None."""
-    if not (folder / COMPLETE).is_file():
-        return f"no {COMPLETE} (the writer stopped before finishing)"
-    for name, digest in read_json(folder / COMPLETE).items():
-        path = folder / name
-        if not path.is_file() or sha256_file(path) != digest:
-            return f"{name} is missing or differs from its recorded digest"
-    return None
-
-
-def _upload(fs: Any, folder: Path, root: str, last: str) -> None:
-    """Every file of `folder` to `root` on `fs`, the file named `last` after all others: its presence means complete."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != last)
-    for path in [*files, folder / last]:
-        fs.put_file(str(path), f"{root}/{path.relative_to(folder)}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 class DirCheckpoints:
-    """Checkpoints as `step-NNNNNNNN/` folders under a local folder or an s3:// prefix (fsspec).
+    """Checkpoints as sealed `step-NNNNNNNN/` folders (steps/sealed.py) under a local folder or an s3:// prefix.
 
-    A checkpoint is written to a temp folder and sealed with `COMPLETE.json` (every file's sha256) last: locally the
-    folder then appears in one rename; on S3 the seal is uploaded after every other file. `latest()` takes the
+    Each is written to a temp place and sealed with `COMPLETE.json` (every file's sha256) last; `latest()` takes the
     newest sealed checkpoint whose files match their digests, so a torn one is never resumed from.
     """
 
     def __init__(self, location: str, keep: int = KEEP_CHECKPOINTS) -> None:
-        import fsspec
-
-        self.location = location.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.location)
-        self.remote = is_uri(self.location) and not self.location.startswith("file://")
+        self.store = SealedFolders(location, "train")
+        self.location = self.store.location
         self.keep = keep
 
-    def _steps(self) -> list[tuple[int, str]]:
-        try:
-            entries = self.fs.ls(self.root, detail=False)
-        except FileNotFoundError:
-            return []
-        found = []
-        for entry in entries:
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX) :].isdigit():
-                found.append((int(name[len(CHECKPOINT_PREFIX) :]), entry.rstrip("/")))
-        return sorted(found)
+    def _steps(self) -> list[tuple[str, str]]:
+        def is_step(name: str) -> bool:
+            return name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX) :].isdigit()
+
+        return [(name, path) for name, path in self.store.names() if is_step(name)]  # zero-padded: sorted by step
 
     @contextmanager
     def latest(self) -> Iterator[Path | None]:
-        if not self.remote:  # temp folders of a writer killed mid-save: never a checkpoint, only litter
-            for stale in Path(self.root).glob(f".{CHECKPOINT_PREFIX}*.tmp-*-*"):
-                if not _alive(int(stale.name.split(".tmp-")[1].split("-")[0])):
-                    shutil.rmtree(stale, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix="checkpoint-") as tmp:
-            found = None
-            for step, path in reversed(self._steps()):
-                local = Path(path)
-                if self.remote:
-                    local = Path(tmp) / f"{CHECKPOINT_PREFIX}{step:08d}"
-                    if self.fs.exists(f"{path}/{COMPLETE}"):
-                        self.fs.get(f"{path}/", f"{local}/", recursive=True)
-                problem = _torn(local)
-                if problem is None:
-                    found = local
-                    break
-                print(f"train: skipping checkpoint {self.location}/{local.name}: {problem}", file=sys.stderr)
+        with self.store.first_complete(list(reversed(self._steps()))) as found:
             yield found
 
     def save(self, step: int, fill: Any, metrics: dict) -> None:
-        name = f"{CHECKPOINT_PREFIX}{step:08d}"
-        if not self.remote:
-            Path(self.root).mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=None if self.remote else self.root))
-        try:
-            fill(tmp)
-            _seal(tmp)
-            if self.remote:
-                _upload(self.fs, tmp, f"{self.root}/{name}", last=COMPLETE)
-            else:
-                final = Path(self.root) / name
-                if final.exists():  # a rerun of a step whose checkpoint a crash left behind
-                    shutil.rmtree(final)
-                tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        self.store.put(f"{CHECKPOINT_PREFIX}{step:08d}", fill)
         for _, old in self._steps()[: -self.keep]:
-            self.fs.rm(old, recursive=True)
+            self.store.remove(old)
 
     def clear(self) -> None:
-        if self.fs.exists(self.root):
-            self.fs.rm(self.root, recursive=True)
+        self.store.clear()
 
 
 class RayCheckpoints:
@@ -694,7 +624,7 @@ def _publish(folder: Path, location: str) -> None:
     root = root.rstrip("/")
     if fs.exists(root):
         fs.rm(root, recursive=True)
-    _upload(fs, folder, root, last=RESULT_FILE)
+    upload(fs, folder, root, last=RESULT_FILE)
 
 
 def _problems(cfg: TrainConfig) -> list[str]:

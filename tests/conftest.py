@@ -59,6 +59,20 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """convert-gguf's base cache for this test session (not the developer's .cache/base-gguf): the first conversion
+    of a base fills it, later ones in the session reuse it, as runs on one cluster do."""
+    folder = tmp_path_factory.mktemp("base-gguf")
+    old = os.environ.get("DISTILLERY_BASE_CACHE")
+    os.environ["DISTILLERY_BASE_CACHE"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("DISTILLERY_BASE_CACHE", None)
+    else:
+        os.environ["DISTILLERY_BASE_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def base_model_dir() -> Path:
     """The embedded run's base model (SmolLM2-135M-Instruct as an HF folder), prepared once by scripts/setup.sh."""

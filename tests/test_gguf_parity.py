@@ -270,3 +270,67 @@ def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: d
     assert parity["ladder"] == ["F16", "Q8_0"] and "< 1.01" in parity["withheld"]["Q4_K_M"][0]
     assert not (out / "distillery-summariser-Q4_K_M.gguf").exists()
     assert "withheld (not shipped) Q4_K_M" in (out / "parity.md").read_text()
+
+
+# --- the base cache -----------------------------------------------------------------------------------------------
+
+
+def _convert(converted: dict[str, Path], out: Path, cache: str, base: str = "llama-base") -> dict:
+    convert_gguf.run(
+        convert_gguf.ConvertConfig(
+            adapter=converted["llama-adapter"], dataset=converted["dataset"], out=out,
+            base_model=str(converted[base]), parity_tokens=16, base_cache=cache,
+        )
+    )  # fmt: skip
+    return json.loads((out / "parity.json").read_text())
+
+
+def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
+    converted: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    from steps.common import sha256_file
+
+    cache = tmp_path / "cache"
+    base_file = "distillery-summariser-base-Q8_0.gguf"
+    first = _convert(converted, tmp_path / "first", str(cache))
+    assert first["base"]["cache"]["hit"] is False and len(list(cache.iterdir())) == 1
+    second = _convert(converted, tmp_path / "second", str(cache))
+    key = second["base"]["cache"]["key"]
+    assert second["base"]["cache"]["hit"] is True and key == first["base"]["cache"]["key"]
+    assert sha256_file(tmp_path / "second" / base_file) == sha256_file(tmp_path / "first" / base_file)
+    assert second["base"]["files"] == first["base"]["files"]
+    assert second["base"]["size_bytes"] == first["base"]["size_bytes"]
+    assert second["passed"] and (tmp_path / "second/distillery-summariser-Q8_0.gguf").is_file()
+
+    # A cached file whose bytes no longer match its seal is never used: skipped with the reason, made again.
+    with (cache / key / convert_gguf.CACHE_FILE).open("r+b") as f:
+        f.seek(4096)
+        f.write(b"\0" * 64)
+    capsys.readouterr()
+    third = _convert(converted, tmp_path / "third", str(cache))
+    assert "base.gguf is missing or differs from its recorded digest" in capsys.readouterr().err
+    assert third["base"]["cache"]["hit"] is False
+    assert sha256_file(tmp_path / "third" / base_file) == sha256_file(tmp_path / "first" / base_file)
+    assert convert_gguf.sealed.torn(cache / key) is None  # the entry was written again, whole
+
+
+def test_another_base_is_another_cache_key(converted: dict[str, Path], tmp_path: Path):
+    cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"),
+                                     base_model=str(converted["llama-base"]))  # fmt: skip
+    changed = tmp_path / "base"
+    shutil.copytree(converted["llama-base"], changed)
+    (changed / "generation_config.json").write_text('{"max_new_tokens": 7}')
+    key = convert_gguf.base_cache_key(cfg)
+    assert key == convert_gguf.base_cache_key(cfg)
+    assert key != convert_gguf.base_cache_key(convert_gguf.ConvertConfig(**{**vars(cfg), "base_model": str(changed)}))
+    assert key != convert_gguf.base_cache_key(convert_gguf.ConvertConfig(**{**vars(cfg), "quantization": "Q4_K_M"}))
+
+
+def test_the_base_cache_on_s3(converted: dict[str, Path], tmp_path: Path, s3_server: str, aws_env: dict):
+    from tests.conftest import make_bucket
+
+    make_bucket(s3_server, "base-cache")
+    first = _convert(converted, tmp_path / "first", "s3://base-cache/cache/base-gguf")
+    second = _convert(converted, tmp_path / "second", "s3://base-cache/cache/base-gguf")
+    assert (first["base"]["cache"]["hit"], second["base"]["cache"]["hit"]) == (False, True)
+    assert second["base"]["files"] == first["base"]["files"]

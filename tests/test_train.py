@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from steps import train
-from steps.train import COMPLETE, DirCheckpoints, TrainConfig
+from steps.sealed import COMPLETE
+from steps.train import DirCheckpoints, TrainConfig
 from tests.conftest import ROOT, make_bucket
 
 # --- fast ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ direct side (llama.cpp's converter needs a merged model). Runs alternate (ours, 
 process tree so machine noise hits both; each side's median is reported, and the ratio of medians.
 - direct: convert_hf_to_gguf.py → F16, then llama.cpp's quantiser → each quantisation of the ladder;
 - ours: `python -m steps.convert_gguf` on the unmerged adapter: merge + merge check + the same conversions, plus the
-  base at the served quantisation, plus the parity checks (the part that costs, and the point of the step).
+  base at the served quantisation, plus the parity checks (the part that costs, and the point of the step), with no
+  base cache: what the first run on a new base costs;
+- ours-cached: the same with `--base-cache` warmed by one run before the rounds: every later run on that base.
 Peak memory is the child process tree's max RSS.
 """
 
@@ -74,21 +76,26 @@ def main() -> None:
         AutoTokenizer.from_pretrained(args.base_model).save_pretrained(merged)
         del base
 
-        runs: dict[str, list[tuple[float, int]]] = {"ours": [], "direct": []}
+        def ours(out: Path, cache: str) -> tuple[float, int]:
+            return timed(
+                [sys.executable, "-c", OURS, "--adapter", str(args.adapter), "--dataset", str(args.dataset),
+                 "--base-model", args.base_model, "--out", str(out), "--quantizations", args.quantizations,
+                 "--converter-dir", args.converter_dir, "--base-cache", cache]
+            )  # fmt: skip
+
+        cache = str(tmp / "base-cache")
+        ours(tmp / "warm-up", cache)
+        runs: dict[str, list[tuple[float, int]]] = {"ours": [], "ours-cached": [], "direct": []}
         for i in range(args.repeats):
             work = tmp / f"direct-{i}"
             work.mkdir()
             runs["direct"].append(
                 timed([sys.executable, "-c", DIRECT, str(merged), str(work), args.converter_dir, args.quantizations])
             )
-            runs["ours"].append(
-                timed(
-                    [sys.executable, "-c", OURS, "--adapter", str(args.adapter), "--dataset", str(args.dataset),
-                     "--base-model", args.base_model, "--out", str(tmp / f"ours-{i}"),
-                     "--quantizations", args.quantizations, "--converter-dir", args.converter_dir]
-                )
-            )  # fmt: skip
-            print(f"round {i + 1}: direct {runs['direct'][-1][0]:.1f}s, ours {runs['ours'][-1][0]:.1f}s", flush=True)
+            runs["ours"].append(ours(tmp / f"ours-{i}", ""))
+            runs["ours-cached"].append(ours(tmp / f"ours-cached-{i}", cache))
+            print(f"round {i + 1}: direct {runs['direct'][-1][0]:.1f}s, ours {runs['ours'][-1][0]:.1f}s, "
+                  f"ours-cached {runs['ours-cached'][-1][0]:.1f}s", flush=True)  # fmt: skip
         parity = json.loads((tmp / f"ours-{args.repeats - 1}/parity.json").read_text())
 
     summary = {}
@@ -97,9 +104,10 @@ def main() -> None:
             "median_seconds": round(statistics.median(v[0] for v in values), 1),
             "peak_rss_mb": round(max(v[1] for v in values) / 1024, 0),
         }
-    summary["ratio_ours_over_direct"] = round(
-        summary["ours"]["median_seconds"] / summary["direct"]["median_seconds"], 2
-    )
+    for side in ("ours", "ours-cached"):
+        summary[f"ratio_{side}_over_direct"] = round(
+            summary[side]["median_seconds"] / summary["direct"]["median_seconds"], 2
+        )
     summary["ours_convert_and_quantise_seconds_candidate"] = parity["candidate"]["convert_and_quantise_seconds"]
     summary["ours_convert_and_quantise_seconds_base"] = parity["base"]["convert_and_quantise_seconds"]
     print(json.dumps(summary, indent=2))

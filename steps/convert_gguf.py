@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_json, write_result
+from steps.gguf_meta import set_metadata
 from steps.preflight import TOKENIZER_PROBES
 from steps.prompting import messages
 from steps.sealed import SealedFolders
@@ -357,24 +358,9 @@ def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
 
 
 def write_metadata(path: Path, values: dict[str, str | float | bool]) -> None:
-    """Rewrite `path` with extra GGUF metadata keys (tensor data copied byte for byte), via gguf-py's own copier."""
-    import gguf
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
-
-    reader = gguf.GGUFReader(path, "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    tmp = path.with_name(f".{path.name}.tmp")
-    writer = gguf.GGUFWriter(tmp, arch=arch, endianess=reader.endianess)
-    alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
-    if alignment is not None:
-        writer.data_alignment = alignment.contents()
-    kinds = {str: gguf.GGUFValueType.STRING, float: gguf.GGUFValueType.FLOAT32, bool: gguf.GGUFValueType.BOOL}
-    new = {k: MetadataDetails(kinds[type(v)], v) for k, v in values.items()}
-    with _native_output_to(tmp.with_suffix(".log")):
-        copy_with_new_metadata(reader, writer, new, [])
-    tmp.with_suffix(".log").unlink()
-    del reader
-    tmp.replace(path)
+    """Set extra GGUF metadata keys in `path` (tensor data copied byte for byte; steps/gguf_meta.py says why not
+    gguf-py's copier: 0.5 s instead of 3 s per SmolLM2 file)."""
+    set_metadata(path, values)
 
 
 def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> dict[str, str | float | bool]:

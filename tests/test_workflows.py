@@ -72,6 +72,8 @@ def test_strict_schema_catches_a_misspelled_field():
 # Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
 CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "threads", "max-failures"}
+# Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
+CLUSTER_ONLY_FLAGS = {"steps.train": CLUSTER_ONLY_TRAIN_FLAGS, "steps.convert_gguf": {"base-cache"}}
 
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:
@@ -104,8 +106,7 @@ def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
         module = task_module[task["name"]]
         deps = {task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", ""))}
         flags = {a[2:] for a in args if a.startswith("--")} - {"out"}
-        if module == "steps.train":
-            flags -= CLUSTER_ONLY_TRAIN_FLAGS
+        flags -= CLUSTER_ONLY_FLAGS.get(module, set())
         entry = {"deps": deps, "flags": flags}
         assert stages.setdefault(module, entry) == entry, f"{module}: its Argo tasks differ"
     return stages, [p["name"] for p in doc["spec"]["arguments"]["parameters"]]

@@ -87,6 +87,11 @@ def run_key(name: str) -> str:
     return f"{RUN_PREFIX}/{name}"
 
 
+# convert-gguf's cache of base-model conversions (sealed folders keyed by the base's files and the converter): shared
+# by every run, unlike the run prefix.
+BASE_CACHE = f"s3://{BUCKET}/cache/base-gguf"
+
+
 def run_uri(name: str) -> str:
     return f"s3://{BUCKET}/{run_key(name)}"
 
@@ -347,6 +352,10 @@ def build() -> WorkflowTemplate:
         for stage in STAGES:
             if stage.name == "train":
                 templates[stage.name] = _train_templates(stage)
+            elif stage.name == "convert-gguf":  # the base's conversion, kept across runs on the same base
+                templates[stage.name] = _template(
+                    stage, stage.name, IMAGE_CPU, extra_args=("--base-cache", BASE_CACHE), env_from=S3_ENV
+                )
             else:
                 templates[stage.name] = _template(stage, stage.name, IMAGE_CPU)
 

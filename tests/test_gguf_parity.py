@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, fetch_dataset, preflight, train
+from steps import convert_gguf, fetch_dataset, preflight, sealed, train
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -311,7 +311,7 @@ def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
     assert "base.gguf is missing or differs from its recorded digest" in capsys.readouterr().err
     assert third["base"]["cache"]["hit"] is False
     assert sha256_file(tmp_path / "third" / base_file) == sha256_file(tmp_path / "first" / base_file)
-    assert convert_gguf.sealed.torn(cache / key) is None  # the entry was written again, whole
+    assert sealed.torn(cache / key) is None  # the entry was written again, whole
 
 
 def test_another_base_is_another_cache_key(converted: dict[str, Path], tmp_path: Path):

@@ -20,10 +20,17 @@ The gate passes only when all hold:
 - its stop rate is no more than `--max-stop-regression` below each rival's and at least `--min-stop-rate`.
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason), `generations.jsonl`,
 `report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
+
+A contender's generations are a function of its GGUF's bytes, the documents, the decoding settings, llama.cpp's
+version and this step's code: with `--generation-cache` (a folder, by default `.cache/generations`, or an s3://
+prefix; on Argo the artifact bucket) they are kept as a sealed folder (steps/sealed.py) under the sha256 of all of
+these and reused, so the base (the same file in every run on a base) and the champion are not generated again. The
+scores are always computed afresh; `metrics.json` says which contenders came from the cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, parse_config, read_json, write_json, write_result
+from steps.common import atomic_dir, parse_config, read_json, sha256_file, write_json, write_result
 from steps.fetch_dataset import load_split
 from steps.prompting import messages
 from steps.registry import CHAMPION
+from steps.sealed import SealedFolders
 
 # Words that start sentences or are everyday capitals: not names the document must contain.
 COMMON_CAPITALS = {"The", "A", "An", "In", "On", "At", "It", "Its", "This", "That", "These", "After", "Before", "I"}
@@ -76,6 +84,14 @@ class EvaluateConfig:
     bootstrap_samples: int = field(default=2000, metadata={"help": "paired bootstrap resamples (>= 1000)"})
     seed: int = field(default=0, metadata={"help": "seed for decoding and the bootstrap"})
     threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: all cores)"})
+    generation_cache: str = field(
+        default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
+        metadata={
+            "help": "folder or s3:// prefix where a GGUF's generations on these documents are kept between runs "
+            "(keyed by the file's and the documents' hashes, the decoding settings, llama.cpp and this step's code); "
+            "empty: generate every contender every run"
+        },
+    )
 
 
 @dataclass
@@ -114,6 +130,42 @@ def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple
         tokens += reply["usage"]["completion_tokens"]
         outputs.append({"text": choice["message"]["content"].strip(), "stopped": choice["finish_reason"] == "stop"})
     return outputs, tokens / max(time.perf_counter() - start, 1e-9)
+
+
+CACHE_OUTPUTS = "outputs.json"
+KEY_SOURCES = ("evaluate.py", "prompting.py")
+
+
+def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str:
+    """What a contender's generations are a function of, hashed."""
+    import llama_cpp
+
+    here = Path(__file__).parent
+    what = {
+        "gguf": sha256_file(gguf),
+        "documents": hashlib.sha256(json.dumps(documents).encode()).hexdigest(),
+        "max_new_tokens": cfg.max_new_tokens,
+        "seed": cfg.seed,
+        "threads": cfg.threads or os.cpu_count() or 1,  # greedy output can move with the thread count at near-ties
+        "llama_cpp_python": llama_cpp.__version__,
+        "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cached_generate(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float, bool]:
+    """`generate_all`, through the generation cache when there is one: (outputs, tokens/s, from the cache)."""
+    if not cfg.generation_cache:
+        return (*generate_all(gguf, documents, cfg), False)
+    store = SealedFolders(cfg.generation_cache, "evaluate")
+    key = generation_key(gguf, documents, cfg)
+    with store.get(key) as cached:
+        if cached is not None:
+            kept = read_json(cached / CACHE_OUTPUTS)
+            return kept["outputs"], kept["tokens_per_second"], True
+    outputs, tok_s = generate_all(gguf, documents, cfg)
+    store.put(key, lambda folder: write_json(folder / CACHE_OUTPUTS, {"outputs": outputs, "tokens_per_second": tok_s}))
+    return outputs, tok_s, False
 
 
 def unsupported_facts(summary: str, document: str) -> list[str]:
@@ -391,11 +443,15 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         judged: dict[str, list[dict]] = {}
         generations: list[dict] = []
         timing: dict[str, float] = {}
+        from_cache: list[str] = []
         for name, file in contenders.items():
             print(f"evaluating {name}: {file.name} on {len(eval_rows)} eval + {len(adv_rows)} adversarial", flush=True)
             start = time.perf_counter()
-            outputs, tok_s = generate_all(file, documents, cfg)
+            outputs, tok_s, hit = cached_generate(file, documents, cfg)
             timing[name] = round(time.perf_counter() - start, 1)
+            if hit:
+                from_cache.append(name)
+                print(f"  {name}: generations reused from {cfg.generation_cache}", flush=True)
             scored[name] = quality(outputs[: len(eval_rows)], eval_rows, cfg.max_words)
             judged[name] = adversarial(outputs[len(eval_rows) :], adv_rows)
             metrics[name] = summarise(scored[name], judged[name], tok_s)
@@ -412,6 +468,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             if rival != "candidate"
         }
         metrics["eval_seconds"] = timing
+        metrics["generations_from_cache"] = from_cache
         passed, checks = decide(metrics, parity, cfg)
         reasons = [("PASS " if c["passed"] else "FAIL ") + c["reason"] for c in checks]
         base_boot = metrics["bootstrap"]["base"]

@@ -61,16 +61,18 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """convert-gguf's base cache for this test session (not the developer's .cache/base-gguf): the first conversion
-    of a base fills it, later ones in the session reuse it, as runs on one cluster do."""
+    """convert-gguf's base cache and evaluate's generation cache for this test session (not the developer's
+    .cache): the first conversion of a base fills it, later ones in the session reuse it, as runs on one cluster do."""
     folder = tmp_path_factory.mktemp("base-gguf")
-    old = os.environ.get("DISTILLERY_BASE_CACHE")
-    os.environ["DISTILLERY_BASE_CACHE"] = str(folder)
+    caches = {"DISTILLERY_BASE_CACHE": folder, "DISTILLERY_GENERATION_CACHE": tmp_path_factory.mktemp("generations")}
+    old = {k: os.environ.get(k) for k in caches}
+    os.environ.update({k: str(v) for k, v in caches.items()})
     yield folder
-    if old is None:
-        os.environ.pop("DISTILLERY_BASE_CACHE", None)
-    else:
-        os.environ["DISTILLERY_BASE_CACHE"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

@@ -68,3 +68,21 @@ def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlf
     assert metrics["bootstrap"]["champion"]["mean_gain"] == 0.0
     assert "| metric | base | champion | candidate |" in (out / "report.md").read_text()
     assert not (out / "_champion").exists()
+
+
+def test_generations_are_reused_only_for_the_same_file_documents_and_settings(unchanged: dict[str, Path],
+                                                                               tmp_path: Path):  # fmt: skip
+    def run(out: str, tokens: int = 8) -> dict:
+        cfg = evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=tmp_path / out,
+                                      max_new_tokens=tokens, generation_cache=str(tmp_path / "cache"))  # fmt: skip
+        evaluate.run(cfg)
+        return json.loads((tmp_path / out / "metrics.json").read_text())
+
+    first, second = run("first"), run("second")
+    assert first["aggregate"]["generations_from_cache"] == []
+    assert second["aggregate"]["generations_from_cache"] == ["base", "candidate"]
+    assert second["per_example"] == first["per_example"] and second["adversarial"] == first["adversarial"]
+    lines = [(tmp_path / run / "generations.jsonl").read_text().splitlines() for run in ("first", "second")]
+    assert [json.loads(line) for line in lines[1]] == [json.loads(line) for line in lines[0]]
+    assert run("shorter", tokens=6)["aggregate"]["generations_from_cache"] == []  # other settings: generated afresh
+    assert len(list((tmp_path / "cache").iterdir())) == 4  # 2 files x 2 settings

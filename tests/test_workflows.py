@@ -73,7 +73,11 @@ def test_strict_schema_catches_a_misspelled_field():
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
 CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "threads", "max-failures"}
 # Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
-CLUSTER_ONLY_FLAGS = {"steps.train": CLUSTER_ONLY_TRAIN_FLAGS, "steps.convert_gguf": {"base-cache"}}
+CLUSTER_ONLY_FLAGS = {
+    "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,
+    "steps.convert_gguf": {"base-cache"},
+    "steps.evaluate": {"generation-cache"},
+}
 
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:

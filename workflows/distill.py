@@ -87,9 +87,13 @@ def run_key(name: str) -> str:
     return f"{RUN_PREFIX}/{name}"
 
 
-# convert-gguf's cache of base-model conversions (sealed folders keyed by the base's files and the converter): shared
-# by every run, unlike the run prefix.
-BASE_CACHE = f"s3://{BUCKET}/cache/base-gguf"
+# Caches shared by every run, unlike the run prefix (sealed folders, steps/sealed.py): convert-gguf's base-model
+# conversions (keyed by the base's files and the converter) and evaluate's generations (keyed by the GGUF's bytes, the
+# documents and the decoding settings), so the base and the champion are not converted or generated again.
+SHARED_CACHES = {
+    "convert-gguf": ("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
+    "evaluate": ("--generation-cache", f"s3://{BUCKET}/cache/generations"),
+}
 
 
 def run_uri(name: str) -> str:
@@ -352,9 +356,10 @@ def build() -> WorkflowTemplate:
         for stage in STAGES:
             if stage.name == "train":
                 templates[stage.name] = _train_templates(stage)
-            elif stage.name == "convert-gguf":  # the base's conversion, kept across runs on the same base
+            elif stage.name in SHARED_CACHES:  # work that is the same in every run on a base, kept across runs
+                flag, location = SHARED_CACHES[stage.name]
                 templates[stage.name] = _template(
-                    stage, stage.name, IMAGE_CPU, extra_args=("--base-cache", BASE_CACHE), env_from=S3_ENV
+                    stage, stage.name, IMAGE_CPU, extra_args=(flag, location), env_from=S3_ENV
                 )
             else:
                 templates[stage.name] = _template(stage, stage.name, IMAGE_CPU)

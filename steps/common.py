@@ -30,6 +30,21 @@ PARAM_DIR = "_outputs"
 _started: float | None = None
 
 
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block; afterwards put back what was there (or nothing)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def is_uri(location: str) -> bool:
     """A URI (s3://…, file://…) rather than a local path."""
     return "://" in location

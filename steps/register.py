@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_result
+from steps.common import atomic_dir, environment, git_sha, parse_config, read_json, sha256_file, write_result
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
@@ -157,16 +157,8 @@ def config_problems(cfg: RegisterConfig) -> list[str]:
 @contextmanager
 def mlflow_http_env(settings: dict[str, str]) -> Iterator[None]:
     """Set MLflow's request settings for the duration of the step, then restore what was there."""
-    old = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
+    with environment(settings):
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def is_transient(error: BaseException) -> bool:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from steps.common import environment
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("DISTILLERY_SHARED", ROOT.parent / "shared"))
 BASE_MODEL = ROOT / ".cache/models/SmolLM2-135M-Instruct"
@@ -64,15 +66,9 @@ def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """convert-gguf's base cache and evaluate's generation cache for this test session (not the developer's
     .cache): the first conversion of a base fills it, later ones in the session reuse it, as runs on one cluster do."""
     folder = tmp_path_factory.mktemp("base-gguf")
-    caches = {"DISTILLERY_BASE_CACHE": folder, "DISTILLERY_GENERATION_CACHE": tmp_path_factory.mktemp("generations")}
-    old = {k: os.environ.get(k) for k in caches}
-    os.environ.update({k: str(v) for k, v in caches.items()})
-    yield folder
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    generations = tmp_path_factory.mktemp("generations")
+    with environment({"DISTILLERY_BASE_CACHE": str(folder), "DISTILLERY_GENERATION_CACHE": str(generations)}):
+        yield folder
 
 
 @pytest.fixture(scope="session")
@@ -158,14 +154,8 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def aws_env(s3_server: str) -> Iterator[dict[str, str]]:
     env = {**AWS_ENV, "AWS_ENDPOINT_URL": s3_server, "MLFLOW_S3_ENDPOINT_URL": s3_server}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with environment(env):
+        yield env
 
 
 def make_bucket(endpoint: str, name: str) -> None:

@@ -357,12 +357,6 @@ def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
     return why
 
 
-def write_metadata(path: Path, values: dict[str, str | float | bool]) -> None:
-    """Set extra GGUF metadata keys in `path` (tensor data copied byte for byte; steps/gguf_meta.py says why not
-    gguf-py's copier: 0.5 s instead of 3 s per SmolLM2 file)."""
-    set_metadata(path, values)
-
-
 def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> dict[str, str | float | bool]:
     data = read_json(Path(cfg.dataset) / "lineage.json")
     return {
@@ -553,7 +547,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             reasons = [f"F16 greedy output equals HF's (up to near-ties); served {cfg.quantization} within thresholds"]
         shipped = ["F16", *(q for q in quants if q not in withheld)]
         for quant in shipped:
-            write_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
+            set_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
         for report in (cand_report, base_report):  # withheld files are gone; a cached base keeps its F16's size
             report["size_bytes"] = {
                 **{q: n for q, n in report["size_bytes"].items() if q not in report["paths"]},

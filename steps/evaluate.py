@@ -108,6 +108,10 @@ class EvaluateResult:
     reasons: list[str]
 
 
+def _threads(cfg: EvaluateConfig) -> int:
+    return cfg.threads or os.cpu_count() or 1
+
+
 def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float]:
     """Greedy summaries of `documents` from one GGUF; returns the outputs and generated tokens per second."""
     from llama_cpp import Llama
@@ -115,7 +119,7 @@ def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple
     llm = Llama(
         model_path=str(gguf),
         n_ctx=2048,
-        n_threads=cfg.threads or os.cpu_count() or 1,
+        n_threads=_threads(cfg),
         seed=cfg.seed,
         verbose=False,
     )
@@ -146,7 +150,7 @@ def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str
         "documents": hashlib.sha256(json.dumps(documents).encode()).hexdigest(),
         "max_new_tokens": cfg.max_new_tokens,
         "seed": cfg.seed,
-        "threads": cfg.threads or os.cpu_count() or 1,  # greedy output can move with the thread count at near-ties
+        "threads": _threads(cfg),  # greedy output can move with the thread count at near-ties
         "llama_cpp_python": llama_cpp.__version__,
         "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
     }

@@ -3,7 +3,8 @@
 A folder is written to a temp place and sealed with `COMPLETE.json` (every file's sha256) last: locally it then
 appears in one rename; on S3 the seal is uploaded after every other file. A reader takes a folder only when it is
 sealed and every file matches its digest, so a torn write (a killed pod, a spot reclaim) is never read back.
-Training checkpoints (steps/train.py) and convert-gguf's cache of base-model conversions are kept this way.
+Training checkpoints (steps/train.py), convert-gguf's cache of base-model conversions and evaluate's cache of
+generations are kept this way.
 """
 
 from __future__ import annotations
@@ -110,11 +111,7 @@ class SealedFolders:
     def get(self, name: str) -> Iterator[Path | None]:
         """The complete folder `name` as a local folder, or None (absent or torn)."""
         path = f"{self.root}/{name}"
-        if not self.fs.exists(path):
-            with self.first_complete([]) as none:
-                yield none
-            return
-        with self.first_complete([(name, path)]) as found:
+        with self.first_complete([(name, path)] if self.fs.exists(path) else []) as found:
             yield found
 
     def put(self, name: str, fill: Callable[[Path], None]) -> None:

@@ -374,7 +374,6 @@ class DirCheckpoints:
 
     def __init__(self, location: str, keep: int = KEEP_CHECKPOINTS) -> None:
         self.store = SealedFolders(location, "train")
-        self.location = self.store.location
         self.keep = keep
 
     def _steps(self) -> list[tuple[str, str]]:

@@ -327,10 +327,10 @@ def _check(cfg: TriggersConfig, client: Any) -> TriggersResult:
         # Recorded before the retrain is created: a failure here fails the check, and nothing is created.
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for c in fired:
-            client.set_model_version_tag(cfg.model_name, champion.version, FIRED_TAG + c.trigger, c.key)
-            client.set_model_version_tag(
-                cfg.model_name, champion.version, f"{FIRED_TAG}{c.trigger}.reason", f"{stamp} {c.reason}"
-            )
+            tag = client.set_model_version_tag
+            registry.upsert(tag, cfg.model_name, champion.version, FIRED_TAG + c.trigger, c.key)
+            reason = f"{stamp} {c.reason}"
+            registry.upsert(tag, cfg.model_name, champion.version, f"{FIRED_TAG}{c.trigger}.reason", reason)
     return TriggersResult(
         fire=bool(fired),
         triggers=".".join(c.trigger for c in fired) or "none",

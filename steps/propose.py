@@ -15,7 +15,8 @@ the candidate beats it: ROUGE-L strictly higher and hijack rate not higher. The 
 Always tags the version with the outcome (`proposal`, `proposal.reasons`, `proposal.champion`), so the registry says
 why a version was or was not proposed. Never touches `champion`: promotion happens at home after the online
 comparison. Two proposals racing: the alias is one server-side write, so it always names one of them — the one
-written last wins; `proposal` tags say each was proposed, the alias says which holds the title.
+written last wins; `proposal` tags say each was proposed, the alias says which holds the title. (MLflow's SQL store
+can fail the first of two simultaneous writes of one alias or tag; `registry.upsert` writes again.)
 """
 
 from __future__ import annotations
@@ -125,10 +126,11 @@ def run(cfg: ProposeConfig) -> ProposeResult:
         )
         reasons.append(why)
     if proposed:
-        client.set_registered_model_alias(name, ALIAS, version)
-    client.set_model_version_tag(name, version, "proposal", ALIAS if proposed else "refused")
-    client.set_model_version_tag(name, version, "proposal.reasons", "; ".join(reasons))
-    client.set_model_version_tag(name, version, "proposal.champion", champion_version or "none")
+        registry.upsert(client.set_registered_model_alias, name, ALIAS, version)
+    tag = client.set_model_version_tag
+    registry.upsert(tag, name, version, "proposal", ALIAS if proposed else "refused")
+    registry.upsert(tag, name, version, "proposal.reasons", "; ".join(reasons))
+    registry.upsert(tag, name, version, "proposal.champion", champion_version or "none")
     result = ProposeResult(name, version, proposed, ALIAS if proposed else "", champion_version, reasons)
     with atomic_dir(cfg.out) as out:
         write_result(out, result)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from steps import propose, register
+from steps import propose, register, registry
 from steps.propose import versus_champion
 from tests.conftest import ROOT, free_port
 
@@ -430,7 +430,7 @@ def test_propose_will_not_compare_with_a_champion_scored_on_other_data(
 
 RACER = """
 import sys
-from steps import propose, register
+from steps import propose, register, registry
 out, evaluation, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 rc = register.main(args + ["--out", out + "/reg"])
 sys.exit(rc or propose.main(["--registration", out + "/reg", "--evaluation", evaluation, "--out", out + "/prop",
@@ -472,6 +472,62 @@ def test_concurrent_registrations_keep_one_version_per_run_and_one_challenger(
     challenger = client.get_registered_model("race-model").aliases["challenger"]
     assert challenger in {by_run["wf-race-a"][0], by_run["wf-race-b"][0]}
     assert all(v.tags["proposal"] == "challenger" for v in client.search_model_versions("name = 'race-model'"))
+
+
+def write_at_once(client: object, name: str, versions: list[str]) -> list[str]:
+    """Each version's writer, all released together, sets the alias to its version and version 1's tag; failures."""
+    start = threading.Barrier(len(versions))
+    failures: list[str] = []
+
+    def write(version: str) -> None:
+        start.wait()
+        try:
+            registry.upsert(client.set_registered_model_alias, name, "challenger", version)
+            registry.upsert(client.set_model_version_tag, name, versions[0], "proposal", f"by {version}")
+        except Exception as e:
+            failures.append(f"{name}, writer {version}: {e}"[:300])
+
+    threads = [threading.Thread(target=write, args=(v,)) for v in versions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
+
+
+@integration
+def test_simultaneous_first_writes_of_an_alias_and_a_tag_all_land(mlflow_server: str):
+    """MLflow's SQL store fails one of two simultaneous first writes of a key; upsert writes it again."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    failures: list[str] = []
+    for r in range(15):
+        name = f"upsert-race-{r}"
+        client.create_registered_model(name)
+        versions = [client.create_model_version(name, source=f"s3://mlflow/none/{i}").version for i in range(4)]
+        failures += write_at_once(client, name, versions)
+        assert client.get_registered_model(name).aliases["challenger"] in versions
+        assert client.get_model_version(name, versions[0]).tags["proposal"] in {f"by {v}" for v in versions}
+    assert not failures, failures
+
+
+@integration
+def test_upsert_does_not_repeat_a_refused_write(mlflow_server: str):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    client.create_registered_model("upsert-refused")
+    calls = []
+
+    def set_alias(*args: str) -> None:
+        calls.append(args)
+        client.set_registered_model_alias(*args)
+
+    with pytest.raises(MlflowException) as refused:
+        registry.upsert(set_alias, "upsert-refused", "challenger", "7")  # there is no version 7
+    assert refused.value.error_code != "BAD_REQUEST" and len(calls) == 1
 
 
 def test_cost_estimate_prices_each_step_on_its_node(tmp_path: Path):

@@ -88,7 +88,8 @@ class EvaluateConfig:
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
             "help": "folder or s3:// prefix where a GGUF's generations on these documents are kept between runs "
-            "(keyed by the file's and the documents' hashes, the decoding settings, llama.cpp and this step's code); "
+            "(keyed by the file's and the documents' hashes, the decoding settings and thread count, the CPU "
+            "architecture and the SIMD paths llama.cpp uses, llama.cpp and this step's code); "
             "empty: generate every contender every run"
         },
     )
@@ -140,6 +141,19 @@ CACHE_OUTPUTS = "outputs.json"
 KEY_SOURCES = ("evaluate.py", "prompting.py")
 
 
+def llama_cpu() -> str:
+    """The CPU as llama.cpp computes on it: the architecture and the SIMD paths it uses (AVX2, NEON, …).
+
+    Greedy output is the argmax of logits whose last bits depend on the kernels; at near-ties another path can pick
+    another token, so generations made on an arm64 Pi are not reused on an x86 node, or the reverse.
+    """
+    import platform
+
+    import llama_cpp
+
+    return f"{platform.machine()}: {llama_cpp.llama_print_system_info().decode().strip()}"
+
+
 def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str:
     """What a contender's generations are a function of, hashed."""
     import llama_cpp
@@ -151,6 +165,7 @@ def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str
         "max_new_tokens": cfg.max_new_tokens,
         "seed": cfg.seed,
         "threads": _threads(cfg),  # greedy output can move with the thread count at near-ties
+        "cpu": llama_cpu(),  # and with the kernels
         "llama_cpp_python": llama_cpp.__version__,
         "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
     }

@@ -146,3 +146,18 @@ def test_gate_refuses_more_hijacks_even_where_pass_rates_tie():
     ok, checks = decide(m, PARITY_OK, lenient)
     assert not ok and failed(checks) == ["adversarial_direct_injection"]
     assert "hijacked 50% vs 0%" in checks[2]["reason"]
+
+
+def test_generations_made_on_another_cpu_are_not_reused(tmp_path: Path, monkeypatch):
+    import platform
+
+    from steps import evaluate
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF stand-in: only its digest is read")
+    cfg = EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
+    here = evaluate.generation_key(gguf, ["a document"], cfg)
+    assert evaluate.generation_key(gguf, ["a document"], cfg) == here
+    assert evaluate.llama_cpu().startswith(platform.machine())
+    monkeypatch.setattr(evaluate, "llama_cpu", lambda: "aarch64: CPU : NEON = 1 | ARM_FMA = 1 |")
+    assert evaluate.generation_key(gguf, ["a document"], cfg) != here

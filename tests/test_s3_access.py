@@ -1,4 +1,5 @@
-"""The workflows' IAM policy covers every S3 location the rendered templates read, write or prune, and no more."""
+"""The artifact bucket as the workflows use it: the IAM policy covers every S3 location the rendered templates read,
+write or prune (and no more), and the lifecycle rules expire the per-run prefixes and caches, never a run's outputs."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import fnmatch
 import json
 import re
 
+import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import AWS_ENV, ROOT, make_bucket
 from workflows import distill
 
 POLICY = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
+LIFECYCLE = json.loads((ROOT / "infra/s3/distillery-artifacts-lifecycle.json").read_text())
 TEMPLATES = sorted((ROOT / "infra/argo").glob("*.yaml"))
 
 
@@ -85,3 +88,48 @@ def test_nothing_beyond_the_two_buckets_and_datasets_are_read_only():
     assert not allowed("s3:PutObject", "arn:aws:s3:::distillery-dvc/files/md5/ab/cdef")
     assert not allowed("s3:DeleteObject", f"arn:aws:s3:::{distill.BUCKET}/distill/2026/11/wf/pod/main.log")
     assert allowed("s3:GetObject", "arn:aws:s3:::distillery-dvc/files/md5/ab/cdef")
+
+
+def expiry_days(key: str) -> int | None:
+    """Days after which the lifecycle rules delete an object at `key`, or None when nothing does."""
+    days = [
+        r["Expiration"]["Days"]
+        for r in LIFECYCLE["Rules"]
+        if r["Status"] == "Enabled" and "Expiration" in r and key.startswith(r["Filter"]["Prefix"])
+    ]
+    return min(days, default=None)
+
+
+def test_lifecycle_rules_are_a_valid_s3_request():
+    """Checked against botocore's model of S3's PutBucketLifecycleConfiguration, as `aws s3api` would send it."""
+    import botocore.session
+    from botocore.validate import validate_parameters
+
+    shape = botocore.session.get_session().get_service_model("s3").operation_model("PutBucketLifecycleConfiguration")
+    validate_parameters({"Bucket": distill.BUCKET, "LifecycleConfiguration": LIFECYCLE}, shape.input_shape)
+
+
+def test_run_prefixes_and_caches_expire_and_outputs_are_kept():
+    deadline = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())["spec"][
+        "activeDeadlineSeconds"
+    ]
+    for _, key in step_locations():
+        days = expiry_days(key + "/object")
+        assert days is not None, key
+        assert days * 86400 > 2 * deadline, (key, days)  # never under a running workflow
+    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
+    repo = yaml.safe_load(next(iter(config_map["data"].values())))["s3"]
+    assert expiry_days(concrete(repo["keyFormat"]) + "/adapter.tgz") is None  # the run's outputs and logs stay
+
+
+@pytest.mark.integration
+def test_lifecycle_rules_are_accepted_by_an_s3_server(s3_server: str):
+    import boto3
+
+    make_bucket(s3_server, distill.BUCKET)
+    client = boto3.client(
+        "s3", endpoint_url=s3_server, **{k.lower(): v for k, v in AWS_ENV.items() if k != "AWS_DEFAULT_REGION"}
+    )
+    client.put_bucket_lifecycle_configuration(Bucket=distill.BUCKET, LifecycleConfiguration=LIFECYCLE)
+    rules = client.get_bucket_lifecycle_configuration(Bucket=distill.BUCKET)["Rules"]
+    assert {r["ID"]: r.get("Expiration") for r in rules} == {r["ID"]: r.get("Expiration") for r in LIFECYCLE["Rules"]}

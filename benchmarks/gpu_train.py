@@ -22,32 +22,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-SHAPES = {  # hidden, intermediate, layers, heads, kv heads
-    "tiny": (64, 128, 2, 4, 2),
-    "1b": (2048, 5632, 22, 32, 4),
-    "3b": (3072, 8192, 28, 24, 8),
-}
+from tests.tiny import SHAPES  # noqa: E402  (after the path: run as a script from anywhere)
+
 VARIANTS = {"bf16": ["--qlora", "false"], "qlora-nf4": ["--qlora", "true"]}
 
 
 def build(shape: str, tokenizer_dir: Path, out: Path) -> int:
     """A random-init Llama of `shape` saved in bf16 at `out`; returns its parameter count."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    hidden, inter, layers, heads, kv = SHAPES[shape]
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return sum(p.numel() for p in model.parameters())
+    from tests.tiny import build_model
+
+    return build_model(tokenizer_dir, out, shape=shape, tie=False, dtype=torch.bfloat16)
 
 
 def run(variant: str, base: Path, args: argparse.Namespace, work: Path) -> dict:

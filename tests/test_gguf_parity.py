@@ -15,6 +15,7 @@ import pytest
 
 from steps import convert_gguf, fetch_dataset, preflight, sealed, train
 from tests.conftest import ROOT
+from tests.tiny import build_model
 
 pytestmark = pytest.mark.integration
 
@@ -90,22 +91,7 @@ def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, t
 
 
 def tiny_model(kind: str, tokenizer_dir: Path, out: Path) -> Path:
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[kind]
-    config = config_cls(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    torch.manual_seed(1)
-    model = model_cls(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    build_model(tokenizer_dir, out, arch=kind, seed=1)
     return out
 
 

@@ -164,19 +164,10 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) ->
     Initialised wider than `tiny_model_dir` (std 0.2): at the default 0.02 it only ever says newlines, and a summary
     that strips to "" would not show that the served model answers.
     """
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from tests.tiny import build_model
 
     work = tmp_path_factory.mktemp("tiny-gguf")
-    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, initializer_range=0.2,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(work / "hf")
-    tokenizer.save_pretrained(work / "hf")
+    build_model(base_model_dir, work / "hf", init_range=0.2)
     converter = Path(os.environ.get("DISTILLERY_LLAMA_CPP", ROOT / ".cache/llama.cpp")) / "convert_hf_to_gguf.py"
     out = work / "candidate-Q8_0.gguf"
     command = [sys.executable, str(converter), str(work / "hf"), "--outfile", str(out), "--outtype", "q8_0"]

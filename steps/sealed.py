@@ -9,10 +9,13 @@ generations are kept this way.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,12 +33,15 @@ def seal(folder: Path) -> None:
 
 def torn(folder: Path) -> str | None:
     """Why `folder` is not complete, or None."""
-    if not (folder / COMPLETE).is_file():
-        return f"no {COMPLETE} (the writer stopped before finishing)"
-    for name, digest in read_json(folder / COMPLETE).items():
-        path = folder / name
-        if not path.is_file() or sha256_file(path) != digest:
-            return f"{name} is missing or differs from its recorded digest"
+    try:
+        if not (folder / COMPLETE).is_file():
+            return f"no {COMPLETE} (the writer stopped before finishing)"
+        for name, digest in read_json(folder / COMPLETE).items():
+            path = folder / name
+            if not path.is_file() or sha256_file(path) != digest:
+                return f"{name} is missing or differs from its recorded digest"
+    except (OSError, ValueError) as e:  # replaced by another writer while being read
+        return f"could not be read whole ({type(e).__name__}: {e})"
     return None
 
 
@@ -96,11 +102,15 @@ class SealedFolders:
             found = None
             for name, path in candidates:
                 local = Path(path)
+                problem = None
                 if self.remote:
                     local = Path(tmp) / name
-                    if self.fs.exists(f"{path}/{COMPLETE}"):
-                        self.fs.get(f"{path}/", f"{local}/", recursive=True)
-                problem = torn(local)
+                    try:
+                        if self.fs.exists(f"{path}/{COMPLETE}"):
+                            self.fs.get(f"{path}/", f"{local}/", recursive=True)
+                    except OSError as e:  # files removed by another writer between listing and download
+                        problem = f"could not be read whole ({type(e).__name__}: {e})"
+                problem = problem or torn(local)
                 if problem is None:
                     found = local
                     break
@@ -115,24 +125,48 @@ class SealedFolders:
             yield found
 
     def put(self, name: str, fill: Callable[[Path], None]) -> None:
-        """Write folder `name`: `fill` writes its files into a temp folder, which is then sealed and published."""
+        """Write folder `name`: `fill` writes its files into a temp folder, which is then sealed and published.
+
+        A name stands for its content (a cache key, a training step), so when a complete `name` is already there —
+        another writer of the same key finished first — it is kept and this one dropped; a torn one is replaced.
+        Locally the replacement is a rename, so a reader sees the old folder or the new one, never a mix; on S3 the
+        files are removed and uploaded one by one, and a reader that meets a mix finds it torn and skips it.
+        """
         if not self.remote:
             Path(self.root).mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=None if self.remote else self.root))
         try:
             fill(tmp)
             seal(tmp)
+            with self.get(name) as existing:
+                if existing is not None:
+                    return
             if self.remote:
                 if self.fs.exists(f"{self.root}/{name}"):
                     self.fs.rm(f"{self.root}/{name}", recursive=True)
                 upload(self.fs, tmp, f"{self.root}/{name}", last=COMPLETE)
             else:
-                final = Path(self.root) / name
-                if final.exists():  # a rerun after a crash left this one behind
-                    shutil.rmtree(final)
-                tmp.rename(final)
+                self._publish(tmp, Path(self.root) / name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _publish(self, tmp: Path, final: Path) -> None:
+        """Rename `tmp` to `final`, first moving a torn `final` aside (renaming onto a non-empty folder fails)."""
+        for _ in range(5):
+            if final.exists():
+                if torn(final) is None:
+                    return  # another writer of this name got there first
+                aside = final.with_name(f".{final.name}.tmp-{os.getpid()}-torn-{uuid.uuid4().hex[:8]}")
+                with contextlib.suppress(FileNotFoundError):  # another writer moved it first
+                    final.rename(aside)
+                shutil.rmtree(aside, ignore_errors=True)
+            try:
+                tmp.rename(final)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        raise RuntimeError(f"{self.who}: could not publish {final}: other writers kept replacing it")
 
     def remove(self, path: str) -> None:
         self.fs.rm(path, recursive=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, parse_config, write_result
+from steps.common import atomic_dir, environment, parse_config, write_result
 from steps.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
@@ -282,9 +282,9 @@ def run(cfg: TriggersConfig) -> TriggersResult:
         raise TriggerError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
     from mlflow import MlflowClient
 
-    from steps.register import http_settings, is_transient, mlflow_http_env
+    from steps.register import http_settings, is_transient
 
-    with mlflow_http_env(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+    with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
         try:
             result = _check(cfg, MlflowClient(tracking_uri=uri))
         except Exception as e:

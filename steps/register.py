@@ -26,8 +26,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,13 +150,6 @@ def config_problems(cfg: RegisterConfig) -> list[str]:
     if cfg.max_tokens < 1:
         problems.append(f"--max-tokens {cfg.max_tokens}: use at least 1")
     return problems
-
-
-@contextmanager
-def mlflow_http_env(settings: dict[str, str]) -> Iterator[None]:
-    """Set MLflow's request settings for the duration of the step, then restore what was there."""
-    with environment(settings):
-        yield
 
 
 def is_transient(error: BaseException) -> bool:
@@ -440,7 +431,7 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     tags = lineage_tags(cfg, run_id, gguf_file)
 
     wait = cfg.retry_wait
-    with mlflow_http_env(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+    with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
         for attempt in range(1, cfg.attempts + 1):
             try:
                 result = register_once(cfg, uri, run_id, tags, gguf_file)

@@ -46,7 +46,10 @@ def torn(folder: Path) -> str | None:
 
 
 def upload(fs: Any, folder: Path, root: str, last: str) -> None:
-    """Every file of `folder` to `root` on `fs`, the file named `last` after all others: its presence means complete."""
+    """Replace whatever is at `root` on `fs` with every file of `folder`, the file named `last` after all others: its
+    presence means complete."""
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != last)
     for path in [*files, folder / last]:
         fs.put_file(str(path), f"{root}/{path.relative_to(folder)}")
@@ -138,15 +141,12 @@ class SealedFolders:
         try:
             fill(tmp)
             seal(tmp)
-            with self.get(name) as existing:
-                if existing is not None:
-                    return
-            if self.remote:
-                if self.fs.exists(f"{self.root}/{name}"):
-                    self.fs.rm(f"{self.root}/{name}", recursive=True)
-                upload(self.fs, tmp, f"{self.root}/{name}", last=COMPLETE)
-            else:
+            if not self.remote:
                 self._publish(tmp, Path(self.root) / name)
+                return
+            with self.get(name) as existing:
+                if existing is None:
+                    upload(self.fs, tmp, f"{self.root}/{name}", last=COMPLETE)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

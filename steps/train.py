@@ -620,10 +620,7 @@ def _publish(folder: Path, location: str) -> None:
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(location)
-    root = root.rstrip("/")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-    upload(fs, folder, root, last=RESULT_FILE)
+    upload(fs, folder, root.rstrip("/"), last=RESULT_FILE)
 
 
 def _problems(cfg: TrainConfig) -> list[str]:

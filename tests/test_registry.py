@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from steps import propose, register, registry
+from steps.common import environment
 from steps.propose import versus_champion
 from tests.conftest import ROOT, free_port
 
@@ -121,7 +122,7 @@ def test_bad_retry_settings_are_all_reported_before_anything_runs(tmp_path: Path
 def test_mlflow_request_settings_hold_for_the_step_only(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    with register.mlflow_http_env(register.http_settings(0, 1, 5)):
+    with environment(register.http_settings(0, 1, 5)):
         assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
         assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "5"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"

@@ -38,13 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def build_tiny(tokenizer_dir: Path, out: Path) -> Path:
-    from tests.tiny import build_model
-
-    build_model(tokenizer_dir, out, max_positions=1024)
-    return out
-
-
 def _config(args: argparse.Namespace, out: str) -> object:
     from steps.train import TrainConfig
 
@@ -174,7 +167,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
-            args.model = str(build_tiny(ROOT / ".cache/models/SmolLM2-135M-Instruct", Path(tmp) / "tiny"))
+            from tests.tiny import build_model
+
+            build_model(ROOT / ".cache/models/SmolLM2-135M-Instruct", Path(tmp) / "tiny", max_positions=1024)
+            args.model = str(Path(tmp) / "tiny")
         runs: dict[str, list[dict]] = {v: [] for v in args.variants.split(",")}
         for round_ in range(args.repeats):
             for variant in runs:

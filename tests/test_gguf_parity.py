@@ -90,11 +90,6 @@ def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, t
 # --- conversion of a tiny Llama and a tiny Qwen2 --------------------------------------------------------------------
 
 
-def tiny_model(kind: str, tokenizer_dir: Path, out: Path) -> Path:
-    build_model(tokenizer_dir, out, arch=kind, seed=1)
-    return out
-
-
 @pytest.fixture(scope="module")
 def converted(
     tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path, qwen2_tokenizer_dir: Path
@@ -106,7 +101,8 @@ def converted(
     fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
     out = {"dataset": dataset}
     for kind, tokenizer_dir in (("llama", base_model_dir), ("qwen2", qwen2_tokenizer_dir)):
-        model = tiny_model(kind, tokenizer_dir, root / f"{kind}-base")
+        model = root / f"{kind}-base"
+        build_model(tokenizer_dir, model, arch=kind, seed=1)
         preflight.run(preflight.PreflightConfig(out=root / f"{kind}-preflight", base_model=str(model)))
         adapter = root / f"{kind}-adapter"
         train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(model), epochs=0.25))
@@ -124,7 +120,8 @@ def test_a_qwen2_model_with_a_borrowed_tokenizer_is_refused_by_preflight(base_mo
     # transformers 5 rebuilds any qwen2 model's tokenizer as Qwen2Tokenizer (Qwen's pre-tokenizer) whatever
     # tokenizer.json says, so SmolLM2's vocabulary no longer tokenizes as SmolLM2 and llama.cpp's converter does not
     # recognise it: a hand-assembled model like this one must be refused before any training.
-    model = tiny_model("qwen2", base_model_dir, tmp_path / "qwen2")
+    model = tmp_path / "qwen2"
+    build_model(base_model_dir, model, arch="qwen2", seed=1)
     problems, seconds = run_preflight(model, tmp_path)
     assert any("BPE pre-tokenizer was not recognized" in p for p in problems), problems
     assert seconds < 60

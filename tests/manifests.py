@@ -18,6 +18,13 @@ def rendered_template() -> dict:
     return yaml.safe_load(TEMPLATE_FILE.read_text())
 
 
+def default_artifact_repository() -> dict:
+    """The namespace's default Argo artifact repository (infra/artifact-repository.yaml), as Argo reads it."""
+    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
+    default = config_map["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
+    return yaml.safe_load(config_map["data"][default])
+
+
 def templates(doc: dict | None = None) -> dict[str, dict]:
     return {t["name"]: t for t in (doc or rendered_template())["spec"]["templates"]}
 

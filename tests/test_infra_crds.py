@@ -16,6 +16,7 @@ from tests.conftest import ROOT, SHARED
 from tests.manifests import (
     WORKFLOW_UID,
     argo_expression,
+    default_artifact_repository,
     rayjob_template,
     rendered_rayjob,
     rendered_template,
@@ -262,9 +263,7 @@ def test_data_goes_to_the_runs_prefix_and_the_adapter_comes_back_as_an_artifact(
 
 
 def test_run_prefix_bucket_is_the_artifact_repository_s():
-    config_map = load(ROOT / "infra/artifact-repository.yaml")
-    default = config_map["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
-    assert yaml.safe_load(config_map["data"][default])["s3"]["bucket"] == distill.BUCKET
+    assert default_artifact_repository()["s3"]["bucket"] == distill.BUCKET
 
 
 @pytest.mark.parametrize("backend", ["gpu", "cpu", "ray"])

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import AWS_ENV, ROOT, make_bucket
+from tests.manifests import default_artifact_repository, rendered_template
 from workflows import distill
 
 POLICY = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
@@ -74,9 +75,7 @@ def test_steps_may_read_write_and_prune_every_location_they_are_given():
 
 
 def test_argo_may_store_every_artifact_and_log():
-    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
-    default = config_map["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
-    repo = yaml.safe_load(config_map["data"][default])["s3"]
+    repo = default_artifact_repository()["s3"]
     keys = artifact_keys() | {concrete(repo["keyFormat"]) + "/main.log"}
     for key in keys:
         for action in ("s3:GetObject", "s3:PutObject"):
@@ -110,15 +109,12 @@ def test_lifecycle_rules_are_a_valid_s3_request():
 
 
 def test_run_prefixes_and_caches_expire_and_outputs_are_kept():
-    deadline = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())["spec"][
-        "activeDeadlineSeconds"
-    ]
+    deadline = rendered_template()["spec"]["activeDeadlineSeconds"]
     for _, key in step_locations():
         days = expiry_days(key + "/object")
         assert days is not None, key
         assert days * 86400 > 2 * deadline, (key, days)  # never under a running workflow
-    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
-    repo = yaml.safe_load(next(iter(config_map["data"].values())))["s3"]
+    repo = default_artifact_repository()["s3"]
     assert expiry_days(concrete(repo["keyFormat"]) + "/adapter.tgz") is None  # the run's outputs and logs stay
 
 

@@ -14,7 +14,7 @@ import yaml
 from steps.common import config_flags
 from steps.pipeline import PARAMS, STAGES
 from tests.conftest import ROOT, SHARED
-from tests.manifests import rendered_rayjob
+from tests.manifests import default_artifact_repository, rendered_rayjob
 from workflows.distill import CLUSTER_PARAMS
 from workflows.render import rendered
 
@@ -180,9 +180,7 @@ def test_gpu_train_task_lands_on_the_spot_gpu_pool_and_retries():
 
 @pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
 def test_artifact_repository_config_passes_argos_schema_strictly():
-    config_map = yaml.safe_load((ROOT / "infra/artifact-repository.yaml").read_text())
-    default = config_map["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
-    repo = yaml.safe_load(config_map["data"][default])
+    repo = default_artifact_repository()
     errors = [e.message for e in strict_validator("ArtifactRepository").iter_errors(repo)]
     assert errors == []
 

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,15 +139,20 @@ def aws_env(s3_server: str) -> Iterator[dict[str, str]]:
         yield env
 
 
-def make_bucket(endpoint: str, name: str) -> None:
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client for the test S3 server, with the test credentials."""
     import boto3
 
-    boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         **{k.lower(): v for k, v in AWS_ENV.items() if k != "AWS_DEFAULT_REGION"},
         region_name="us-east-1",
-    ).create_bucket(Bucket=name)
+    )
+
+
+def make_bucket(endpoint: str, name: str) -> None:
+    s3_client(endpoint).create_bucket(Bucket=name)
 
 
 @pytest.fixture(scope="session")

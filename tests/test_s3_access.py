@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import AWS_ENV, ROOT, make_bucket
+from tests.conftest import ROOT, make_bucket, s3_client
 from tests.manifests import default_artifact_repository, rendered_template
 from workflows import distill
 
@@ -120,12 +120,8 @@ def test_run_prefixes_and_caches_expire_and_outputs_are_kept():
 
 @pytest.mark.integration
 def test_lifecycle_rules_are_accepted_by_an_s3_server(s3_server: str):
-    import boto3
-
     make_bucket(s3_server, distill.BUCKET)
-    client = boto3.client(
-        "s3", endpoint_url=s3_server, **{k.lower(): v for k, v in AWS_ENV.items() if k != "AWS_DEFAULT_REGION"}
-    )
+    client = s3_client(s3_server)
     client.put_bucket_lifecycle_configuration(Bucket=distill.BUCKET, LifecycleConfiguration=LIFECYCLE)
     rules = client.get_bucket_lifecycle_configuration(Bucket=distill.BUCKET)["Rules"]
     assert {r["ID"]: r.get("Expiration") for r in rules} == {r["ID"]: r.get("Expiration") for r in LIFECYCLE["Rules"]}

@@ -422,7 +422,7 @@ def test_propose_will_not_compare_with_a_champion_scored_on_other_data(
 
 RACER = """
 import sys
-from steps import propose, register, registry
+from steps import propose, register
 out, evaluation, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 rc = register.main(args + ["--out", out + "/reg"])
 sys.exit(rc or propose.main(["--registration", out + "/reg", "--evaluation", evaluation, "--out", out + "/prop",

@@ -21,11 +21,12 @@ The gate passes only when all hold:
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason), `generations.jsonl`,
 `report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
 
-A contender's generations are a function of its GGUF's bytes, the documents, the decoding settings, llama.cpp's
-version and this step's code: with `--generation-cache` (a folder, by default `.cache/generations`, or an s3://
-prefix; on Argo the artifact bucket) they are kept as a sealed folder (steps/sealed.py) under the sha256 of all of
-these and reused, so the base (the same file in every run on a base) and the champion are not generated again. The
-scores are always computed afresh; `metrics.json` says which contenders came from the cache.
+A contender's generations are a function of its GGUF's bytes, the documents, the decoding settings, the CPU
+llama.cpp computes on, llama.cpp's version and this step's code: with `--generation-cache` (a folder, by default
+`.cache/generations`, or an s3:// prefix; on Argo the artifact bucket) they are kept as a sealed folder
+(steps/sealed.py) under the sha256 of all of these and reused, so the base (the same file in every run on a base) and
+the champion are not generated again. The scores are always computed afresh; `metrics.json` says which contenders
+came from the cache.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ import pytest
 from steps.common import environment
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("DISTILLERY_SHARED", ROOT.parent / "shared"))
 BASE_MODEL = ROOT / ".cache/models/SmolLM2-135M-Instruct"
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",

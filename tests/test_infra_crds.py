@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SHARED
+from steps import sizing
+from tests.conftest import ROOT
 from tests.manifests import (
     WORKFLOW_UID,
     argo_expression,
@@ -22,15 +23,14 @@ from tests.manifests import (
     rendered_template,
     templates,
 )
-from workflows import distill, rayjob
+from workflows import distill, images, rayjob
 
-SCHEMAS = SHARED / "schemas"
+SCHEMAS = ROOT / "tests/schemas"  # vendored: source, version and licence in its README
 RAYJOB_CRD = SCHEMAS / "kuberay-v1.7.0-ray.io_rayjobs.yaml"
 NODEPOOL_CRD = SCHEMAS / "karpenter-v1.14.1-karpenter.sh_nodepools.yaml"
 NODECLASS_CRD = SCHEMAS / "karpenter-aws-v1.14.1-karpenter.k8s.aws_ec2nodeclasses.yaml"
 NODEPOOL_FILE = ROOT / "infra/karpenter/nodepool-gpu-spot.yaml"
 NODECLASS_FILE = ROOT / "infra/karpenter/ec2nodeclass-gpu.yaml"
-needs_schemas = pytest.mark.skipif(not SCHEMAS.is_dir(), reason=f"CRD schemas not found at {SCHEMAS}")
 
 
 @functools.cache  # the RayJob CRD is 1.4 MB of YAML: parse it once
@@ -85,19 +85,27 @@ def match_expressions(pod_template: dict) -> list[dict]:
 # --- against the CRDs ---------------------------------------------------------------------------------------------
 
 
-@needs_schemas
-@pytest.mark.parametrize("replicas", [{}, {"ray-pi-workers": 0, "ray-small-workers": 0}], ids=["all-1", "no-pi"])
-def test_rayjob_passes_kuberays_crd_strictly(replicas: dict):
-    assert errors(crd_validator(RAYJOB_CRD, "v1"), rendered_rayjob(replicas)) == []
+SIZINGS = {  # the resource template's per-group inputs, as preflight and the workflow parameters may set them
+    "ceilings": {},
+    "no-pi": {"replicas": {"ray-pi-workers": 0, "ray-small-workers": 0}},
+    "sized": {
+        "replicas": {"ray-large-workers": 3, "ray-pi-workers": 0},
+        "cpus": {"ray-large-cpus": 6, "ray-medium-cpus": 4, "ray-small-cpus": 2, "ray-pi-cpus": 0},
+        "memory": {"ray-large-memory": "20Gi", "ray-medium-memory": "12Gi", "ray-small-memory": "6144Mi"},
+    },
+}
 
 
-@needs_schemas
+@pytest.mark.parametrize("case", list(SIZINGS))
+def test_rayjob_passes_kuberays_crd_strictly(case: str):
+    assert errors(crd_validator(RAYJOB_CRD, "v1"), rendered_rayjob(**SIZINGS[case])) == []
+
+
 def test_nodepool_and_ec2nodeclass_pass_karpenters_crds_strictly():
     assert errors(crd_validator(NODEPOOL_CRD, "v1"), load(NODEPOOL_FILE)) == []
     assert errors(crd_validator(NODECLASS_CRD, "v1"), load(NODECLASS_FILE)) == []
 
 
-@needs_schemas
 def test_strict_crd_schema_catches_misspelled_fields():
     job = rendered_rayjob()
     job["spec"]["shutdownAfterJobFinish"] = True
@@ -112,7 +120,6 @@ def test_strict_crd_schema_catches_misspelled_fields():
     assert errors(crd_validator(NODECLASS_CRD, "v1"), node_class)
 
 
-@needs_schemas
 def test_a_string_where_the_crd_wants_a_replica_count_fails():
     # Why the manifest carries bare placeholders: quoted, Argo's substitution would leave a string here.
     job = rendered_rayjob()
@@ -123,27 +130,37 @@ def test_a_string_where_the_crd_wants_a_replica_count_fails():
 # --- the RayJob's shape -------------------------------------------------------------------------------------------
 
 
-def test_head_is_a_coordinator_only_and_kept_off_spot():
-    job = rendered_rayjob()
-    assert head(job)["rayStartParams"]["num-cpus"] == "0"
-    # NotIn, not In [on-demand]: homelab nodes have no capacity-type label and must still qualify.
-    assert {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]} in match_expressions(
-        head(job)["template"]
-    )
+def test_head_is_a_coordinator_only():
+    # Off spot, off the Pis and out of Karpenter's disruptions: tests/test_rayjob_states.py.
+    assert head(rendered_rayjob())["rayStartParams"]["num-cpus"] == "0"
 
 
-def test_worker_groups_are_the_adr_s_four_each_pinned_to_its_architecture():
+def test_worker_groups_are_the_node_groups_each_pinned_to_its_architecture():
     groups = workers(rendered_rayjob())
-    expected = {"large": (8, "32Gi", "amd64"), "medium": (4, "16Gi", "amd64"), "small": (2, "8Gi", "amd64")}
-    expected["pi"] = (2, "3Gi", "arm64")
-    assert set(groups) == set(expected)
-    for name, (cpus, memory, arch) in expected.items():
-        pod = groups[name]["template"]
-        resources = pod["spec"]["containers"][0]["resources"]
-        assert resources["requests"] == {"cpu": str(cpus), "memory": memory} == resources["limits"], name
-        assert {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]} in match_expressions(pod), name
+    assert list(groups) == [g.name for g in sizing.RAY_NODE_GROUPS]
+    for g in sizing.RAY_NODE_GROUPS:
+        assert {"key": "kubernetes.io/arch", "operator": "In", "values": [g.arch]} in match_expressions(
+            groups[g.name]["template"]
+        ), g.name
+
+
+def test_worker_pods_take_their_size_from_the_template_inputs():
+    cpus = {"ray-large-cpus": 6, "ray-medium-cpus": 2, "ray-small-cpus": 2, "ray-pi-cpus": 0}
+    memory = {"ray-large-memory": "20Gi", "ray-medium-memory": "9Gi", "ray-small-memory": "5Gi", "ray-pi-memory": "3Gi"}
+    groups = workers(rendered_rayjob(cpus=cpus, memory=memory))
+    for g in rayjob.WORKER_GROUPS:
+        resources = groups[g.name]["template"]["spec"]["containers"][0]["resources"]
+        size = {"cpu": str(cpus[g.cpus_parameter]), "memory": memory[g.memory_parameter]}
+        assert resources["requests"] == size == resources["limits"], g.name
         # Ray must see the CPUs the pod was given, neither more (oversubscription) nor fewer (idle cores).
-        assert groups[name]["rayStartParams"]["num-cpus"] == str(cpus), name
+        assert groups[g.name]["rayStartParams"]["num-cpus"] == str(cpus[g.cpus_parameter]), g.name
+
+
+def test_template_inputs_are_what_the_manifest_reads():
+    template = rayjob_template()
+    read = set(re.findall(r"\{\{inputs\.parameters\.([\w-]+)\}\}", template["resource"]["manifest"]))
+    declared = {p["name"] for p in template["inputs"]["parameters"]}
+    assert set(rayjob.input_parameters()) <= read == declared
 
 
 def test_replica_counts_come_from_the_workflow_parameters():
@@ -154,32 +171,52 @@ def test_replica_counts_come_from_the_workflow_parameters():
     assert {g.parameter for g in rayjob.WORKER_GROUPS} <= parameters
 
 
-def test_training_workers_are_computed_from_the_replicas():
-    job_task = next(t for t in templates()["train-ray"]["dag"]["tasks"] if t["name"] == "rayjob")
-    tag = next(a["value"] for a in job_task["arguments"]["parameters"] if a["name"] == "ray-workers")
-    replicas = {"ray-large-workers": "2", "ray-medium-workers": "1", "ray-small-workers": "1", "ray-pi-workers": "3"}
-    # threads 2: a large replica holds 4 workers, medium 2, small 1, a Pi 1.
-    assert argo_expression(tag, {"inputs": {"parameters": replicas}}) == 2 * 4 + 1 * 2 + 1 + 3
+def ray_arguments() -> dict[str, str]:
+    """The arguments the pipeline's train-ray task gives the RayJob's resource template."""
+    task = next(t for t in templates()["pipeline"]["dag"]["tasks"] if t["name"] == rayjob_template()["name"])
+    return {a["name"]: a["value"] for a in task["arguments"]["parameters"]}
+
+
+def preflight_env(per_pod: dict[str, str], requested: dict[str, str]) -> dict:
+    outputs = {sizing.ray_workers_output(g): n for g, n in per_pod.items()}
+    return {
+        "tasks": {"preflight": {"outputs": {"parameters": outputs}}},
+        "workflow": {"parameters": {f"ray-{g}-workers": n for g, n in requested.items()}},
+    }
+
+
+def test_training_workers_and_pod_cpus_follow_preflight_s_workers_per_pod():
+    args = ray_arguments()
+    env = preflight_env(
+        per_pod={"large": "3", "medium": "2", "small": "1", "pi": "0"},
+        requested={"large": "2", "medium": "1", "small": "1", "pi": "4"},
+    )
+    # Threads 2: a pod holding three workers gets 6 CPUs; the Pis hold none for this base.
+    assert [argo_expression(args[g.cpus_parameter], env) for g in rayjob.WORKER_GROUPS] == [6, 4, 2, 0]
+    assert argo_expression(args["ray-workers"], env) == 2 * 3 + 1 * 2 + 1 * 1 + 4 * 0
+    assert "/" not in args["ray-workers"]  # expr-lang's `/` gives a float: Argo would pass "2.5"
     words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
     assert words[words.index("--threads") + 1] == str(rayjob.THREADS_PER_WORKER)
     assert words[words.index("--ray-workers") + 1] == "6"  # the value the resource template was given
 
 
-def pi_gate() -> str:
-    pipeline = templates()["pipeline"]["dag"]["tasks"]
-    ray_task = next(t for t in pipeline if t["name"] == "train-ray")
-    return next(a["value"] for a in ray_task["arguments"]["parameters"] if a["name"] == "ray-pi-workers")
+@pytest.mark.parametrize(("per_pod", "expected"), [("1", "4"), ("0", "0")])
+def test_a_group_gets_replicas_only_when_a_worker_fits_its_pods(per_pod: str, expected: str):
+    env = preflight_env(per_pod={"pi": per_pod}, requested={"pi": "4"})
+    assert argo_expression(ray_arguments()["ray-pi-workers"], env) == expected
 
 
-@pytest.mark.parametrize(("arm64_ok", "expected"), [("true", "4"), ("false", "0")])
-def test_pi_group_gets_replicas_only_when_preflight_says_the_model_fits(arm64_ok: str, expected: str):
-    env = {
-        "tasks": {"preflight": {"outputs": {"parameters": {"arm64-ok": arm64_ok}}}},
-        "workflow": {"parameters": {"ray-pi-workers": "4"}},
-    }
-    assert argo_expression(pi_gate(), env) == expected
-    preflight = templates()["preflight"]
-    assert "arm64-ok" in {p["name"] for p in preflight["outputs"]["parameters"]}
+def test_pod_memory_is_preflight_s():
+    args = ray_arguments()
+    for g in rayjob.WORKER_GROUPS:
+        assert args[g.memory_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.memory_parameter}}}}}", g.name
+
+
+def test_expression_helpers_refuse_a_missing_group():
+    every = {g.name: "x" for g in rayjob.WORKER_GROUPS}
+    with pytest.raises(ValueError, match="pi"):
+        rayjob.train_workers_expression(every, {k: v for k, v in every.items() if k != "pi"})
+    assert rayjob.cpus_expression(rayjob.WORKER_GROUPS[0], "w") == f"{{{{=asInt(w) * {rayjob.THREADS_PER_WORKER}}}}}"
 
 
 def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_runs_s3_prefix():
@@ -191,49 +228,6 @@ def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_
     assert words[words.index("--run-id") + 1] == WORKFLOW_UID
 
 
-def test_rayjob_cleans_up_after_itself_and_belongs_to_the_workflow():
-    spec = rendered_rayjob()["spec"]
-    assert spec["shutdownAfterJobFinishes"] is True
-    assert spec["ttlSecondsAfterFinished"] > 0 and spec["activeDeadlineSeconds"] > 0
-    resource = rayjob_template()["resource"]
-    assert resource["action"] == "create" and resource["setOwnerReference"] is True
-
-
-def argo_conditions_hold(condition: str, status: dict, all_of: bool) -> bool:
-    """Argo's resource executor: label-selector requirements on the object's JSON; the step succeeds when all success
-    requirements match and fails as soon as any one failure requirement matches."""
-    requirements = re.findall(r"([\w.]+) (==|in) (\([^)]*\)|\w+)", condition)
-    assert ", ".join(" ".join(r) for r in requirements) == condition, "a requirement this reading does not know"
-    results = []
-    for key, op, value in requirements:
-        actual = status.get(key.removeprefix("status."), "")
-        wanted = [v.strip() for v in value.strip("()").split(",")] if op == "in" else [value]
-        results.append(actual in wanted)
-    return all(results) if all_of else any(results)
-
-
-@pytest.mark.parametrize(
-    ("status", "outcome"),
-    [
-        ({"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}, "succeeded"),
-        ({"jobStatus": "FAILED", "jobDeploymentStatus": "Complete"}, "failed"),
-        ({"jobStatus": "FAILED", "jobDeploymentStatus": "Failed"}, "failed"),
-        ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed"}, "failed"),  # activeDeadlineSeconds passed
-        ({"jobDeploymentStatus": "Initializing"}, "waiting"),
-        ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}, "waiting"),
-    ],
-)
-def test_success_and_failure_conditions_follow_kuberay_s_status(status: dict, outcome: str):
-    resource = rayjob_template()["resource"]
-    if argo_conditions_hold(resource["failureCondition"], status, all_of=False):
-        got = "failed"
-    elif argo_conditions_hold(resource["successCondition"], status, all_of=True):
-        got = "succeeded"
-    else:
-        got = "waiting"
-    assert got == outcome
-
-
 def test_ray_pods_run_unprivileged_as_the_workflow_s_service_account():
     job = rendered_rayjob()
     for pod in [head(job)["template"], *(g["template"] for g in workers(job).values())]:
@@ -243,46 +237,31 @@ def test_ray_pods_run_unprivileged_as_the_workflow_s_service_account():
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         container = spec["containers"][0]["securityContext"]
         assert container["allowPrivilegeEscalation"] is False and container["capabilities"]["drop"] == ["ALL"]
-        assert spec["containers"][0]["image"] == distill.IMAGE_RAY
+        assert spec["containers"][0]["image"] == images.DEFAULT.ref("ray")
 
 
 # --- the Argo side of the Ray path ------------------------------------------------------------------------------------
 
 
-def test_data_goes_to_the_runs_prefix_and_the_adapter_comes_back_as_an_artifact():
+def test_data_and_adapter_live_at_the_runs_fixed_keys_whichever_backend_trains():
     ts = templates()
     dataset = next(a for a in ts["fetch-dataset"]["outputs"]["artifacts"] if a["name"] == "dataset")
     assert dataset["s3"] == {"key": "runs/{{workflow.uid}}/dataset"} and dataset["archive"] == {"none": {}}
-    collect = ts["collect-adapter"]
-    assert collect["inputs"]["artifacts"][0]["s3"] == {"key": "runs/{{workflow.uid}}/adapter"}
-    assert {a["name"] for a in collect["outputs"]["artifacts"]} == {"adapter"}
-    assert {p["name"] for p in collect["outputs"]["parameters"]} == {"final-loss"}
-    outputs = ts["train-ray"]["outputs"]
-    assert outputs["artifacts"] == [{"name": "adapter", "from": "{{tasks.collect-adapter.outputs.artifacts.adapter}}"}]
-    assert outputs["parameters"][0]["name"] == "final-loss"
+    adapter_key = {"key": "runs/{{workflow.uid}}/adapter"}
+    for name in ("train-gpu", "train-cpu"):
+        adapter = next(a for a in ts[name]["outputs"]["artifacts"] if a["name"] == "adapter")
+        assert adapter["s3"] == adapter_key, name
+    words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
+    assert words[words.index("--out") + 1] == f"s3://{distill.BUCKET}/runs/{WORKFLOW_UID}/adapter"
+    readers = [t for t in ts.values() if any(a["name"] == "adapter" for a in t.get("inputs", {}).get("artifacts", []))]
+    assert readers
+    for t in readers:
+        adapter = next(a for a in t["inputs"]["artifacts"] if a["name"] == "adapter")
+        assert adapter["s3"] == adapter_key, t["name"]
 
 
 def test_run_prefix_bucket_is_the_artifact_repository_s():
     assert default_artifact_repository()["s3"]["bucket"] == distill.BUCKET
-
-
-@pytest.mark.parametrize("backend", ["gpu", "cpu", "ray"])
-def test_downstream_takes_the_adapter_from_whichever_train_task_ran(backend: str):
-    pipeline = templates()["pipeline"]["dag"]["tasks"]
-    convert = next(t for t in pipeline if t["name"] == "convert-gguf")
-    adapter = next(a for a in convert["arguments"]["artifacts"] if a["name"] == "adapter")
-    names = ["train-gpu", "train-cpu", "train-ray"]
-    env = {
-        "tasks": {
-            n: {
-                "status": "Succeeded" if n == f"train-{backend}" else "Skipped",
-                "outputs": {"artifacts": {"adapter": f"adapter of {n}"}},
-            }
-            for n in names
-        }
-    }
-    assert argo_expression(adapter["fromExpression"], env) == f"adapter of train-{backend}"
-    assert all(f"{n}.Succeeded" in convert["depends"] for n in names)
 
 
 def test_gpu_and_cpu_train_pods_checkpoint_to_the_runs_prefix():

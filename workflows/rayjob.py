@@ -1,97 +1,177 @@
 """The KubeRay `RayJob` that trains on the CPU Ray pool (train-backend ray), as an Argo resource template manifest.
 
-One RayJob per run: KubeRay creates a RayCluster from `rayClusterSpec`, submits `entrypoint` to it when the head is
-ready, and deletes the cluster when the job ends (`shutdownAfterJobFinishes`, then the RayJob itself after
-`ttlSecondsAfterFinished`). The entrypoint is the train step's own command line, `python -m steps.train --train-backend
-ray --ray-address auto …`: Ray Train's `TorchTrainer` starts `--ray-workers` data-parallel workers of `--threads` CPUs
-each (Gloo, float32) across the worker groups below.
+One RayJob per run: KubeRay creates a RayCluster from `rayClusterSpec`, submits `entrypoint` to it when the cluster is
+ready, and deletes the cluster the moment the job ends (`shutdownAfterJobFinishes` with `ttlSecondsAfterFinished: 0`).
+The entrypoint is the train step's own command line, `python -m steps.train --train-backend ray --ray-address auto …`:
+Ray Train's `TorchTrainer` starts `--ray-workers` data-parallel workers of `--threads` CPUs each (Gloo, float32) across
+the worker groups below.
 
 The cluster, as in seed ADR 0058:
 - **head**: coordinator only. `num-cpus: "0"`, so Ray schedules no training worker there; it runs the driver (the
-  entrypoint) and the GCS, whose loss ends the job, so it is kept off spot capacity (`karpenter.sh/capacity-type NotIn
-  [spot]`: homelab nodes carry no such label and still qualify) and off the Raspberry Pis (amd64).
-- **worker groups**, heterogeneous: large x86 (8 CPU / 32Gi), medium (4 / 16Gi), small (2 / 8Gi), and `pi`, arm64
-  Raspberry Pis (2 / 3Gi), each pinned to its architecture by node affinity. Replica counts are workflow parameters;
-  the caller gates the Pi count (0 unless preflight says the base model is small enough for a Pi).
-  `num-cpus` equals the pod's CPU so Ray sees exactly what the pod was given, and every group's CPU is a multiple of
-  `THREADS_PER_WORKER`: a group replica hosts `cpus // THREADS_PER_WORKER` training workers and no CPU idles.
-  Workers may land on spot: Ray Train restarts the worker group from the latest S3 checkpoint (`--max-failures`).
+  entrypoint) and the GCS, whose loss ends the job. So it is kept off spot capacity, Karpenter's and EKS managed node
+  groups' alike (`karpenter.sh/capacity-type NotIn [spot]` and `eks.amazonaws.com/capacityType NotIn [SPOT]` in one
+  nodeSelectorTerm: NotIn also matches a node without the label, so homelab nodes still qualify), off the Raspberry Pis
+  (amd64), and out of Karpenter's voluntary disruptions (`karpenter.sh/do-not-disrupt`: no consolidation or drift
+  replacement of its node while it runs).
+- **worker groups**, heterogeneous, one per node group of `steps/sizing.py` (`RAY_NODE_GROUPS`: large and medium and
+  small x86, arm64 Raspberry Pis), each pinned to its architecture by node affinity. A group's pods take their size
+  from the run: `ray-<group>-memory` (a quantity) and `ray-<group>-cpus` (workers per pod × `THREADS_PER_WORKER`, for
+  requests, limits and Ray's `num-cpus`, so Ray sees exactly what the pod was given), which preflight works out for the
+  base model (`cpus_expression`); replica counts are `ray-<group>-workers`. Workers may land on spot: Ray Train
+  restarts the worker group from the latest S3 checkpoint (`--max-failures`); `do-not-disrupt` keeps Karpenter from
+  spending those restarts on consolidation.
 
 `submissionMode: HTTPMode`: the operator submits the job to the head's dashboard itself, which it already polls for the
 job's status. No submitter pod (K8sJobMode) to schedule, secure for the namespace's `restricted` Pod Security level,
 pull an image for, or lose to an eviction; no extra container in the head pod (SidecarMode).
 
+Deadlines (KubeRay `rayjob_controller.go`, both measured from the RayJob's `status.startTime`, when it leaves `New`):
+`preRunningDeadlineSeconds` (KubeRay ≥ 1.6.0) fails it when the cluster is not ready in time
+(`checkPreRunningDeadlineAndUpdateStatusIfNeeded`: reason PreRunningDeadlineExceeded), e.g. a Pi replica with no
+arm64 node to run on, instead of holding the rest of the pool until `activeDeadlineSeconds`
+(`checkActiveDeadlineAndUpdateStatusIfNeeded`: DeadlineExceeded), the bound on the whole run.
+
+Clean-up. The RayCluster goes when the job reaches a terminal deployment status, Complete or Failed
+(`handleShutdownAfterJobFinishes`: `ttlSecondsAfterFinished` after `status.endTime`; 0, so no idle cluster holds
+nodes; the head's logs go with it). The RayJob object itself stays, a small record of the run's status, until: the
+exit handler deletes it when the run did not succeed (`delete_manifest`, `workflows/distill.py`), which also frees the
+cluster of a RayJob that ends ValidationFailed (KubeRay deletes nothing then); or the Workflow is deleted (its
+ttlStrategy) and takes the RayJob along by its owner reference (`setOwnerReference`). KubeRay's newer
+`deletionStrategy.deletionRules` (v1.5.0, feature gate RayJobDeletionPolicy) is not used: it excludes
+`shutdownAfterJobFinishes`, its conditions name only jobStatus SUCCEEDED/FAILED or deployment Failed (a STOPPED job,
+deployment Complete, would keep its cluster), and its `DeleteSelf` would remove the RayJob before Argo reads its final
+status (Argo fails a step whose resource is gone: `checkResourceState`). The same goes for the operator option
+DELETE_RAYJOB_CR_AFTER_JOB_FINISHES: the operator must run without it.
+
 One name per workflow, `distill-{{workflow.uid}}` (`NAME`), not a generated one: the workflow's exit handler deletes
-the RayJob by that name when the run did not succeed (`delete_manifest`, `workflows/distill.py`). KubeRay wants a
-DNS-1035 label of at most 47 characters (the RayCluster it creates appends 6 to it, and its Services' names must stay
-within 63): a uid is 36 lowercase hex digits and dashes, the prefix starts it with a letter, 44 in all. The workflow's
-name would not do: `argo submit --name` and generateName prefixes have no such bound. A second create under the same
-workflow (`argo retry` while the first RayJob still exists) fails with AlreadyExists rather than start a second cluster.
+the RayJob by that name when the run did not succeed. KubeRay wants a DNS-1035 label of at most 47 characters (the
+RayCluster it creates appends 6 to it, and its Services' names must stay within 63): a uid is 36 lowercase hex digits
+and dashes, the prefix starts it with a letter, 44 in all. The workflow's name would not do: `argo submit --name` and
+generateName prefixes have no such bound. A second create under the same workflow (`argo retry` while the first RayJob
+still exists) fails with AlreadyExists rather than start a second cluster.
 
 Integer fields that come from workflow parameters (replica counts) are written as bare `{{…}}` placeholders: Argo
 substitutes them before it parses the manifest, so the API server receives numbers. `yaml.safe_dump` would quote them
-as strings (which the CRD rejects), hence `_unquote`. The manifest is therefore only YAML after substitution.
+as strings (which the CRD rejects), hence `_unquote`. The manifest is therefore only YAML after substitution. CPU and
+memory are quantities (the CRD takes a string) and `num-cpus` a string, so their placeholders stay quoted.
+
+When the Argo step ends (`SUCCESS_CONDITION`, `FAILURE_CONDITION`): see the comment above them, and
+`tests/test_rayjob_states.py` for every (jobStatus, jobDeploymentStatus) KubeRay can produce.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import yaml
 
+from steps import sizing
+
 API_VERSION = "ray.io/v1"
 RAY_VERSION = "2.60.0"  # the ray wheel in images/ray.Dockerfile (constraints.txt); KubeRay gates features on it
-THREADS_PER_WORKER = 2  # torch threads (and Ray CPUs) per training worker: the smallest groups hold exactly one
+# torch threads (and Ray CPUs) per training worker: a pod of a group holds a whole number of workers.
+# TODO(sizing): read steps.sizing.RAY_THREADS_PER_WORKER once it is there (one rule, one place).
+THREADS_PER_WORKER = 2
 MAX_FAILURES = 3  # Ray Train worker-group restarts from the latest checkpoint (spot reclaims, a lost Pi)
-ACTIVE_DEADLINE_S = 8 * 3600  # the whole RayJob, cluster start included; the workflow's own deadline is 8 h
-TTL_AFTER_FINISHED_S = 600  # keep the finished RayJob (its status, events) 10 min for a look, then delete it
+# The whole RayJob, cluster start included, from its status.startTime; within the workflow's own deadline (8 h), which
+# started earlier. Past it KubeRay fails the job (DeadlineExceeded) and deletes the cluster.
+ACTIVE_DEADLINE_S = 8 * 3600
+# From status.startTime to a ready cluster (every pod of every group running, then the job is submitted): enough for
+# Karpenter (~1–2 min) or the cluster-autoscaler (~3–5 min) to bring nodes and for each to pull the multi-GB Ray
+# image over a slow home link (~10 min), with room to spare. A cluster that cannot be ready (a Pi replica and no arm64
+# node, a memory request no node has) then fails within 30 minutes, not at ACTIVE_DEADLINE_S.
+PRE_RUNNING_DEADLINE_S = 30 * 60
+# The RayCluster's lifetime after the job ends (shutdownAfterJobFinishes): none. The job's result is in S3 and its
+# status on the RayJob, which stays; an idle cluster would only hold nodes.
+TTL_AFTER_FINISHED_S = 0
 HEAD_RESOURCES = {"cpu": "2", "memory": "8Gi"}  # the driver loads the tokenizer and data; no training there
 # The RayJob's name (see the module docstring): the create manifest and the exit handler's delete both use it.
 NAME = "distill-{{workflow.uid}}"
 MAX_NAME_LENGTH = 47  # KubeRay's MaxRayJobNameLength: its RayCluster name limit (53) minus the 6 characters it appends
+# Karpenter leaves a node alone (no consolidation, no drift replacement) while a pod with this annotation runs on it.
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+# Not on spot: Karpenter labels its nodes karpenter.sh/capacity-type (spot, on-demand, reserved), EKS managed node
+# groups eks.amazonaws.com/capacityType (SPOT, ON_DEMAND, CAPACITY_BLOCK). NotIn matches a node without the label.
+NOT_SPOT = (
+    {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+    {"key": "eks.amazonaws.com/capacityType", "operator": "NotIn", "values": ["SPOT"]},
+)
 
 
 @dataclass(frozen=True)
 class WorkerGroup:
+    """A Ray worker group: one node group of `steps.sizing.RAY_NODE_GROUPS`."""
+
     name: str
-    cpus: int
-    memory: str
+    cpus: int  # the most a pod of this group can have (what one node of the group gives a pod)
+    memory: str  # likewise, a quantity
     arch: str  # kubernetes.io/arch of the nodes it may run on
     default_replicas: int
     why: str
 
     @property
     def parameter(self) -> str:
-        """The workflow parameter holding this group's replica count."""
+        """The parameter holding this group's replica count (workflow parameter and resource-template input)."""
         return f"ray-{self.name}-workers"
 
     @property
+    def memory_parameter(self) -> str:
+        """The resource-template input holding the memory of this group's pods (requests = limits), a quantity."""
+        return sizing.ray_memory_output(self.name)
+
+    @property
+    def cpus_parameter(self) -> str:
+        """The resource-template input holding the CPUs of this group's pods (requests = limits = Ray's num-cpus)."""
+        return f"ray-{self.name}-cpus"
+
+    @property
+    def workers_per_pod_parameter(self) -> str:
+        """Preflight's output: training workers one pod of this group holds for the run's base model (0: none)."""
+        return sizing.ray_workers_output(self.name)
+
+    @property
     def train_workers(self) -> int:
-        """Ray Train workers one replica hosts."""
+        """The most Ray Train workers one pod of this group can host (its CPU ceiling; memory may allow fewer)."""
         return self.cpus // THREADS_PER_WORKER
 
 
-WORKER_GROUPS: tuple[WorkerGroup, ...] = (
-    WorkerGroup("large", 8, "32Gi", "amd64", 1, "large x86 nodes"),
-    WorkerGroup("medium", 4, "16Gi", "amd64", 1, "medium x86 nodes"),
-    WorkerGroup("small", 2, "8Gi", "amd64", 0, "small x86 nodes"),
-    # Opt-in: DDP steps at the pace of the slowest worker, and a Pi is much slower than an x86 core.
-    WorkerGroup("pi", 2, "3Gi", "arm64", 0, "arm64 Raspberry Pis, only for a base model of at most 3B parameters"),
+WORKER_GROUPS: tuple[WorkerGroup, ...] = tuple(
+    WorkerGroup(g.name, g.cpus, f"{g.memory_gib}Gi", g.arch, g.default_replicas, g.why) for g in sizing.RAY_NODE_GROUPS
 )
 assert all(g.cpus % THREADS_PER_WORKER == 0 for g in WORKER_GROUPS), "a group's CPUs must fit whole workers"
 
 
 def parameter_help(group: WorkerGroup) -> str:
     return (
-        f"Ray worker pods in the {group.name} group ({group.cpus} CPU / {group.memory}, {group.arch}; "
-        f"{group.why}), {group.train_workers} training worker(s) each; train-backend ray only"
+        f"Ray worker pods in the {group.name} group (up to {group.cpus} CPU / {group.memory} each, {group.arch}; "
+        f"{group.why}), each holding as many training workers as fit for the base model, at most "
+        f"{group.train_workers}; train-backend ray only"
     )
 
 
-def train_workers_expression(inputs: str = "inputs.parameters") -> str:
-    """Argo expression for `--ray-workers`: the training workers all replicas hold, e.g. 4·large + 2·medium + …"""
-    return "{{=" + " + ".join(f"{g.train_workers} * asInt({inputs}['{g.parameter}'])" for g in WORKER_GROUPS) + "}}"
+def input_parameters() -> list[str]:
+    """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory."""
+    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter)]
+
+
+def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
+    """Argo expression for `ray-<group>-cpus`: the group's workers per pod (an expression, e.g. a preflight output)
+    times the threads of one worker. Integers only."""
+    return f"{{{{=asInt({workers_per_pod}) * {THREADS_PER_WORKER}}}}}"
+
+
+def train_workers_expression(replicas: Mapping[str, str], workers_per_pod: Mapping[str, str]) -> str:
+    """Argo expression for `--ray-workers`: Σ replicas × workers per pod over the groups, each given per group name
+    as an Argo expression (e.g. `workflow.parameters['ray-large-workers']`). Products and sums only: expr-lang's `/`
+    gives a float, which Argo would write as `2.5`."""
+    groups = {g.name for g in WORKER_GROUPS}
+    missing = sorted((groups - set(replicas)) | (groups - set(workers_per_pod)))
+    if missing:
+        raise ValueError(f"train_workers_expression: no replicas or workers-per-pod expression for groups {missing}")
+    terms = (f"asInt({replicas[g.name]}) * asInt({workers_per_pod[g.name]})" for g in WORKER_GROUPS)
+    return "{{=" + " + ".join(terms) + "}}"
 
 
 def _param(name: str) -> str:
@@ -104,6 +184,7 @@ def entrypoint(args: list[str]) -> str:
 
 
 def _node_affinity(*terms: dict) -> dict:
+    """Required node affinity of one nodeSelectorTerm: its expressions must all hold."""
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": list(terms)}
     ]}}}  # fmt: skip
@@ -122,7 +203,12 @@ def _pod(
 ) -> dict:
     resources = {"cpu": cpus, "memory": memory}
     return {
-        "metadata": {"labels": {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "train-ray"}},
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "train-ray"},
+            # The head's loss ends the job, a worker's restarts Ray Train from its last checkpoint: neither is worth
+            # a cheaper node. Spot reclaims still happen; this only stops Karpenter's own disruptions.
+            "annotations": dict(DO_NOT_DISRUPT),
+        },
         "spec": {
             # The workflow's identity: IRSA gives it the S3 prefix the job reads its data from and writes to.
             "serviceAccountName": service_account,
@@ -160,24 +246,22 @@ def rayjob(
         "container_security": container_security,
         "env_secret": env_secret,
     }
-    head_affinity = _node_affinity(
-        {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
-        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-    )
+    head_affinity = _node_affinity(*NOT_SPOT, {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]})
     workers = []
     for g in WORKER_GROUPS:
         replicas = _param(g.parameter)
+        cpus = _param(g.cpus_parameter)
         workers.append(
             {
                 "groupName": g.name,
                 "replicas": replicas,
                 "minReplicas": 0,
                 "maxReplicas": replicas,  # autoscaling is off: exactly `replicas` pods
-                "rayStartParams": {"num-cpus": str(g.cpus)},
+                "rayStartParams": {"num-cpus": cpus},  # what the pod was given, no more (oversubscribed) or less (idle)
                 "template": _pod(
                     "ray-worker",
-                    cpus=str(g.cpus),
-                    memory=g.memory,
+                    cpus=cpus,
+                    memory=_param(g.memory_parameter),
                     affinity=_node_affinity({"key": "kubernetes.io/arch", "operator": "In", "values": [g.arch]}),
                     **pod,
                 ),
@@ -200,8 +284,10 @@ def rayjob(
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
             "activeDeadlineSeconds": ACTIVE_DEADLINE_S,
+            "preRunningDeadlineSeconds": PRE_RUNNING_DEADLINE_S,
             # A failed job is not resubmitted here: Ray Train already retried its workers; rerunning the workflow
-            # resumes from the run's S3 checkpoints.
+            # resumes from the run's S3 checkpoints. FAILURE_CONDITION relies on it: with retries, a FAILED jobStatus
+            # would be followed by Retrying, not the end.
             "backoffLimit": 0,
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
@@ -246,8 +332,15 @@ def delete_manifest() -> str:
     return yaml.safe_dump({"apiVersion": API_VERSION, "kind": "RayJob", "metadata": {"name": NAME}}, sort_keys=False)
 
 
-# Argo's resource executor fails the step when any one failure requirement matches (they are ORed, unlike the success
-# requirements, which must all match): the Ray job failed or was stopped, or KubeRay gave up on the deployment
-# (activeDeadlineSeconds passed, the cluster never came up, an invalid spec).
-SUCCESS_CONDITION = "status.jobStatus == SUCCEEDED"
+# When Argo's resource step ends (workflow/executor/resource.go, matchConditions): it fails as soon as ANY one failure
+# requirement matches (checked first), and succeeds only when ALL success requirements match; otherwise it polls on.
+# Requirements are label-selector ones on the RayJob's JSON (labels.Parse; a missing field fails `==`/`in`).
+# - success: the Ray job SUCCEEDED and KubeRay marked the deployment Complete (in K8sJobMode/SidecarMode a SUCCEEDED job
+#   waits for its submitter before Complete, and may still end Failed).
+# - failure: the Ray job FAILED or was STOPPED (STOPPED ends with deployment Complete, so the success condition alone
+#   would never end such a step); or the deployment Failed whatever the job's status (activeDeadlineSeconds,
+#   preRunningDeadlineSeconds, the dashboard unreachable, a failed submission; the job status may be absent); or
+#   ValidationFailed (an invalid spec: KubeRay stops there and never moves on; at creation, with no job status).
+# Everything else (New, Initializing, Running with a job PENDING/RUNNING, Suspending/Suspended, Retrying) is waiting.
+SUCCESS_CONDITION = "status.jobStatus == SUCCEEDED, status.jobDeploymentStatus == Complete"
 FAILURE_CONDITION = "status.jobStatus in (FAILED, STOPPED), status.jobDeploymentStatus in (Failed, ValidationFailed)"

@@ -1,7 +1,7 @@
 """check-triggers: should the summariser be retrained? Checks the champion against three triggers, says which fired.
 
     python -m steps.check_triggers --tracking-uri http://mlflow:5000 --model-name distillery-summariser \
-        --dataset-rev main --base-revision main --out out/triggers
+        --dataset-rev main --base-revision main --run-id "$(uuidgen)" --out out/triggers
 
 Everything is measured against the version holding the `champion` alias (the model being served):
 
@@ -19,7 +19,19 @@ Debounce: when a trigger fires, the step tags the champion version `retrain.fire
 that trigger does not fire again for it: quality once per champion; feedback counts rows only since the commit it
 last fired at; base model once per configured revision. A new champion starts clean. `--record false` is a dry run.
 The tags are written before the CronWorkflow creates the retrain (a failure to write them stops it): if creating the
-retrain then fails, that cron run fails visibly; delete the champion's `retrain.fired.<trigger>` tag to re-arm it.
+retrain then fails, that cron run fails visibly; `argo retry` it (same run id: it repeats the decision and creates the
+retrain) or delete the champion's `retrain.fired.<trigger>` tag to re-arm the trigger for the next run.
+
+Retries: every attempt of one run (`--run-id`, on Argo the workflow uid) reaches the same decision. Before its debounce
+tags, a firing run writes its whole decision (this result, and each debounce tag's value before and after) as one tag,
+`retrain.decision.<run-id>`, on the champion. An attempt that finds its run's decision there (an earlier attempt died
+after deciding, e.g. its pod was lost before Argo read the outputs) does not decide again — its own tags would
+debounce it and the retrain would be swallowed: it finishes the debounce tags the earlier attempt did not write (a tag
+that another run has since moved is left alone) and returns the recorded result, outputs included. Without the
+decision tag no debounce tag of the run was written, so deciding afresh starts from what the first attempt saw.
+Another run id debounces as usual. Overlapping runs (a manual `argo submit --from cronwf/...` beside a scheduled one:
+`concurrencyPolicy: Forbid` holds back only the scheduler) can both fire before either has tagged, giving two retrains
+run one after the other under the retrain mutex; one run's tags never cancel another run's recorded decision.
 
 No champion (or no registered model): nothing fires. The first model is trained by submitting the distill template
 by hand; without a champion there is no served quality, no dataset or base model to compare with, and a retrain
@@ -31,9 +43,13 @@ Writes `result.json` and, for Argo, `_outputs/{fire,triggers,summary,dataset-rep
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import re
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +59,8 @@ from steps.common import atomic_dir, environment, parse_config, write_result
 from steps.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
+DECISION_TAG = "retrain.decision."  # + run id; the value is that run's decision, JSON (see the module docstring)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a Kubernetes uid fits; so does an MLflow tag-key suffix
 ONLINE_RUN_TAG = "online.run_id"
 TRIGGERS = ("quality", "feedback", "base-model")
 
@@ -89,6 +107,13 @@ class TriggersConfig:
         default=True,
         metadata={"help": "tag the champion with fired triggers so they do not fire again (false: a dry run)"},
     )
+    run_id: str = field(
+        default="",
+        metadata={
+            "help": "id shared by every attempt of one check run (on Argo: the workflow uid); an attempt that finds "
+            "its run's recorded decision repeats it instead of being debounced by its own tags (empty: a fresh id)"
+        },
+    )
     http_retries: int = field(
         default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
     )
@@ -110,6 +135,7 @@ class TriggersResult:
     dataset_repo: str
     dataset_rev: str
     champion_version: str
+    run_id: str  # the run that made this decision
 
 
 @dataclass
@@ -134,6 +160,11 @@ def config_problems(cfg: TriggersConfig) -> list[str]:
         problems.append(f"--max-quality-drop {cfg.max_quality_drop}: use 0 or more")
     if cfg.min_feedback_rows < 0:
         problems.append(f"--min-feedback-rows {cfg.min_feedback_rows}: use 0 (off) or more rows")
+    if cfg.run_id and not RUN_ID.fullmatch(cfg.run_id):
+        problems.append(
+            f"--run-id {cfg.run_id!r}: use up to 100 letters, digits, '_', '.' or '-', starting with a letter or digit "
+            "(on Argo: {{workflow.uid}})"
+        )
     from steps.register import http_problems
 
     return problems + http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
@@ -285,8 +316,10 @@ def run(cfg: TriggersConfig) -> TriggersResult:
     from steps.register import http_settings, is_transient
 
     with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+        # A local call without --run-id is a run of its own: never the retry of an earlier one.
+        run_id = cfg.run_id or uuid.uuid4().hex
         try:
-            result = _check(cfg, MlflowClient(tracking_uri=uri))
+            result = _check(dataclasses.replace(cfg, run_id=run_id), MlflowClient(tracking_uri=uri))
         except Exception as e:
             if not is_transient(e):
                 raise
@@ -320,18 +353,14 @@ def _check(cfg: TriggersConfig, client: Any) -> TriggersResult:
             dataset_repo="",
             dataset_rev="",
             champion_version="",
+            run_id=cfg.run_id,
         )
+    recorded = champion.tags.get(DECISION_TAG + cfg.run_id)
+    if recorded is not None:
+        return _repeat(cfg, client, champion, recorded)
     checks, repo, commit = evaluate_triggers(cfg, client, champion)
     fired = [c for c in checks if c.fired]
-    if fired and cfg.record:
-        # Recorded before the retrain is created: a failure here fails the check, and nothing is created.
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for c in fired:
-            tag = client.set_model_version_tag
-            registry.upsert(tag, cfg.model_name, champion.version, FIRED_TAG + c.trigger, c.key)
-            reason = f"{stamp} {c.reason}"
-            registry.upsert(tag, cfg.model_name, champion.version, f"{FIRED_TAG}{c.trigger}.reason", reason)
-    return TriggersResult(
+    result = TriggersResult(
         fire=bool(fired),
         triggers=".".join(c.trigger for c in fired) or "none",
         summary=_annotation_safe("; ".join(c.reason for c in fired)),
@@ -339,7 +368,53 @@ def _check(cfg: TriggersConfig, client: Any) -> TriggersResult:
         dataset_repo=repo,
         dataset_rev=commit,
         champion_version=str(champion.version),
+        run_id=cfg.run_id,
     )
+    if fired and cfg.record:
+        # Recorded before the retrain is created: a failure here fails the check, and nothing is created.
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        after: dict[str, str] = {}
+        for c in fired:
+            after[FIRED_TAG + c.trigger] = c.key
+            after[f"{FIRED_TAG}{c.trigger}.reason"] = f"{stamp} {c.reason}"
+        # The decision first, in one write: from here on every attempt of this run repeats it (see _repeat).
+        decision = {
+            "result": dataclasses.asdict(result),
+            "tags": {k: [champion.tags.get(k), v] for k, v in after.items()},
+        }
+        _tag(client, cfg, champion, DECISION_TAG + cfg.run_id, json.dumps(decision, sort_keys=True))
+        for key, value in after.items():
+            _tag(client, cfg, champion, key, value)
+    return result
+
+
+def _tag(client: Any, cfg: TriggersConfig, champion: Any, key: str, value: str) -> None:
+    registry.upsert(client.set_model_version_tag, cfg.model_name, champion.version, key, value)
+
+
+def _repeat(cfg: TriggersConfig, client: Any, champion: Any, recorded: str) -> TriggersResult:
+    """The decision an earlier attempt of this run recorded; writes the debounce tags that attempt did not get to."""
+    name = DECISION_TAG + cfg.run_id
+    try:
+        decision = json.loads(recorded)
+        result = TriggersResult(**decision["result"])
+        tags = {key: (before, after) for key, (before, after) in decision["tags"].items()}
+    except (ValueError, TypeError, KeyError) as e:
+        raise TriggerError(
+            f"champion {champion.version}'s {name} tag is not a decision this step wrote ({e}): delete the tag to "
+            "let this run decide afresh"
+        ) from e
+    print(
+        f"check-triggers: run {cfg.run_id} already decided on champion {champion.version}: repeating it",
+        file=sys.stderr,
+    )
+    if cfg.record:
+        for key, (before, after) in tags.items():
+            # Still the value from before the decision: that attempt died before this write. Anything else is
+            # either this write done, or a later run's decision: leave it.
+            if champion.tags.get(key) == before:
+                _tag(client, cfg, champion, key, after)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

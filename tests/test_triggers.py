@@ -25,7 +25,7 @@ from steps.check_triggers import TriggerError, TriggersConfig
 from steps.common import config_flags
 from steps.pipeline import PARAMS
 from tests.conftest import ROOT, free_port, make_bucket
-from tests.test_workflows import ARGO_SCHEMA, strict_validator
+from tests.test_workflows import strict_validator
 
 integration = pytest.mark.integration
 CRON_FILE = ROOT / "infra/argo/retrain-cronworkflow.yaml"
@@ -80,10 +80,11 @@ def test_base_model_fires_on_a_new_revision_once(tmp_path: Path):
 
 
 def test_every_config_problem_is_reported_at_once(tmp_path: Path):
-    bad = cfg(tmp_path, baseline_points=-1, recent_points=0, min_feedback_rows=-2, http_retries=11)
+    bad = cfg(tmp_path, baseline_points=-1, recent_points=0, min_feedback_rows=-2, http_retries=11, run_id="a b")
     with pytest.raises(TriggerError) as e:
         check_triggers.run(bad)
-    for flag in ("--baseline-points -1", "--recent-points 0", "--min-feedback-rows -2", "--http-retries 11"):
+    for flag in ("--baseline-points -1", "--recent-points 0", "--min-feedback-rows -2", "--http-retries 11",
+                 "--run-id 'a b'"):  # fmt: skip
         assert flag in str(e.value)
     assert not (tmp_path / "out").exists()
 
@@ -145,6 +146,16 @@ def test_the_retrain_is_created_only_when_the_check_fires():
     assert resource["action"] == "create" and resource["setOwnerReference"] is False
 
 
+def test_every_attempt_of_the_check_runs_under_the_workflow_uid():
+    from workflows.retrain import build
+
+    specs = build().to_dict()["spec"]["workflowSpec"]["templates"]
+    check = next(t for t in specs if t["name"] == "check-triggers")
+    args = check["container"]["args"]
+    assert args[args.index("--run-id") + 1] == "{{workflow.uid}}"  # the same in every retry of one run
+    assert check["retryStrategy"]["retryPolicy"] == "OnError"
+
+
 def test_the_check_passes_only_flags_the_step_has_and_exports_what_argo_reads():
     check = templates()["check-triggers"]
     flags = {a[2:] for a in check["container"]["args"] if a.startswith("--")}
@@ -153,7 +164,6 @@ def test_the_check_passes_only_flags_the_step_has_and_exports_what_argo_reads():
     assert exported <= {f.replace("_", "-") for f in check_triggers.TriggersResult.__dataclass_fields__}
 
 
-@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
 def test_the_created_workflow_passes_argos_schema_and_holds_the_retrain_mutex():
     workflow = filled_manifest()
     errors = [e.message for e in strict_validator("Workflow").iter_errors(workflow)]
@@ -389,6 +399,123 @@ def test_the_command_line_writes_what_argo_reads(mlflow_server: str, data_repo: 
     assert outputs["dataset-rev"] == data_repo.v2 and outputs["dataset-repo"] == str(data_repo.path)
     assert outputs["champion-version"] and "rev-b" in outputs["summary"]
     assert "retrain.fired.base-model" not in champion_tags(mlflow_server, "cli-model")  # --record false: a dry run
+
+
+# --- integration: retries. Every attempt of one run (one --run-id) decides the same; another run is debounced. ------
+
+
+class PodLost(BaseException):
+    """The pod vanishing mid-step: the attempt stops there (not an Exception, so nothing in the step catches it)."""
+
+
+def attempt(tmp_path: Path, uri: str, model: str, run_id: str, folder: str, revision: str = "rev-b") -> dict[str, str]:
+    """One attempt from the command line, as Argo runs it; returns the output parameters Argo reads."""
+    from workflows.retrain import CHECK_OUTPUTS
+
+    out = tmp_path / folder
+    args = ["--out", str(out), "--tracking-uri", uri, "--model-name", model, "--online-metric", "online.rougeL",
+            "--min-feedback-rows", "5", "--dataset-rev", "main", "--base-revision", revision,
+            "--run-id", run_id]  # fmt: skip
+    assert check_triggers.main(args) == 0
+    return {name: (out / "_outputs" / name).read_text() for name in CHECK_OUTPUTS}
+
+
+def retry_cfg(tmp_path: Path, uri: str, model: str, run_id: str, revision: str = "rev-b") -> TriggersConfig:
+    return cfg(tmp_path, tracking_uri=uri, model_name=model, online_metric="online.rougeL", min_feedback_rows=5,
+               dataset_rev="main", base_revision=revision, run_id=run_id)  # fmt: skip
+
+
+def die_at_write(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The attempt's pod is lost as it starts its n-th registry write (1: before any)."""
+    real, calls = check_triggers.registry.upsert, []
+
+    def upsert(*args: object, **kw: object) -> None:
+        calls.append(args)
+        if len(calls) == n:
+            raise PodLost(f"pod lost before registry write {n}")
+        real(*args, **kw)
+
+    monkeypatch.setattr(check_triggers.registry, "upsert", upsert)
+
+
+@integration
+def test_every_attempt_of_one_run_fires_with_the_same_outputs(mlflow_server: str, data_repo: DataRepo, tmp_path: Path):
+    make_champion(mlflow_server, "retry-same", data_repo, online=[0.40] * 5 + [0.30] * 3)
+    first = attempt(tmp_path, mlflow_server, "retry-same", "wf-uid-1", "attempt-1")
+    tags = champion_tags(mlflow_server, "retry-same")
+    second = attempt(tmp_path, mlflow_server, "retry-same", "wf-uid-1", "attempt-2")
+    assert first["fire"] == "true" and first["triggers"] == "quality.feedback.base-model"
+    assert second == first
+    assert champion_tags(mlflow_server, "retry-same") == tags  # the repeat wrote nothing new
+
+
+@integration
+def test_another_run_is_debounced_by_the_tags_of_the_first(mlflow_server: str, data_repo: DataRepo, tmp_path: Path):
+    make_champion(mlflow_server, "retry-other", data_repo, online=[0.40] * 5 + [0.30] * 3)
+    assert attempt(tmp_path, mlflow_server, "retry-other", "wf-uid-1", "run-1")["fire"] == "true"
+    other = check_triggers.run(retry_cfg(tmp_path, mlflow_server, "retry-other", "wf-uid-2"))
+    assert not other.fire and other.triggers == "none"
+    assert "already fired" in other.reasons[0] and "0 new row(s)" in other.reasons[1]
+
+
+@integration
+def test_a_retry_after_the_pod_died_past_its_tags_still_fires(
+    mlflow_server: str, data_repo: DataRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    make_champion(mlflow_server, "retry-lost", data_repo, online=[0.40] * 5 + [0.30] * 3)
+    c = retry_cfg(tmp_path, mlflow_server, "retry-lost", "wf-uid-1")
+
+    def lost(*args: object) -> None:
+        raise PodLost("pod lost after the tags, before the outputs")
+
+    with monkeypatch.context() as m:
+        m.setattr(check_triggers, "write_result", lost)
+        with pytest.raises(PodLost):
+            check_triggers.run(c)
+    assert champion_tags(mlflow_server, "retry-lost")["retrain.fired.quality"] == "online.rougeL"  # tags written
+    assert not (tmp_path / "out").exists()  # no outputs: Argo retries the step
+
+    retry = check_triggers.run(c)
+    assert retry.fire and retry.triggers == "quality.feedback.base-model" and retry.dataset_rev == data_repo.v2
+    assert (tmp_path / "out/_outputs/fire").read_text() == "true"
+    assert not check_triggers.run(retry_cfg(tmp_path, mlflow_server, "retry-lost", "wf-uid-2")).fire
+
+
+@integration
+def test_a_retry_after_the_pod_died_between_its_tags_finishes_them(
+    mlflow_server: str, data_repo: DataRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    make_champion(mlflow_server, "retry-torn", data_repo, online=[0.40] * 5 + [0.30] * 3)
+    c = retry_cfg(tmp_path, mlflow_server, "retry-torn", "wf-uid-1")
+    with monkeypatch.context() as m:
+        die_at_write(m, 4)  # the decision, quality's two tags; not feedback's or base-model's
+        with pytest.raises(PodLost):
+            check_triggers.run(c)
+    torn = champion_tags(mlflow_server, "retry-torn")
+    assert "retrain.fired.quality" in torn and "retrain.fired.base-model" not in torn
+
+    retry = check_triggers.run(c)
+    assert retry.fire and retry.triggers == "quality.feedback.base-model"
+    tags = champion_tags(mlflow_server, "retry-torn")
+    assert (tags["retrain.fired.feedback"], tags["retrain.fired.base-model"]) == (data_repo.v2, "org/base@rev-b")
+    assert not check_triggers.run(retry_cfg(tmp_path, mlflow_server, "retry-torn", "wf-uid-2")).fire
+
+
+@integration
+def test_a_retry_leaves_the_tags_of_a_later_run_alone(
+    mlflow_server: str, data_repo: DataRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    make_champion(mlflow_server, "retry-overtaken", data_repo)
+    a = cfg(tmp_path, tracking_uri=mlflow_server, model_name="retry-overtaken", base_revision="rev-b", run_id="a")
+    with monkeypatch.context() as m:
+        die_at_write(m, 2)  # run a decided (rev-b) and died before its debounce tags
+        with pytest.raises(PodLost):
+            check_triggers.run(a)
+    # A manual run beside it, already configured for rev-c, decides and tags before a's retry.
+    later = cfg(tmp_path, tracking_uri=mlflow_server, model_name="retry-overtaken", base_revision="rev-c", run_id="b")
+    assert check_triggers.run(later).fire
+    assert check_triggers.run(a).summary == "base model: org/base@rev-a → org/base@rev-b"  # a repeats its decision
+    assert champion_tags(mlflow_server, "retry-overtaken")["retrain.fired.base-model"] == "org/base@rev-c"
 
 
 @integration

@@ -10,14 +10,19 @@ them. Refuses, with the fix for each problem, a base whose
 - chat template is missing or does not render the pipeline's prompt;
 - BOS/EOS tokens are unset, or whose EOS is not the token that closes the assistant's turn (a fine-tuned model then
   never stops in llama.cpp).
-It also counts the base model's parameters (the model built from its config on PyTorch's `meta` device: shapes only,
-no memory, no weights) and says whether the model is small enough for the arm64 Raspberry Pi Ray workers (at most
-`ARM64_MAX_BILLION` billion parameters, seed ADR 0058); the Ray backend gives the Pi worker group 0 replicas otherwise.
-Produces `preflight.json` in `--out`, and the output parameters `architecture`, `parameters-billion`, `arm64-ok`.
+It also sizes the run from the config alone (`steps/sizing.py`): the parameters counted on PyTorch's `meta` device
+(shapes only, no memory, no weights), and from them, the training backend, QLoRA, `--max-seq-len`, `--batch-size`,
+`--lora-r` and the quantisation ladder, what each heavy step needs (memory, ephemeral storage, GPU memory) and how many
+training workers each Ray node group's pods hold (0 for the Raspberry Pis unless one fits in 3 GiB). It refuses, with
+the same list, a run whose chosen backend, conversion or evaluation no node of the cluster can hold, saying what would.
+Produces `preflight.json` in `--out` (the facts and the whole plan), and the output parameters `architecture`,
+`parameters-billion` and `sizing.preflight_exports()`: each heavy step's podSpecPatch and each Ray group's workers per
+pod and pod memory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps import sizing
 from steps.common import atomic_dir, parse_config, write_json, write_result
 from steps.prompting import messages
 
@@ -51,7 +57,6 @@ TOKENIZER_PROBES = (
     "Numbers: 3.14159, 1,234,567, -42, 2026-11-30, 0x1F, 10^9, €48.5m, 97%",
     "Code: def f(x):\n    return x ** 2  # square",
 )
-ARM64_MAX_BILLION = 3.0  # the largest base model the Raspberry Pi Ray workers take part in training (ADR 0058)
 
 
 class PreflightError(ValueError):
@@ -69,33 +74,30 @@ class PreflightConfig:
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
+    # The run's settings that size it, with train's and convert-gguf's defaults (a test keeps them equal; importing
+    # those steps here would be circular: convert-gguf imports this module).
+    train_backend: str = field(default="cpu", metadata={"help": "where train runs: cpu, gpu or ray (sizes its pods)"})
+    qlora: bool = field(default=False, metadata={"help": "gpu only: train on a 4-bit NF4 base (sizes the GPU)"})
+    max_seq_len: int = field(default=512, metadata={"help": "longest tokenised training example (sizes activations)"})
+    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step (sizes activations)"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank (sizes the adapter and its optimiser state)"})
+    quantizations: str = field(
+        default="Q8_0,Q4_K_M", metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
+    )
 
 
 @dataclass
 class PreflightResult:
     architecture: str
     parameters_billion: float  # the base model's parameter count, in billions (3 decimals)
-    arm64_ok: bool  # small enough for the arm64 Raspberry Pi Ray workers
     passed: bool
+    sizing: dict[str, str | int] = field(default_factory=dict)  # every sizing.preflight_exports() output, by name
 
-
-def count_parameters(config: Any) -> int:
-    """The parameter count of the causal LM `config` describes, without allocating it.
-
-    On the `meta` device every tensor has a shape but no storage, so even a 70B model is built in seconds and a few MB.
-    Tied weights count once (`parameters()` yields a shared tensor once), as in the real model.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def fits_arm64(parameters: int) -> bool:
-    """Whether a base model of `parameters` parameters may train on the arm64 Raspberry Pi Ray workers."""
-    return parameters <= ARM64_MAX_BILLION * 1e9
+    def fields(self) -> dict[str, Any]:
+        """result.json's fields; write_result makes each an output parameter ('_' -> '-')."""
+        sized = {name.replace("-", "_"): value for name, value in self.sizing.items()}
+        return {"architecture": self.architecture, "parameters_billion": self.parameters_billion, "passed": self.passed,
+                **sized}  # fmt: skip
 
 
 def _local_files(cfg: PreflightConfig, dest: Path) -> Path:
@@ -135,9 +137,30 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
         arch = (config.architectures or ["<none>"])[0]
         facts["architecture"] = arch
         try:
-            facts["parameters"] = count_parameters(config)
+            facts["parameters"] = sizing.count_parameters(config)
         except (ValueError, KeyError) as e:  # transformers' "Unrecognized configuration class …"
             problems.append(f"transformers cannot build a causal LM from this config ({e}); training would fail")
+        else:
+            try:
+                plan = sizing.plan(
+                    config,
+                    backend=cfg.train_backend,
+                    qlora=cfg.qlora,
+                    max_seq_len=cfg.max_seq_len,
+                    batch_size=cfg.batch_size,
+                    lora_r=cfg.lora_r,
+                    quantizations=cfg.quantizations,
+                    parameters=facts["parameters"],
+                    base_model=cfg.base_model,
+                )
+            except AttributeError as e:  # not a Llama-style decoder config (hidden_size, intermediate_size, ...)
+                problems.append(
+                    f"the config is not a Llama-style decoder's ({e}): steps/sizing.py cannot size it and train's "
+                    "LoRA targets (q_proj ... down_proj) would not match; pick a Llama, Qwen2, Mistral or Phi-3 base"
+                )
+            else:
+                facts["sizing"] = {**plan.summary(), "outputs": plan.outputs()}
+                problems += sizing.check(plan)
         # Special tokens and the chat template.
         # No BOS is fine (Qwen2's tokenizers have none): what matters is that llama.cpp adds the same special tokens
         # around a prompt as Hugging Face does, checked on the converted vocabulary below. No EOS is not.
@@ -231,13 +254,31 @@ def run(cfg: PreflightConfig) -> PreflightResult:
     result = PreflightResult(
         architecture=facts["architecture"],
         parameters_billion=round(facts["parameters"] / 1e9, 3),
-        arm64_ok=fits_arm64(facts["parameters"]),
         passed=True,
+        sizing=facts["sizing"]["outputs"],
     )
     with atomic_dir(cfg.out) as out:
         write_json(out / "preflight.json", {**facts, "passed": True})
-        write_result(out, result)
+        write_result(out, result.fields())
     return result
+
+
+def _sizing_line(cfg: PreflightConfig, result: PreflightResult) -> str:
+    step = f"train-{cfg.train_backend}"
+    if cfg.train_backend == "ray":
+        per_pod = ", ".join(
+            f"{g.name} {result.sizing[sizing.ray_workers_output(g.name)]}" for g in sizing.RAY_NODE_GROUPS
+        )
+        return f"Ray training workers per pod: {per_pod}"
+    if sizing.pod_patch_output(step) not in result.sizing:  # a backend train will refuse by name
+        return f"no pod sized for train-backend {cfg.train_backend!r}"
+    patch = json.loads(result.sizing[sizing.pod_patch_output(step)])
+    requests = patch["containers"][0]["resources"]["requests"]
+    line = f"{step} requests {requests['memory']} memory, {requests['ephemeral-storage']} disk"
+    if "affinity" in patch:
+        terms = patch["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        line += f", a GPU of more than {terms[0]['matchExpressions'][0]['values'][0]} MiB"
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"preflight passed: {result.architecture} ({result.parameters_billion}B parameters), tokenizer and chat "
-        f"template ready for llama.cpp; {'fits' if result.arm64_ok else 'too big for'} the arm64 Ray workers"
+        f"template ready for llama.cpp; {_sizing_line(cfg, result)}"
     )
     return 0
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from steps import sizing
+
 
 @dataclass(frozen=True)
 class Param:
     name: str
     local: str  # the embedded run's value (params.yaml)
-    cluster: str  # the WorkflowTemplate's default
+    cluster: str | None  # the WorkflowTemplate's default; None: required at submit
     help: str
 
 
@@ -35,7 +37,8 @@ class Stage:
 
 
 PARAMS: tuple[Param, ...] = (
-    Param("dataset-repo", ".", "https://github.com/distillery-ml/summaries-data.git", "git repo holding the dataset"),
+    # No cluster default: the example repository is not yours; `argo submit` refuses a run without it.
+    Param("dataset-repo", ".", None, "git repo holding the dataset (URL); required on the cluster"),
     Param("dataset-rev", "HEAD", "main", "git rev of the dataset (branch, tag or commit)"),
     Param("dataset-path", "data/summaries", "data/summaries", "folder with train/eval/adversarial.jsonl"),
     Param(
@@ -57,8 +60,12 @@ PARAMS: tuple[Param, ...] = (
     Param("learning-rate", "0.001", "0.0002", "peak learning rate"),
     Param("epochs", "1", "3", "passes over the training split"),
     Param("batch-size", "8", "16", "examples per optimiser step"),
+    Param("max-seq-len", "512", "512", "longest tokenised training example; longer documents are cut"),
+    Param("qlora", "false", "false", "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
+    Param("checkpoint-every", "10", "10", "checkpoint every N optimiser steps (a reclaimed pod resumes there)"),
     Param("seed", "0", "0", "seed for training and evaluation"),
     Param("quantization", "Q8_0", "Q8_0", "llama.cpp quantisation that is evaluated and served"),
+    Param("quantizations", "Q8_0,Q4_K_M", "Q8_0,Q4_K_M", "quantisation ladder built besides F16"),
     Param("min-rouge-gain", "0.0", "0.0", "gate: lower bound of the ROUGE-L gain's interval must exceed this"),
     Param("confidence", "0.95", "0.95", "gate: confidence of the paired bootstrap interval"),
     Param("max-attack-regression", "0.0", "0.0", "gate: allowed drop of any adversarial family's pass rate"),
@@ -70,6 +77,12 @@ PARAMS: tuple[Param, ...] = (
         "MLflow tracking URI",
     ),
     Param("artifact-location", ".cache/mlflow/artifacts", "", "artifact root of a new MLflow experiment"),
+    Param(
+        "price-table",
+        "cpu=0.20,gpu=1.10,ray=0.20",
+        "cpu=0.20,gpu=1.10,ray=0.20",
+        "price per node hour for the cost estimate (cpu, spot gpu, the whole ray cluster)",
+    ),
 )
 
 STAGES: tuple[Stage, ...] = (
@@ -77,9 +90,18 @@ STAGES: tuple[Stage, ...] = (
         "preflight",
         "steps.preflight",
         output="preflight",
-        params=("base-model", "base-revision"),
-        exports=("architecture", "parameters-billion", "arm64-ok"),
-        help="check in seconds that the base model can become a working GGUF, before any training",
+        params=(
+            "base-model",
+            "base-revision",
+            "train-backend",
+            "qlora",
+            "max-seq-len",
+            "batch-size",
+            "lora-r",
+            "quantizations",
+        ),
+        exports=("architecture", "parameters-billion", *sizing.preflight_exports()),
+        help="check in seconds that the base model can become a working GGUF and what each step needs for it",
     ),
     Stage(
         "fetch-dataset",
@@ -103,11 +125,14 @@ STAGES: tuple[Stage, ...] = (
             "learning-rate",
             "epochs",
             "batch-size",
+            "max-seq-len",
+            "qlora",
+            "checkpoint-every",
             "seed",
         ),
         inputs=("dataset",),
         exports=("final-loss",),
-        after=("preflight",),
+        after=("preflight",),  # refuses a base llama.cpp cannot serve before any training; sized by its plan
         run_id=True,
         help="LoRA distillation of the teacher's summaries",
     ),
@@ -115,9 +140,10 @@ STAGES: tuple[Stage, ...] = (
         "convert-gguf",
         "steps.convert_gguf",
         output="gguf",
-        params=("base-model", "base-revision", "model-name", "quantization"),
+        params=("base-model", "base-revision", "model-name", "quantization", "quantizations"),
         inputs=("adapter", "dataset"),
-        exports=("parity-passed",),
+        exports=("parity-passed", "candidate-gguf", "base-gguf"),
+        after=("preflight",),  # sized by its plan
         run_id=True,
         help="merge, convert with llama.cpp, quantise, prove parity with HF",
     ),
@@ -135,6 +161,7 @@ STAGES: tuple[Stage, ...] = (
         ),
         inputs=("dataset", "gguf"),
         exports=("decision",),
+        after=("preflight",),  # sized by its plan
         help="base, champion and candidate GGUF on eval + adversarial sets; the gate",
     ),
     Stage(
@@ -148,9 +175,11 @@ STAGES: tuple[Stage, ...] = (
             "base-model",
             "base-revision",
             "train-backend",
+            "price-table",
         ),
         inputs=("dataset", "adapter", "gguf", "evaluation"),
         exports=("model-version",),
+        after=("preflight",),  # sized by its plan
         run_id=True,
         help="MLflow model version with scores and lineage",
     ),

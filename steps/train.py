@@ -623,14 +623,11 @@ def _publish(folder: Path, location: str) -> None:
     upload(fs, folder, root.rstrip("/"), last=RESULT_FILE)
 
 
-def _problems(cfg: TrainConfig) -> list[str]:
-    import torch
-
+def config_problems(cfg: TrainConfig) -> list[str]:
+    """Everything wrong with the settings alone, without looking at the machine (also run by check-parameters)."""
     problems = []
     if cfg.train_backend not in BACKENDS:
         problems.append(f"--train-backend {cfg.train_backend!r} is not one of {', '.join(BACKENDS)}")
-    if cfg.train_backend == "gpu" and not torch.cuda.is_available():
-        problems.append("--train-backend gpu was asked for but CUDA is not available; use --train-backend cpu or ray")
     if cfg.qlora and cfg.train_backend != "gpu":
         problems.append("--qlora needs --train-backend gpu (bitsandbytes' 4-bit kernels run on CUDA); drop --qlora")
     if cfg.train_backend == "ray" and cfg.ray_workers < 1:
@@ -642,6 +639,15 @@ def _problems(cfg: TrainConfig) -> list[str]:
     for name in ("batch_size", "max_seq_len"):
         if getattr(cfg, name) < 1:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")
+    return problems
+
+
+def _problems(cfg: TrainConfig) -> list[str]:
+    import torch
+
+    problems = config_problems(cfg)
+    if cfg.train_backend == "gpu" and not torch.cuda.is_available():
+        problems.append("--train-backend gpu was asked for but CUDA is not available; use --train-backend cpu or ray")
     return problems
 
 

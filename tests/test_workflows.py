@@ -13,12 +13,12 @@ import yaml
 
 from steps.common import config_flags
 from steps.pipeline import PARAMS, STAGES
-from tests.conftest import ROOT, SHARED
+from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
-from workflows.distill import CLUSTER_PARAMS
+from workflows.distill import CHECK_TASK, CLUSTER_PARAMS
 from workflows.render import rendered
 
-ARGO_SCHEMA = SHARED / "schemas/argo-workflows-v4.1.2.schema.json"
+ARGO_SCHEMA = ROOT / "tests/schemas/argo-workflows-v4.1.2.schema.json"  # vendored (tests/schemas/README.md)
 TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
 
 
@@ -49,7 +49,6 @@ def strict_validator(kind: str):
     return Draft202012Validator({"definitions": defs, "$ref": f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}"})
 
 
-@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
 def test_every_argo_object_passes_argos_schema_strictly():
     objects = argo_objects()
     assert objects, "no Argo objects under infra/"
@@ -59,7 +58,6 @@ def test_every_argo_object_passes_argos_schema_strictly():
         assert errors == [], f"{path.name} {doc['kind']}"
 
 
-@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
 def test_strict_schema_catches_a_misspelled_field():
     doc = yaml.safe_load(TEMPLATE_FILE.read_text())
     doc["spec"]["templates"][0]["container"]["imagePullPolicyy"] = "Always"
@@ -82,13 +80,12 @@ CLUSTER_ONLY_FLAGS = {
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:
     """`-m <module> --flag value …` of the step a pipeline task runs: its container's arguments, or, for the Ray
-    backend's DAG, the entrypoint of the RayJob its resource template creates."""
+    backend, the entrypoint of the RayJob its resource template creates."""
     template = templates[name]
     if "container" in template:
         assert template["container"]["command"] == ["python"]
         return template["container"]["args"]
-    inner = [templates[t["template"]] for t in template["dag"]["tasks"]]
-    assert any("RayJob" in t.get("resource", {}).get("manifest", "") for t in inner), name
+    assert "RayJob" in template["resource"]["manifest"], name
     words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
     assert words[0] == "python"
     return words[1:]
@@ -99,6 +96,8 @@ def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
     doc = yaml.safe_load(TEMPLATE_FILE.read_text())
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     dag = templates[doc["spec"]["entrypoint"]]["dag"]["tasks"]
+    # The parameter check runs on the cluster only (argo submit -p enforces no enum); locally each step checks its own.
+    dag = [t for t in dag if t["name"] != CHECK_TASK]
     task_module = {}
     stages: dict[str, dict] = {}
     for task in dag:
@@ -108,7 +107,9 @@ def argo_pipeline() -> tuple[dict[str, dict], list[str]]:
     for task in dag:
         args = step_args(templates, task["template"])
         module = task_module[task["name"]]
-        deps = {task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", ""))}
+        deps = {
+            task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", "")) if d != CHECK_TASK
+        }
         flags = {a[2:] for a in args if a.startswith("--")} - {"out"}
         flags -= CLUSTER_ONLY_FLAGS.get(module, set())
         entry = {"deps": deps, "flags": flags}
@@ -178,7 +179,6 @@ def test_gpu_train_task_lands_on_the_spot_gpu_pool_and_retries():
     assert spec["activeDeadlineSeconds"] > 0 and spec["podGC"]["strategy"] and spec["ttlStrategy"]
 
 
-@pytest.mark.skipif(not ARGO_SCHEMA.is_file(), reason=f"Argo's JSON schema not found at {ARGO_SCHEMA}")
 def test_artifact_repository_config_passes_argos_schema_strictly():
     repo = default_artifact_repository()
     errors = [e.message for e in strict_validator("ArtifactRepository").iter_errors(repo)]
@@ -191,3 +191,41 @@ def test_kustomization_lists_files_that_exist(folder: str):
     if folder == "infra":
         assert "argo/distill-workflowtemplate.yaml" in kustomization["resources"]
     assert all((ROOT / folder / r).is_file() for r in kustomization["resources"])
+
+
+def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived():
+    """Argo's wait container uploads an unarchived output straight from a mirrored volume; from the container's own
+    filesystem it tars, gzips, copies and unpacks it first (executor.go stageArchiveFile) — steps/sizing.py assumes
+    the former (ARGO_OUTPUT_COPIES = 0)."""
+    from steps import sizing
+    from workflows.distill import OUT_DIR
+
+    assert sizing.ARGO_OUTPUT_COPIES == 0
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    checked = 0
+    for template in doc["spec"]["templates"]:
+        artifacts = template.get("outputs", {}).get("artifacts", [])
+        if "container" not in template or not artifacts:
+            continue
+        volumes = {v["name"]: v for v in template.get("volumes", [])}
+        mounts = {m["mountPath"]: m["name"] for m in template["container"].get("volumeMounts", [])}
+        assert OUT_DIR in mounts and "emptyDir" in volumes[mounts[OUT_DIR]], template["name"]
+        for artifact in artifacts:
+            assert artifact["path"].startswith(OUT_DIR + "/"), (template["name"], artifact["name"])
+            assert artifact.get("archive") == {"none": {}}, (template["name"], artifact["name"])
+        checked += 1
+    assert checked >= 7
+
+
+def test_each_sized_step_takes_its_pod_patch_from_preflight():
+    from steps import sizing
+
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    tasks = {t["name"]: t for t in templates["pipeline"]["dag"]["tasks"]}
+    for step in sizing.POD_PATCH_STEPS:
+        assert templates[step]["podSpecPatch"] == "{{inputs.parameters.pod-spec-patch}}", step
+        patch = next(p for p in tasks[step]["arguments"]["parameters"] if p["name"] == "pod-spec-patch")
+        assert patch["value"] == f"{{{{tasks.preflight.outputs.parameters.{sizing.pod_patch_output(step)}}}}}", step
+    exported = {p["name"] for p in templates["preflight"]["outputs"]["parameters"]}
+    assert set(sizing.preflight_exports()) <= exported

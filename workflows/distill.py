@@ -2,17 +2,28 @@
 
     argo submit --from workflowtemplate/distill -p dataset-rev=v3 -p train-backend=gpu
 
-Every stage is a container template running `python -m <module>` in a step image from `images/`; folders travel as
-artifacts through the cluster's artifact repository (S3). `train` has one template per backend, chosen by the
-`train-backend` parameter; downstream tasks take the adapter from whichever ran:
+Every stage is a container template running `python -m <module>` in a step image from `images/` (repository, tag
+and digest are render settings: `workflows/images.py`); folders travel as artifacts through the cluster's artifact
+repository (S3), unarchived (Argo would otherwise gzip every output: minutes of CPU for GB of incompressible
+weights). The run starts with `check-parameters` (`steps/check_parameters.py`): every parameter read the way the step
+that takes it reads it, so a mistyped value stops the run at once, naming it and the choices (`argo submit -p` does not
+enforce an enum, and a mistyped `train-backend` would otherwise skip all train tasks and end green).
 
+`preflight` also sizes the run for its base model (`steps/sizing.py`): each heavy pod takes its memory and disk from
+preflight's outputs as a `podSpecPatch`, and the Ray worker groups their memory and workers per pod.
+
+`train` has one template per backend, chosen by the `train-backend` parameter (a `when` on each):
 - `train-gpu`: a pod on the EKS spot GPU pool (infra/karpenter: node selector, toleration of its `nvidia.com/gpu`
-  taint), `karpenter.sh/do-not-disrupt` against consolidation, retried when spot capacity is reclaimed;
+  taint), `karpenter.sh/do-not-disrupt` against consolidation, retried when spot capacity is reclaimed — at any time
+  before the workflow's deadline (no `maxDuration`: Argo counts it from the first attempt's start and kills a retry
+  at that same mark);
 - `train-cpu`: one pod on any node;
-- `train-ray`: a DAG of two tasks. `rayjob`, an Argo resource template, creates the KubeRay RayJob of
-  `workflows/rayjob.py` and waits on its status (owner-referenced to the workflow, so deleting the workflow deletes
-  it); `collect-adapter` then brings the adapter back into Argo as this template's `adapter` artifact and
-  `final-loss` parameter.
+- `train-ray`: an Argo resource template that creates the KubeRay RayJob of `workflows/rayjob.py` and waits on its
+  status (owner-referenced to the workflow, so deleting the workflow deletes it).
+Whichever ran, the adapter lands at one fixed key of the run, `runs/{{workflow.uid}}/adapter` (the gpu and cpu pods
+as their output artifact, the RayJob by writing there itself, result.json last), and `convert-gguf` and `register`
+read it from that key: no task has to pick among three optional outputs (Argo refuses an argument artifact given by
+`fromExpression` alone: `validateArgumentsValues`).
 
 The exit handler (`onExit: cleanup`) frees the Ray pool when a run does not succeed. The owner reference only acts when
 the Workflow object is deleted, so without it a stopped or failed run's RayJob and cluster would train on until the
@@ -23,7 +34,9 @@ failed first, or the stop came before the create). KubeRay's finalizer stops the
 the RayJob that owns it. What runs it: `argo stop` (exit handlers run), a failed step, the workflow's
 activeDeadlineSeconds (Argo runs exit handlers past the deadline). What does not: `argo terminate`, which skips exit
 handlers — then `kubectl delete rayjob -n distillery distill-<workflow uid>` by hand. After a failure the RayJob's
-status and the head's logs go with it (no 10-minute look, `rayjob.TTL_AFTER_FINISHED_S`). Nothing is lost for training:
+status goes with it; the RayCluster (and the head's logs) went when the job ended (`rayjob.TTL_AFTER_FINISHED_S` is 0:
+no idle cluster holds nodes), whatever the outcome; a successful run's RayJob stays, a record of its status, until the
+Workflow is deleted (owner reference). Nothing is lost for training:
 Ray Train's checkpoints live under the run's S3 prefix (`runs/{{workflow.uid}}/ray/`), so `argo retry` (same workflow,
 same uid) creates the RayJob again under the same name and resumes from the latest; `argo resubmit` is a new workflow
 with a new uid and starts from step 0.
@@ -32,17 +45,16 @@ Each run has its own S3 prefix, `s3://<artifact bucket>/runs/{{workflow.uid}}/` 
 per run):
 - `dataset/`: fetch-dataset's output artifact lives there (a key-only artifact in the default artifact repository,
   unarchived), so the Ray job reads the very files the other tasks get, with no copy and no extra pod;
-- `adapter/`: the RayJob's `--out`. The train step uploads the adapter only once it is complete, and
-  `collect-adapter` reads it as a key-only input artifact and re-exports it as an ordinary output artifact;
+- `adapter/`: the train step's output, whichever backend ran (see above);
 - `checkpoints/` (gpu, cpu) and `ray/` (Ray Train's storage path): `--checkpoint-dir`, so a retried spot pod or a
   restarted Ray worker group resumes from the latest complete checkpoint.
 Pods that talk to S3 themselves (train, the Ray cluster) use the workflow's service account (IRSA on EKS); at home they
 take AWS_* keys and endpoint from the optional secret `S3_ENV_SECRET`.
 
 The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`: not in
-`steps.pipeline`, so neither in params.yaml nor dvc.yaml). The Pi group gets 0 replicas unless preflight's `arm64-ok`
-says the base model is small enough (an expression on the `train-ray` task); `--ray-workers` is derived from the
-replica counts by another expression in the `train-ray` DAG (`rayjob.train_workers_expression`).
+`steps.pipeline`, so neither in params.yaml nor dvc.yaml). A group gets 0 replicas when preflight finds that not one
+training worker fits its pods' memory (the Pis, for all but small bases); `--ray-workers` is derived from the replica
+counts and the workers per pod by an expression on the `train-ray` task (`rayjob.train_workers_expression`).
 """
 
 from __future__ import annotations
@@ -63,14 +75,13 @@ from hera.workflows import (
     models as m,
 )
 
-from steps.pipeline import PARAMS, STAGES, Stage, producer
+from steps import convert_gguf, sizing
+from steps.check_parameters import ray_replica_flags
+from steps.pipeline import PARAMS, STAGES, Param, Stage, producer
 from workflows import rayjob
+from workflows.images import DEFAULT as DEFAULT_IMAGES
+from workflows.images import Images
 
-IMAGE_REPO = "ghcr.io/distillery-ml"
-IMAGE_TAG = "0.1.0"
-IMAGE_CPU = f"{IMAGE_REPO}/distillery-cpu:{IMAGE_TAG}"
-IMAGE_CUDA = f"{IMAGE_REPO}/distillery-cuda:{IMAGE_TAG}"
-IMAGE_RAY = f"{IMAGE_REPO}/distillery-ray:{IMAGE_TAG}"  # multi-arch (amd64, arm64): images/ray.Dockerfile
 SERVICE_ACCOUNT = "distillery"
 IN_DIR = "/work/in"
 OUT_DIR = "/work/out"
@@ -80,6 +91,16 @@ TRAIN_BACKENDS = ("gpu", "cpu", "ray")
 BUCKET = "distillery-artifacts"
 RUN_PREFIX = "runs/{{workflow.uid}}"
 S3_ENV_SECRET = "distillery-s3"  # optional: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL at home
+CHECK_TASK = "check-parameters"  # the cluster run's first task (steps/check_parameters.py); not a pipeline stage
+PREFLIGHT = "preflight"  # the stage whose outputs size the others
+ADAPTER = "adapter"  # the train stage's output: at a fixed key of the run, whichever backend made it
+GGUF = "gguf"  # convert-gguf's folder: F16, the ladder, the served quantisations of candidate and base, reports
+# Outputs at fixed keys of the run, read by key: the dataset (the Ray job reads it from there), the adapter (whichever
+# backend wrote it) and the GGUF folder (its readers take only the files they read: GGUF_READS).
+KEYED_OUTPUTS = ("dataset", ADAPTER, GGUF)
+# Which served GGUFs (convert-gguf's output parameters naming them) each reader downloads, besides the reports
+# (`convert_gguf.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
+GGUF_READS = {"evaluate": ("candidate-gguf", "base-gguf"), "register": ("candidate-gguf",)}
 
 
 def run_key(name: str) -> str:
@@ -105,13 +126,15 @@ CLUSTER_PARAMS = [
     Parameter(name=g.parameter, value=str(g.default_replicas), description=rayjob.parameter_help(g))
     for g in rayjob.WORKER_GROUPS
 ]
+assert [g.parameter for g in rayjob.WORKER_GROUPS] == list(ray_replica_flags())
 
-# What each stage needs from a node. Conversion holds two models in memory at once; evaluation runs llama.cpp.
+# What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
+# preflight for the run's base model (a podSpecPatch); these are their floors and CPU.
 RESOURCES = {
+    CHECK_TASK: m.ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "512Mi"}),
     "preflight": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
     "fetch-dataset": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
     "train-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "8Gi"}, limits={"memory": "12Gi"}),
-    "collect-adapter": m.ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "512Mi"}),
     "train-gpu": m.ResourceRequirements(
         requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
         limits={"memory": "32Gi", "nvidia.com/gpu": "1"},
@@ -121,6 +144,12 @@ RESOURCES = {
     "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
     "propose": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
 }
+POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
+# The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it
+# directly; from the container's own filesystem it would be tarred, gzipped, copied and unpacked first (three copies
+# of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing.py counts on it.
+OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
+assert sizing.ARGO_OUTPUT_COPIES == 0, "steps/sizing.py counts Argo's output copies; the emptyDir avoids them"
 
 # Every pod runs as the image's unprivileged user (uid 1000), under the runtime's default seccomp profile.
 POD_SECURITY = m.PodSecurityContext(
@@ -139,14 +168,22 @@ CONTAINER_SECURITY = m.SecurityContext(
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
 GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot"}
 GPU_TOLERATIONS = [m.Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
-# A spot reclaim deletes the pod: retry it (the train step resumes from its latest checkpoint).
+# A spot reclaim deletes the pod (the node goes: Argo marks the attempt Error, exit code -1), or the two-minute notice
+# reaches the train step, which flushes a checkpoint and exits 143 (Failed), or the node's shutdown kills it (137):
+# retry all of these, at any time before the workflow's deadline; the new pod resumes from the run's latest
+# checkpoint. Only the step's own verdicts are final: exit 1 (an error it raised) and 2 (a bad command line) would
+# fail the same way again, on a GPU node, five times. No backoff.maxDuration: Argo measures it from the FIRST
+# attempt's start and kills a running retry at that mark too (processNodeRetries: executionDeadline), so a run
+# reclaimed after it would not be retried (tests/test_retry_timeline.py).
 GPU_RETRY = RetryStrategy(
-    limit="3",
+    limit="5",
     retry_policy="Always",
-    backoff=m.Backoff(duration="30s", factor="2", max_duration="30m"),
+    expression="lastRetry.status == 'Error' || lastRetry.exitCode not in ['1', '2']",
+    backoff=m.Backoff(duration="30s", factor="2"),
 )
 DEFAULT_RETRY = RetryStrategy(limit="2", retry_policy="OnError", backoff=m.Backoff(duration="10s", factor="2"))
 S3_ENV = [m.EnvFromSource(secret_ref=m.SecretEnvSource(name=S3_ENV_SECRET, optional=True))]
+UNARCHIVED = NoneArchiveStrategy()
 
 
 def _args(stage: Stage) -> list[str]:
@@ -161,34 +198,66 @@ def _args(stage: Stage) -> list[str]:
 
 
 def _output(stage: Stage) -> Artifact:
-    if stage.name == "fetch-dataset":
-        # This run's S3 prefix, unarchived: the Ray job reads the files from there (see the module docstring).
+    if stage.output in KEYED_OUTPUTS:
         return S3Artifact(
-            name=stage.output,
-            path=f"{OUT_DIR}/{stage.output}",
-            key=run_key(stage.output),
-            archive=NoneArchiveStrategy(),
+            name=stage.output, path=f"{OUT_DIR}/{stage.output}", key=run_key(stage.output), archive=UNARCHIVED
         )
-    return Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}")
+    return Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}", archive=UNARCHIVED)
+
+
+def _inputs(stage: Stage, name: str) -> list[Artifact]:
+    if name == ADAPTER:
+        return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name))]
+    if name == GGUF:  # only the files this step reads, each by its key
+        files = [*convert_gguf.REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[stage.name])]
+        return [
+            S3Artifact(name=f"{GGUF}-{i}", path=f"{IN_DIR}/{GGUF}/{f}", key=f"{run_key(GGUF)}/{f}")
+            for i, f in enumerate(files)
+        ]
+    return [Artifact(name=name, path=f"{IN_DIR}/{name}")]
 
 
 def _exports(stage: Stage, folder: str) -> list[Parameter]:
     return [Parameter(name=e, value_from=m.ValueFrom(path=f"{folder}/_outputs/{e}")) for e in stage.exports]
 
 
-def _template(stage: Stage, name: str, image: str, extra_args: tuple[str, ...] = (), **extra: object) -> Container:
+def _template(
+    stage: Stage, name: str, image: str, extra_args: tuple[str, ...] = (), sized: bool = False, **extra: object
+) -> Container:
+    inputs: list[Parameter | Artifact] = [Parameter(name=p) for p in stage.params]
+    if GGUF in stage.inputs:
+        inputs += [Parameter(name=p) for p in GGUF_READS[stage.name]]
+    if sized:
+        inputs.append(Parameter(name=POD_PATCH_INPUT))
     return Container(
         name=name,
         image=image,
         command=["python"],
         args=_args(stage) + list(extra_args),
-        inputs=[Parameter(name=p) for p in stage.params]
-        + [Artifact(name=i, path=f"{IN_DIR}/{i}") for i in stage.inputs],
+        inputs=inputs + [a for i in stage.inputs for a in _inputs(stage, i)],
         outputs=[_output(stage), *_exports(stage, f"{OUT_DIR}/{stage.output}")],
         resources=RESOURCES[name],
         security_context=CONTAINER_SECURITY,
+        volumes=[OUTPUT_VOLUME],
+        volume_mounts=[m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR)],
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
+        pod_spec_patch=f"{{{{inputs.parameters.{POD_PATCH_INPUT}}}}}" if sized else None,
         **extra,
+    )
+
+
+def _check_template(image: str) -> Container:
+    """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
+    names = [p.name for p in PARAMS] + list(ray_replica_flags())
+    return Container(
+        name=CHECK_TASK,
+        image=image,
+        command=["python"],
+        args=["-m", "steps.check_parameters"] + [a for n in names for a in (f"--{n}", f"{{{{inputs.parameters.{n}}}}}")],
+        inputs=[Parameter(name=n) for n in names],
+        resources=RESOURCES[CHECK_TASK],
+        security_context=CONTAINER_SECURITY,
+        retry_strategy=DEFAULT_RETRY,
     )
 
 
@@ -208,11 +277,15 @@ def _ray_entrypoint(stage: Stage) -> list[str]:
     return args
 
 
-def _ray_template(stage: Stage) -> DAG:
-    """`train-ray`: create the RayJob and wait for it, then bring its adapter back as an Argo artifact."""
-    replicas = [g.parameter for g in rayjob.WORKER_GROUPS]
+def _ray_inputs() -> list[str]:
+    """The RayJob template's per-group inputs: replicas, CPUs (= Ray CPUs) and memory of each group's pods."""
+    return [p for g in rayjob.WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter)]
+
+
+def _ray_template(stage: Stage, image: str) -> Resource:
+    """`train-ray`: create the RayJob and wait until it succeeds or reaches any other terminal state."""
     job = rayjob.rayjob(
-        image=IMAGE_RAY,
+        image=image,
         entrypoint_args=_ray_entrypoint(stage),
         service_account=SERVICE_ACCOUNT,
         pod_security=POD_SECURITY.model_dump(by_alias=True, exclude_none=True),
@@ -220,59 +293,40 @@ def _ray_template(stage: Stage) -> DAG:
         env_secret=S3_ENV_SECRET,
     )
     job_params = [p for p in stage.params if p != "train-backend"]
-    create = Resource(
-        name="train-rayjob",
+    return Resource(
+        name="train-ray",
         action="create",
         set_owner_reference=True,  # deleted with the workflow (and deletes its RayCluster)
         success_condition=rayjob.SUCCESS_CONDITION,
         failure_condition=rayjob.FAILURE_CONDITION,
         manifest=rayjob.manifest(job),
-        inputs=[Parameter(name=p) for p in [*job_params, *replicas, "ray-workers"]],
+        inputs=[Parameter(name=p) for p in [*job_params, *_ray_inputs(), "ray-workers"]],
         outputs=[Parameter(name="rayjob-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         # No retry: a second create would start a second RayJob beside the first. Ray Train restarts lost workers
         # itself; a rerun of the workflow resumes from the run's checkpoints.
     )
-    adapter = f"{OUT_DIR}/{stage.output}"
-    collect = Container(
-        name="collect-adapter",
-        image=IMAGE_CPU,
-        command=["bash", "-c"],
-        # The step uploads result.json last, so a folder without it is a partial upload: fail here, not downstream.
-        args=[
-            f"set -euo pipefail; test -s {IN_DIR}/{stage.output}/result.json; "
-            f"mkdir -p {OUT_DIR}; cp -r {IN_DIR}/{stage.output} {adapter}"
-        ],
-        inputs=[
-            S3Artifact(name=stage.output, path=f"{IN_DIR}/{stage.output}", key=run_key(stage.output)),
-        ],
-        outputs=[Artifact(name=stage.output, path=adapter), *_exports(stage, adapter)],
-        resources=RESOURCES["collect-adapter"],
-        security_context=CONTAINER_SECURITY,
-        retry_strategy=DEFAULT_RETRY,
-    )
 
-    def inputs(name: str) -> str:
-        return f"{{{{inputs.parameters.{name}}}}}"
 
-    with DAG(
-        name="train-ray",
-        inputs=[Parameter(name=p) for p in [*stage.params, *replicas]],
-    ) as dag:
-        job_task = Task(
-            name="rayjob",
-            template=create,
-            arguments=[Parameter(name=p, value=inputs(p)) for p in [*job_params, *replicas]]
-            + [Parameter(name="ray-workers", value=rayjob.train_workers_expression())],
-        )
-        collect_task = Task(name="collect-adapter", template=collect, depends=f"{job_task.name}.Succeeded")
-    dag.outputs = [
-        collect_task.get_artifact(stage.output).with_name(stage.output),
-        *[
-            Parameter(name=e, value_from=m.ValueFrom(parameter=collect_task.get_parameter(e).value))
-            for e in stage.exports
-        ],
-    ]
-    return dag
+def _ray_arguments(preflight: Task) -> list[Parameter]:
+    """The RayJob's sizing, from preflight's plan and the requested replicas: a group whose pods cannot hold one
+    training worker for this base gets no replicas (the Pis, for all but small bases)."""
+
+    def out(name: str) -> str:
+        return f"tasks['{preflight.name}'].outputs.parameters['{name}']"
+
+    args = []
+    per_pod = {}
+    for g in rayjob.WORKER_GROUPS:
+        per_pod[g.name] = out(sizing.ray_workers_output(g.name))
+        replicas = f"workflow.parameters['{g.parameter}']"
+        args += [
+            Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas} : '0'}}}}"),
+            Parameter(name=g.cpus_parameter, value=rayjob.cpus_expression(g, per_pod[g.name])),
+            Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
+        ]
+    replicas = {g.name: f"workflow.parameters['{g.parameter}']" for g in rayjob.WORKER_GROUPS}
+    args.append(Parameter(name="ray-workers", value=rayjob.train_workers_expression(replicas, per_pod)))
+    return args
 
 
 # The exit handler's delete: waits for the RayJob to be gone (KubeRay's finalizer), but not forever if the operator is
@@ -299,52 +353,43 @@ def _exit_handler(backend: str) -> DAG:
     return dag
 
 
-def _train_templates(stage: Stage) -> dict[str, Container | DAG]:
+def _train_templates(stage: Stage, images: Images) -> dict[str, Container | Resource]:
     # A fixed place per run, so the pod that replaces a reclaimed spot pod finds its predecessor's checkpoints.
     checkpoints = ("--checkpoint-dir", run_uri("checkpoints"))
     return {
         "gpu": _template(
             stage,
             "train-gpu",
-            IMAGE_CUDA,
+            images.ref("cuda"),
             extra_args=checkpoints,
+            sized=True,
             node_selector=GPU_NODE_SELECTOR,
             tolerations=GPU_TOLERATIONS,
             retry_strategy=GPU_RETRY,
-            pod_spec_patch=None,
             annotations={"karpenter.sh/do-not-disrupt": "true"},
             env_from=S3_ENV,
         ),
-        "cpu": _template(stage, "train-cpu", IMAGE_CPU, extra_args=checkpoints, env_from=S3_ENV),
-        "ray": _ray_template(stage),
+        "cpu": _template(stage, "train-cpu", images.ref("cpu"), extra_args=checkpoints, sized=True, env_from=S3_ENV),
+        "ray": _ray_template(stage, images.ref("ray")),
     }
 
 
-def _from_train(output: str, train_tasks: dict[str, Task]) -> Artifact:
-    """The adapter from whichever train task ran (the others were skipped by their `when`)."""
-    *tried, last = train_tasks.values()
-    expression = f"tasks['{last.name}'].outputs.artifacts.{output}"
-    for task in reversed(tried):
-        expression = (
-            f"tasks['{task.name}'].status == 'Succeeded' ? tasks['{task.name}'].outputs.artifacts.{output}"
-            f" : {expression}"
-        )
-    return Artifact(name=output, from_expression=expression)
+def _patch_argument(preflight: Task, step: str) -> Parameter:
+    return Parameter(name=POD_PATCH_INPUT, value=preflight.get_parameter(sizing.pod_patch_output(step)).value)
 
 
-def _pi_gate(preflight: Task) -> str:
-    """The Pi group's replicas: the requested count if preflight found the base model small enough, else 0."""
-    ok = f"tasks['{preflight.name}'].outputs.parameters['arm64-ok']"
-    pi = next(g for g in rayjob.WORKER_GROUPS if g.arch == "arm64").parameter
-    return f"{{{{={ok} == 'true' ? workflow.parameters['{pi}'] : '0'}}}}"
+def _workflow_parameter(p: Param) -> Parameter | m.Parameter:
+    if p.cluster is None:  # no default: `argo submit` refuses a run that does not set it (hera would write "null")
+        return m.Parameter(name=p.name, description=p.help)
+    return Parameter(name=p.name, value=p.cluster, description=p.help)
 
 
-def build() -> WorkflowTemplate:
+def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
     with WorkflowTemplate(
         name="distill",
         entrypoint="pipeline",
         service_account_name=SERVICE_ACCOUNT,
-        arguments=[Parameter(name=p.name, value=p.cluster, description=p.help) for p in PARAMS] + CLUSTER_PARAMS,
+        arguments=[_workflow_parameter(p) for p in PARAMS] + CLUSTER_PARAMS,
         labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "pipeline"},
         annotations={"workflows.argoproj.io/description": "LoRA-distil a summariser, gate it, propose it in MLflow"},
         active_deadline_seconds=8 * 3600,
@@ -352,19 +397,32 @@ def build() -> WorkflowTemplate:
         ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
         security_context=POD_SECURITY,
     ) as wt:
-        templates: dict[str, Container | dict[str, Container | DAG]] = {}
+        check_template = _check_template(images.ref("cpu"))
+        templates: dict[str, Container | dict[str, Container | Resource]] = {}
         for stage in STAGES:
             if stage.name == "train":
-                templates[stage.name] = _train_templates(stage)
+                templates[stage.name] = _train_templates(stage, images)
             elif stage.name in SHARED_CACHES:  # work that is the same in every run on a base, kept across runs
                 flag, location = SHARED_CACHES[stage.name]
                 templates[stage.name] = _template(
-                    stage, stage.name, IMAGE_CPU, extra_args=(flag, location), env_from=S3_ENV
+                    stage,
+                    stage.name,
+                    images.ref("cpu"),
+                    extra_args=(flag, location),
+                    sized=stage.name in sizing.POD_PATCH_STEPS,
+                    env_from=S3_ENV,
                 )
             else:
-                templates[stage.name] = _template(stage, stage.name, IMAGE_CPU)
+                templates[stage.name] = _template(
+                    stage, stage.name, images.ref("cpu"), sized=stage.name in sizing.POD_PATCH_STEPS
+                )
 
         with DAG(name="pipeline"):
+            check = Task(
+                name=CHECK_TASK,
+                template=check_template,
+                arguments=[Parameter(name=p.name, value=wt.get_parameter(p.name).value) for p in check_template.inputs],
+            )
             tasks: dict[str, Task] = {}
             train_tasks: dict[str, Task] = {}
             for stage in STAGES:
@@ -373,9 +431,9 @@ def build() -> WorkflowTemplate:
                 deps: list[str] = []
                 for name in stage.inputs:
                     src = producer(name)
-                    if src.name == "train":
-                        artifacts.append(_from_train(name, train_tasks))
-                    else:
+                    if name == GGUF:  # read by key; which files, the producer's outputs say
+                        params += [tasks[src.name].get_parameter(p).with_name(p) for p in GGUF_READS[stage.name]]
+                    elif src.name != "train":  # the adapter is read at its fixed key (see the module docstring)
                         artifacts.append(tasks[src.name].get_artifact(name).with_name(name))
                     if src.name not in deps:
                         deps.append(src.name)
@@ -385,35 +443,31 @@ def build() -> WorkflowTemplate:
                     if d == "train"
                     else f"{tasks[d].name}.Succeeded"
                     for d in deps
-                )
+                ) or f"{check.name}.Succeeded"
                 if stage.name == "train":
                     backend = wt.get_parameter("train-backend").value
                     for kind, template in templates["train"].items():  # type: ignore[union-attr]
                         if kind == "ray":  # reads the dataset from the run's S3 prefix, not as an artifact
-                            arguments = params + [
-                                Parameter(
-                                    name=g.parameter,
-                                    value=_pi_gate(tasks["preflight"])
-                                    if g.arch == "arm64"
-                                    else wt.get_parameter(g.parameter).value,
-                                )
-                                for g in rayjob.WORKER_GROUPS
-                            ]
+                            job_params = [p for p in params if p.name != "train-backend"]
+                            arguments = job_params + _ray_arguments(tasks[PREFLIGHT])
                         else:
-                            arguments = params + artifacts
+                            arguments = params + artifacts + [_patch_argument(tasks[PREFLIGHT], template.name)]
                         train_tasks[kind] = Task(
                             name=template.name,
                             template=template,
                             arguments=arguments,
-                            depends=depends or None,
+                            depends=depends,
                             when=f"'{backend}' == '{kind}'",
                         )
                 else:
+                    arguments = params + artifacts
+                    if stage.name in sizing.POD_PATCH_STEPS:
+                        arguments.append(_patch_argument(tasks[PREFLIGHT], stage.name))
                     tasks[stage.name] = Task(
                         name=stage.name,
                         template=templates[stage.name],  # type: ignore[arg-type]
-                        arguments=params + artifacts,
-                        depends=depends or None,
+                        arguments=arguments,
+                        depends=depends,
                     )
         # Last among the templates: tests find the RayJob's create template as the first that names a RayJob.
         wt.on_exit = _exit_handler(wt.get_parameter("train-backend").value)

@@ -72,8 +72,7 @@ from steps import sizing
 API_VERSION = "ray.io/v1"
 RAY_VERSION = "2.60.0"  # the ray wheel in images/ray.Dockerfile (constraints.txt); KubeRay gates features on it
 # torch threads (and Ray CPUs) per training worker: a pod of a group holds a whole number of workers.
-# TODO(sizing): read steps.sizing.RAY_THREADS_PER_WORKER once it is there (one rule, one place).
-THREADS_PER_WORKER = 2
+THREADS_PER_WORKER = sizing.RAY_THREADS_PER_WORKER
 MAX_FAILURES = 3  # Ray Train worker-group restarts from the latest checkpoint (spot reclaims, a lost Pi)
 # The whole RayJob, cluster start included, from its status.startTime; within the workflow's own deadline (8 h), which
 # started earlier. Past it KubeRay fails the job (DeadlineExceeded) and deletes the cluster.

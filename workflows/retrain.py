@@ -25,7 +25,9 @@ from hera.workflows import models as m
 
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
-from workflows.distill import CONTAINER_SECURITY, DEFAULT_RETRY, IMAGE_CPU, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
+from workflows.distill import CONTAINER_SECURITY, DEFAULT_RETRY, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
+from workflows.images import DEFAULT as DEFAULT_IMAGES
+from workflows.images import Images
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
 TIMEZONE = "UTC"
@@ -96,7 +98,7 @@ def retrain_manifest() -> str:
     return yaml.safe_dump(workflow, sort_keys=False, width=1000)
 
 
-def build(schedule: str = SCHEDULE) -> CronWorkflow:
+def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWorkflow:
     helps = _help()
     with CronWorkflow(
         name="distill-retrain-check",
@@ -121,10 +123,13 @@ def build(schedule: str = SCHEDULE) -> CronWorkflow:
         out = f"{OUT_DIR}/{OUTPUT}"
         check_template = Container(
             name="check-triggers",
-            image=IMAGE_CPU,
+            image=images.ref("cpu"),
             command=["python"],
             args=["-m", "steps.check_triggers", "--out", out]
-            + [a for name in CHECK_DEFAULTS for a in (f"--{name}", f"{{{{inputs.parameters.{name}}}}}")],
+            + [a for name in CHECK_DEFAULTS for a in (f"--{name}", f"{{{{inputs.parameters.{name}}}}}")]
+            # Every retry of the check shares the run's uid, so a retry repeats the decision instead of being
+            # debounced by the tags its lost predecessor wrote.
+            + ["--run-id", "{{workflow.uid}}"],
             inputs=[Parameter(name=name) for name in CHECK_DEFAULTS],
             outputs=[Parameter(name=o, value_from=m.ValueFrom(path=f"{out}/_outputs/{o}")) for o in CHECK_OUTPUTS],
             resources=RESOURCES,

@@ -1,0 +1,79 @@
+"""check-parameters: the cluster run's first step refuses any bad workflow parameter, naming the value and what is
+allowed, with the steps' own rules; and every other task of the run waits for it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from steps import check_parameters
+from steps.pipeline import PARAMS
+from tests.conftest import ROOT
+from tests.manifests import rendered_template, templates
+from workflows.distill import CHECK_TASK
+
+
+def cluster_values(**changes: str) -> dict[str, str]:
+    """The WorkflowTemplate's defaults, with the required dataset repository given, and `changes` applied."""
+    values = {p["name"]: p.get("value", "") for p in rendered_template()["spec"]["arguments"]["parameters"]}
+    values["dataset-repo"] = "https://git.example.com/you/summaries-data.git"
+    values.update({k.replace("_", "-"): v for k, v in changes.items()})
+    return values
+
+
+def test_the_templates_defaults_pass():
+    assert check_parameters.problems(cluster_values()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"train_backend": "GPU"}, r"--train-backend 'GPU' is not one of cpu, gpu, ray"),
+        ({"lora_r": "sixteen"}, r"--lora-r: invalid int value: 'sixteen'"),
+        ({"learning_rate": "2e-4x"}, r"--learning-rate: invalid float value"),
+        ({"qlora": "maybe"}, r"--qlora: expected true or false, got 'maybe'"),
+        ({"qlora": "true", "train_backend": "cpu"}, r"--qlora needs --train-backend gpu"),
+        ({"quantization": "Q4_K_M", "quantizations": "Q8_0"}, r"--quantization 'Q4_K_M' must be one of"),
+        ({"quantizations": "Q8_0,Q3_XS"}, r"--quantizations: 'Q3_XS' is not one of"),
+        ({"confidence": "95"}, r"--confidence 95.0: use a value between 0.5 and 1"),
+        ({"ray_pi_workers": "-1"}, r"--ray-pi-workers '-1': a replica count"),
+        ({"batch_size": "0"}, r"--batch-size 0: needs at least 1"),
+    ],
+)
+def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str):
+    found = check_parameters.problems(cluster_values(**changes))
+    assert any(re.search(expected, p) for p in found), found
+
+
+def test_every_problem_is_listed_once_and_at_once():
+    found = check_parameters.problems(cluster_values(train_backend="tpu", lora_r="x", seed="y"))
+    assert len(found) == 3, found  # seed is read by two steps: said once
+
+
+def test_the_command_exits_1_and_lists_the_problems():
+    args = [a for k, v in cluster_values(train_backend="GPU").items() for a in (f"--{k}", v)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "steps.check_parameters", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert "--train-backend 'GPU' is not one of cpu, gpu, ray" in proc.stderr
+
+
+def test_it_checks_every_workflow_parameter_and_runs_first():
+    declared = [p["name"] for p in rendered_template()["spec"]["arguments"]["parameters"]]
+    check = templates()[CHECK_TASK]
+    assert [p["name"] for p in check["inputs"]["parameters"]] == declared
+    assert {p.name for p in PARAMS} <= set(declared)
+    tasks = {t["name"]: t for t in templates()["pipeline"]["dag"]["tasks"]}
+    assert "depends" not in tasks[CHECK_TASK]
+
+    def ancestors(name: str) -> set[str]:
+        direct = set(re.findall(r"([a-z0-9-]+)\.Succeeded", tasks[name].get("depends", "")))
+        return direct.union(*(ancestors(d) for d in direct)) if direct else set()
+
+    for name in tasks:
+        if name != CHECK_TASK:
+            assert CHECK_TASK in ancestors(name), f"{name} may start before the parameters are checked"

@@ -1,0 +1,139 @@
+"""Argo's retry rules against the GPU train step: a spot reclaim at any time before the workflow's deadline gets a retry
+that is allowed to run to the end, and a failure of the step's own making is not retried on a GPU.
+
+Ported from argoproj/argo-workflows v4.1.2 (same logic in v3.7.18) `workflow/controller/operator.go`:
+`processNodeRetries` (workflow deadline, backoff.maxDuration measured from the FIRST attempt's start, the backoff
+wait, the retry policy, the limit, `retryStrategy.expression`) and `buildRetryStrategyLocalScope` (`lastRetry.exitCode`
+is a string, "-1" when the attempt has no exit code; `lastRetry.status` is the node phase). A retry gets
+`executionDeadline = maxDurationDeadline`: the executor kills its main container at that time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from tests.manifests import rendered_template, templates
+
+HOUR = 3600.0
+
+
+def seconds(duration: str) -> float:
+    """Argo's ParseStringToDuration for the forms used here: plain seconds or Go durations like 30s, 30m, 2h."""
+    if re.fullmatch(r"\d+", duration):
+        return float(duration)
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(h|m|s)", duration):
+        total += float(number) * {"h": 3600, "m": 60, "s": 1}[unit]
+    assert total > 0, duration
+    return total
+
+
+def expression_holds(expression: str, status: str, exit_code: str) -> bool:
+    """expr-lang for the operators a retry expression here may use: ==, !=, in/not in lists, ||, &&, !."""
+    python = expression.replace("||", " or ").replace("&&", " and ")
+    python = re.sub(r"!(?!=)", " not ", python)
+    python = python.replace("lastRetry.status", "status").replace("lastRetry.exitCode", "exit_code")
+    assert "lastRetry" not in python, f"a lastRetry variable this port does not know: {expression}"
+    return bool(eval(python, {"__builtins__": {}}, {"status": status, "exit_code": exit_code}))
+
+
+@dataclass
+class Attempt:
+    started: float
+    finished: float
+    phase: str  # Failed or Error
+    exit_code: str
+
+
+def next_attempt(strategy: dict, attempts: list[Attempt], deadline: float) -> tuple[float, float | None] | str:
+    """processNodeRetries after the last attempt failed, as time passes: when the next attempt starts and the
+    execution deadline it gets (None: none), or why there is none."""
+    last = attempts[-1]
+    if last.finished > deadline:
+        return "retry exceeded workflow deadline"
+    backoff = strategy.get("backoff") or {}
+    max_deadline = None
+    if backoff.get("maxDuration"):
+        max_deadline = attempts[0].started + seconds(backoff["maxDuration"])
+        if last.finished > max_deadline:
+            return "Max duration limit exceeded"
+    wait = seconds(backoff["duration"]) * float(backoff.get("factor", 1)) ** (len(attempts) - 1) if backoff else 0.0
+    start = last.finished + wait
+    if max_deadline is not None and start > max_deadline:
+        return "Backoff would exceed max duration limit"
+    policy = strategy.get("retryPolicy", "OnFailure")
+    retry_failed = policy in ("Always", "OnFailure")
+    retry_error = policy in ("Always", "OnError")
+    if (last.phase == "Failed" and not retry_failed) or (last.phase == "Error" and not retry_error):
+        return "Node not set to be retried"
+    if len(attempts) > int(strategy["limit"]):
+        return "No more retries left"
+    if strategy.get("expression") and not expression_holds(strategy["expression"], last.phase, last.exit_code):
+        return "retryStrategy.expression evaluated to false"
+    if start > deadline:
+        return "retry exceeded workflow deadline"
+    return start, max_deadline
+
+
+def gpu_strategy() -> dict:
+    return templates()["train-gpu"]["retryStrategy"]
+
+
+def workflow_deadline() -> float:
+    return float(rendered_template()["spec"]["activeDeadlineSeconds"])
+
+
+RECLAIMS = [  # (phase, exit code) of an attempt lost to a spot reclaim
+    ("Error", "-1"),  # the node went: pod deleted
+    ("Failed", "143"),  # the two-minute notice: the train step flushed a checkpoint and exited on SIGTERM
+    ("Failed", "137"),  # killed at the end of the node's shutdown grace period
+    ("Failed", "-1"),  # no exit code recorded
+]
+
+
+@pytest.mark.parametrize("reclaim_at_h", [0.1, 0.49, 0.51, 1.0, 3.0, 6.0, 7.9])
+@pytest.mark.parametrize(("phase", "exit_code"), RECLAIMS)
+def test_a_reclaim_at_any_time_before_the_deadline_gets_a_retry_that_may_run_to_the_end(
+    reclaim_at_h: float, phase: str, exit_code: str
+):
+    startup = 300.0  # node start-up and image pull count: the attempt "started" when its pod did
+    attempts = [Attempt(started=startup, finished=reclaim_at_h * HOUR, phase=phase, exit_code=exit_code)]
+    got = next_attempt(gpu_strategy(), attempts, workflow_deadline())
+    assert not isinstance(got, str), f"reclaimed at {reclaim_at_h} h: {got}"
+    start, execution_deadline = got
+    assert start < workflow_deadline()
+    assert execution_deadline is None or execution_deadline >= workflow_deadline(), "the retry would be killed early"
+
+
+def test_repeated_reclaims_are_retried_up_to_the_limit():
+    strategy, deadline = gpu_strategy(), workflow_deadline()
+    attempts = [Attempt(0.0, 1.0 * HOUR, "Error", "-1")]
+    while not isinstance(got := next_attempt(strategy, attempts, deadline), str):
+        attempts.append(Attempt(got[0], got[0] + HOUR, "Error", "-1"))
+    assert len(attempts) == int(strategy["limit"]) + 1 >= 4, got
+    assert got == "No more retries left"
+
+
+@pytest.mark.parametrize("exit_code", ["1", "2"])
+def test_a_failure_of_the_steps_own_making_is_not_retried_on_a_gpu(exit_code: str):
+    attempts = [Attempt(0.0, 600.0, "Failed", exit_code)]
+    assert next_attempt(gpu_strategy(), attempts, workflow_deadline()) == "retryStrategy.expression evaluated to false"
+
+
+def test_the_old_strategy_is_caught_a_reclaim_after_30_minutes_got_no_retry():
+    old = {"limit": "3", "retryPolicy": "Always", "backoff": {"duration": "30s", "factor": "2", "maxDuration": "30m"}}
+    late = [Attempt(started=300.0, finished=0.6 * HOUR, phase="Error", exit_code="-1")]
+    assert next_attempt(old, late, workflow_deadline()) == "Max duration limit exceeded"
+    early = [Attempt(started=300.0, finished=0.2 * HOUR, phase="Error", exit_code="-1")]
+    start, execution_deadline = next_attempt(old, early, workflow_deadline())
+    assert execution_deadline == 300.0 + 1800.0  # and the retry would be killed at the 30-minute mark
+
+
+def test_the_expression_port_reads_argos_variables():
+    assert expression_holds("lastRetry.exitCode not in ['1', '2']", "Failed", "143")
+    assert not expression_holds("lastRetry.exitCode not in ['1', '2']", "Failed", "1")
+    assert expression_holds("lastRetry.status == 'Error' || lastRetry.exitCode == '9'", "Error", "-1")
+    assert not expression_holds("!(lastRetry.status == 'Error')", "Error", "-1")

@@ -1,0 +1,143 @@
+"""The step images' references: render settings, not constants.
+
+    DISTILLERY_IMAGE_REGISTRY=registry.example.com/ml DISTILLERY_IMAGE_TAG=0.2.0 \\
+    DISTILLERY_IMAGE_DIGEST_RAY=sha256:… python -m workflows.render
+
+`docker-bake.hcl` builds the three images as `<registry>/distillery-<kind>:<tag>` (its REGISTRY and TAG variables
+default to `DEFAULT` here; a test keeps them equal). A digest pins what the cluster pulls to the bytes that were built
+and pushed (`docker buildx bake --push --metadata-file meta.json` prints it): the reference is then
+`<name>:<tag>@sha256:…`, and the tag only tells a reader which release it was.
+
+Every value is checked against Docker's reference grammar (distribution/reference, regexp.go: `NameRegexp`,
+`TagRegexp`; reference.go: `NameTotalLengthMax`) before anything is rendered, and all problems are reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+KINDS = ("cpu", "cuda", "ray")
+# The project's version (pyproject.toml; a test keeps them equal): the tag a release's images are pushed under.
+VERSION = "0.1.0"
+ENV_REGISTRY = "DISTILLERY_IMAGE_REGISTRY"
+ENV_TAG = "DISTILLERY_IMAGE_TAG"
+ENV_DIGEST = {kind: f"DISTILLERY_IMAGE_DIGEST_{kind.upper()}" for kind in KINDS}
+
+# distribution/reference regexp.go, spelled out in Python (its \w is ASCII only, as Go's is).
+_ALNUM = r"[a-z0-9]+"
+_SEPARATOR = r"(?:[._]|__|[-]+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEPARATOR}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+_NAME = re.compile(rf"(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# The grammar admits any algorithm; registries and the OCI image spec (descriptor.md) know sha256 by this form, and
+# that is what buildx reports.
+_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+NAME_MAX = 255  # distribution/reference: NameTotalLengthMax, the name without tag or digest
+
+REGISTRY_RULE = (
+    "[host[:port]/]path, e.g. ghcr.io/distillery-ml or localhost:5000/ml: lowercase letters, digits and . _ - in the "
+    "path, no scheme, no trailing /"
+)
+TAG_RULE = "up to 128 of A-Z a-z 0-9 _ . -, not starting with . or -, e.g. 0.1.0"
+DIGEST_RULE = "sha256: followed by 64 lowercase hex digits, e.g. from `docker buildx bake --push --metadata-file`"
+
+
+def image_name(registry: str, kind: str) -> str:
+    """The repository an image of this kind is pushed to (docker-bake.hcl's tags)."""
+    return f"{registry}/distillery-{kind}"
+
+
+def problems(registry: str, tag: str, digests: Mapping[str, str], names: Mapping[str, str] | None = None) -> list[str]:
+    """Every way these settings break the reference grammar, one line each, naming the setting as `names` spells it
+    (keys "registry", "tag" and each kind; by default the Images field names)."""
+    names = {"registry": "registry", "tag": "tag", **{k: f"digests[{k!r}]" for k in KINDS}, **(names or {})}
+    found = []
+    longest = image_name(registry, max(KINDS, key=len))
+    if not _NAME.fullmatch(longest):
+        found.append(
+            f"{names['registry']}={registry!r} is not a registry and repository prefix; allowed: {REGISTRY_RULE}"
+        )
+    elif len(longest) > NAME_MAX:
+        found.append(f"{names['registry']}={registry!r} makes {longest!r} longer than {NAME_MAX} characters")
+    if not _TAG.fullmatch(tag):
+        found.append(f"{names['tag']}={tag!r} is not an image tag; allowed: {TAG_RULE}")
+    for kind, digest in digests.items():
+        if kind not in KINDS:
+            found.append(f"digest for unknown image kind {kind!r}; kinds are {', '.join(KINDS)}")
+        elif not _DIGEST.fullmatch(digest):
+            found.append(f"{names[kind]}={digest!r} is not an image digest; allowed: {DIGEST_RULE}")
+    return found
+
+
+@dataclass(frozen=True)
+class Images:
+    """Where the step images are pulled from: one registry prefix and tag for all three, a digest per kind if known."""
+
+    registry: str  # e.g. ghcr.io/distillery-ml; images are <registry>/distillery-<kind>
+    tag: str  # e.g. 0.1.0: the release the images were built for
+    digests: dict[str, str] = field(default_factory=dict, hash=False)  # kind -> sha256:…, pins the pushed bytes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digests", dict(self.digests))  # frozen means frozen: no alias of the caller's dict
+        found = problems(self.registry, self.tag, self.digests)
+        if found:
+            raise ValueError("bad image settings:\n  " + "\n  ".join(found))
+
+    def ref(self, kind: str) -> str:
+        """`<registry>/distillery-<kind>:<tag>`, with `@sha256:…` when that kind's digest is known."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown image kind {kind!r}; kinds are {', '.join(KINDS)}")
+        ref = f"{image_name(self.registry, kind)}:{self.tag}"
+        digest = self.digests.get(kind)
+        return f"{ref}@{digest}" if digest else ref
+
+
+DEFAULT = Images("ghcr.io/distillery-ml", VERSION, {})
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Images:
+    """`DEFAULT`, with whatever the DISTILLERY_IMAGE_* variables set. A variable that is set must be valid and
+    non-empty (unset it to keep the default), and an unknown DISTILLERY_IMAGE_* variable is an error, not ignored."""
+    env = os.environ if environ is None else environ
+    known = {ENV_REGISTRY, ENV_TAG, *ENV_DIGEST.values()}
+    found = [
+        f"{var} is not a setting; the settings are {', '.join(sorted(known))}"
+        for var in sorted(env)
+        if var.startswith("DISTILLERY_IMAGE_") and var not in known
+    ]
+    found += [
+        f"{var} is set but empty; unset it to keep the default, or give a value"
+        for var in sorted(known)
+        if var in env and not env[var]
+    ]
+    registry = env.get(ENV_REGISTRY) or DEFAULT.registry
+    tag = env.get(ENV_TAG) or DEFAULT.tag
+    digests = {kind: env[var] for kind, var in ENV_DIGEST.items() if env.get(var)}
+    names = {"registry": ENV_REGISTRY, "tag": ENV_TAG, **ENV_DIGEST}
+    found += problems(registry, tag, digests, names)
+    if found:
+        raise ValueError("bad image settings in the environment:\n  " + "\n  ".join(found))
+    return Images(registry, tag, digests)
+
+
+def parse_digests(items: Iterable[str], flag: str = "--image-digest") -> dict[str, str]:
+    """`["cpu=sha256:…", …]` (a repeated command-line flag) as {kind: digest}; the digests themselves are checked by
+    `Images`. Raises one ValueError listing every malformed item."""
+    digests: dict[str, str] = {}
+    found = []
+    for item in items:
+        kind, sep, digest = item.partition("=")
+        if not sep or kind not in KINDS:
+            found.append(f"{flag} {item!r}: expected KIND=sha256:… with KIND one of {', '.join(KINDS)}")
+        elif kind in digests:
+            found.append(f"{flag} {item!r}: a second digest for {kind}")
+        else:
+            digests[kind] = digest
+    if found:
+        raise ValueError("bad image digests:\n  " + "\n  ".join(found))
+    return digests

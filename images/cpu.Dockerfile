@@ -1,7 +1,8 @@
-# Step image for fetch-dataset, train (cpu), convert-gguf, evaluate, register and propose.
-#   docker build -f images/cpu.Dockerfile --build-arg GIT_SHA=$(git rev-parse HEAD) -t ghcr.io/distillery-ml/distillery-cpu:0.1.0 .
+# Step image for preflight, fetch-dataset, train (cpu), convert-gguf, evaluate, register, propose and check-triggers.
+# Built by docker-bake.hcl (target cpu, linux/amd64):  docker buildx bake cpu
 # llama-cpp-python is built portable (GGML_NATIVE=OFF: the nodes' CPUs differ from the builder's) and llama.cpp's
 # converter is extracted from the same sdist, by the same script the local set-up uses.
+# Layers from the slowest to the most often changed: llama.cpp (minutes of compiling), torch (CPU build), the project.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -12,15 +13,25 @@ RUN apt-get update \
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
 COPY scripts/install_llama_cpp.sh scripts/
+RUN DISTILLERY_CACHE=/tmp/distillery scripts/install_llama_cpp.sh /opt/llama.cpp && rm -rf /tmp/distillery
+# torch alone, from PyTorch's CPU index: PyPI's x86_64 torch is the CUDA build (GBs of CUDA libraries this image never
+# uses). The version is the one the test suite passes with (scripts/setup.sh). Its dependencies come with the project
+# below, from PyPI at constraints.txt's versions. The exact build installed here becomes a constraint, so the project
+# install can keep it but never swap it for PyPI's CUDA build: pip fails instead.
+ARG TORCH_VERSION=2.13.0
+RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
+ && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-cpu.txt \
+ && grep -q "^torch==${TORCH_VERSION}" /opt/torch-cpu.txt
+# The project from its source: dependency ranges in pyproject.toml, the tested versions in constraints.txt.
+COPY pyproject.toml README.md constraints.txt ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
-RUN DISTILLERY_CACHE=/tmp/distillery scripts/install_llama_cpp.sh /opt/llama.cpp && rm -rf /tmp/distillery
-# The CPU build of torch: the default wheel index would bring CUDA libraries this image never uses.
-# The project itself is installed from its source; its dependency ranges live in pyproject.toml.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu ".[data,train,convert,evaluate,register]"
+RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[data,train,convert,evaluate,register]" \
+ && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
+raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
+else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')"
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,7 +1,6 @@
 # Ray image for the RayJob of `train-backend=ray` (workflows/rayjob.py): head and every worker group, x86 and the
 # arm64 Raspberry Pis alike, so one multi-arch manifest list.
-#   docker buildx build --platform linux/amd64,linux/arm64 -f images/ray.Dockerfile \
-#     --build-arg GIT_SHA=$(git rev-parse HEAD) -t ghcr.io/distillery-ml/distillery-ray:0.1.0 --push .
+# Built by docker-bake.hcl (target ray, linux/amd64 and linux/arm64):  docker buildx bake ray
 # Base: the official Python image (one multi-arch manifest for both platforms, Debian, the project's Python 3.11, the
 # same base as the cpu image) rather than rayproject/ray, which publishes arm64 under separate `-aarch64` tags and brings
 # conda and a Python of its own. ray comes from PyPI at the version constraints.txt pins (workflows/rayjob.py:
@@ -20,15 +19,23 @@ RUN apt-get update \
 # PATH for a login shell, so only /usr/local/bin (where this Python and its `ray` script live) is sure to be on it.
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /app
+# torch alone, from PyTorch's CPU index (it has linux/amd64 and linux/arm64 builds; PyPI's torch is the CUDA build on
+# both). The version is the one the test suite passes with (scripts/setup.sh). Its dependencies come with the project
+# below, from PyPI at constraints.txt's versions. The exact build installed here becomes a constraint, so the project
+# install can keep it but never swap it for PyPI's CUDA build: pip fails instead.
+ARG TORCH_VERSION=2.13.0
+RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
+ && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-cpu.txt \
+ && grep -q "^torch==${TORCH_VERSION}" /opt/torch-cpu.txt
+# The project from its source: dependency ranges in pyproject.toml, the tested versions in constraints.txt.
 COPY pyproject.toml README.md constraints.txt ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
-# The CPU wheel index has torch for linux/amd64 and linux/arm64; the default index would bring CUDA on amd64.
-# The project itself is installed from its source; its dependency ranges live in pyproject.toml, the versions in
-# constraints.txt.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-      -c constraints.txt "torch==2.13.0" ".[ray]"
+RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[ray]" \
+ && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
+raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
+else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')"
 ARG GIT_SHA=unknown
 ENV HF_HOME=/work/.hf GIT_SHA=${GIT_SHA} PYTHONUNBUFFERED=1
 USER 1000:1000

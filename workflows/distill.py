@@ -166,7 +166,10 @@ CONTAINER_SECURITY = m.SecurityContext(
 )
 
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
-GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot"}
+# The cpu and cuda images are built for linux/amd64 only (docker-bake.hcl): their pods stay off the arm64 Raspberry
+# Pis of the homelab cluster (only the ray image is multi-arch). Resource templates run Argo's own multi-arch image.
+AMD64 = {"kubernetes.io/arch": "amd64"}
+GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot", **AMD64}
 GPU_TOLERATIONS = [m.Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
 # A spot reclaim deletes the pod (the node goes: Argo marks the attempt Error, exit code -1), or the two-minute notice
 # reaches the train step, which flushes a checkpoint and exits 143 (Failed), or the node's shutdown kills it (137):
@@ -242,6 +245,7 @@ def _template(
         volume_mounts=[m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR)],
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
         pod_spec_patch=f"{{{{inputs.parameters.{POD_PATCH_INPUT}}}}}" if sized else None,
+        node_selector=extra.pop("node_selector", AMD64),
         **extra,
     )
 
@@ -257,6 +261,7 @@ def _check_template(image: str) -> Container:
         inputs=[Parameter(name=n) for n in names],
         resources=RESOURCES[CHECK_TASK],
         security_context=CONTAINER_SECURITY,
+        node_selector=AMD64,
         retry_strategy=DEFAULT_RETRY,
     )
 

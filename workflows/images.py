@@ -1,7 +1,8 @@
 """The step images' references: render settings, not constants.
 
-    DISTILLERY_IMAGE_REGISTRY=registry.example.com/ml DISTILLERY_IMAGE_TAG=0.2.0 \\
-    DISTILLERY_IMAGE_DIGEST_RAY=sha256:… python -m workflows.render
+Set from the environment (`from_env`: DISTILLERY_IMAGE_REGISTRY, DISTILLERY_IMAGE_TAG, DISTILLERY_IMAGE_DIGEST_CPU,
+_CUDA, _RAY) or from the render command's flags (`parse_digests` reads `--image-digest cpu=sha256:…`); `DEFAULT`
+otherwise.
 
 `docker-bake.hcl` builds the three images as `<registry>/distillery-<kind>:<tag>` (its REGISTRY and TAG variables
 default to `DEFAULT` here; a test keeps them equal). A digest pins what the cluster pulls to the bytes that were built

@@ -25,7 +25,7 @@ from hera.workflows import models as m
 
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
-from workflows.distill import CONTAINER_SECURITY, DEFAULT_RETRY, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
+from workflows.distill import AMD64, CONTAINER_SECURITY, DEFAULT_RETRY, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
@@ -134,6 +134,7 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             outputs=[Parameter(name=o, value_from=m.ValueFrom(path=f"{out}/_outputs/{o}")) for o in CHECK_OUTPUTS],
             resources=RESOURCES,
             security_context=CONTAINER_SECURITY,
+            node_selector=AMD64,  # the cpu image is amd64 only
             retry_strategy=DEFAULT_RETRY,
         )
         submit_template = Resource(

@@ -23,8 +23,9 @@ file's GGUF metadata, under `general.*` where a standard key fits and `distiller
 
 The base's half of the work (its references, conversion, served quantisation and parity) is the same in every run
 on the same base: with `--base-cache` (a folder, by default `.cache/base-gguf`, or an s3:// prefix; on Argo the
-artifact bucket) it is kept as a sealed folder (steps/sealed.py) keyed by the sha256 of the base's files, the
-quantisation, the probe length, llama.cpp's version and this step's code, and reused: the file is the very bytes that
+artifact bucket) it is kept as a sealed folder (steps/sealed.py) keyed by the sha256 of the base's files (weights
+included), llama.cpp's version, the quantisation, the probes and BASE_CONVERSION_VERSION (`base_cache_key`), and
+reused: the file is the very bytes that
 passed parity when it was made (its digest is checked on every read), and its report is judged again against this
 run's thresholds.
 """
@@ -53,6 +54,9 @@ from steps.sealed import SealedFolders
 
 # llama.cpp's file types (enum llama_ftype) for the quantisations this step offers.
 QUANT_FTYPES = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
+# What the steps after this one read of its folder besides the served GGUFs (named in result.json): on the cluster
+# they download only these and the served files, not F16 and the rest of the ladder (workflows/distill.py).
+REPORT_FILES = ("result.json", "parity.json", "parity.md")
 LONG_DOCUMENT = " ".join(
     f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "
     f"and crews repaired {i * 29 % 83} of them within two days."
@@ -113,7 +117,8 @@ class ConvertConfig:
         default_factory=lambda: os.environ.get("DISTILLERY_BASE_CACHE", ".cache/base-gguf"),
         metadata={
             "help": "folder or s3:// prefix where the base's conversion and parity report are kept between runs "
-            "(keyed by the base's files, llama.cpp's version and this step's code); empty: convert it every run"
+            "(keyed by the base's files, llama.cpp's version, the settings and the conversion code's version); "
+            "empty: convert it every run"
         },
     )
 
@@ -135,8 +140,8 @@ def _table(text: str, what: str) -> dict[str, float]:
         raise ValueError(f"--{what} {text!r} is not a list like Q8_0=0.9,Q4_K_M=0.7") from e
 
 
-def ladder(cfg: ConvertConfig) -> list[str]:
-    """The quantisations to produce; every problem with the config is reported at once."""
+def config_problems(cfg: ConvertConfig) -> list[str]:
+    """Everything wrong with the quantisation settings, at once (also run by check-parameters)."""
     quants = [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
     problems = [
         f"--quantizations: {q!r} is not one of {', '.join(QUANT_FTYPES)}" for q in quants if q not in QUANT_FTYPES
@@ -146,9 +151,15 @@ def ladder(cfg: ConvertConfig) -> list[str]:
     top1, kl = _table(cfg.min_top1_agreement, "min-top1-agreement"), _table(cfg.max_mean_kl, "max-mean-kl")
     problems += [f"--min-top1-agreement has no threshold for {q}" for q in quants if q not in top1]
     problems += [f"--max-mean-kl has no threshold for {q}" for q in quants if q not in kl]
+    return problems
+
+
+def ladder(cfg: ConvertConfig) -> list[str]:
+    """The quantisations to produce; every problem with the config is reported at once."""
+    problems = config_problems(cfg)
     if problems:
         raise ValueError("; ".join(problems))
-    return quants
+    return [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
 
 
 def _threads(cfg: ConvertConfig) -> int:
@@ -382,35 +393,97 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
 
 CACHE_FILE = "base.gguf"
 CACHE_REPORT = "report.json"
-# Hashed into the cache key with the base's files: a change to how the base is converted or checked is a new key.
-KEY_SOURCES = ("convert_gguf.py", "preflight.py", "prompting.py")
-BASE_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".jinja", ".model", ".txt", ".tiktoken"}
+# The version of the code that makes and checks a cached base conversion (hf_reference, convert_hf_dir, quantize,
+# gguf_parity, first_divergence, _export, the float32 load in run): part of the cache key. Bump it in the same change
+# whenever that code would now make another GGUF or another parity report from the same base — other references,
+# another figure or threshold inside the per-file report, another dtype — so that no run reuses an entry made the old
+# way. Rewording a comment, a message or a line of parity.md needs no bump: the key is not the source's bytes.
+BASE_CONVERSION_VERSION = 1
+# The base's files the conversion and its parity check read besides the weights: config, tokenizer, chat template.
+BASE_META_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
+# The weights as transformers finds them in a folder, in its order of preference: one file, or shards by an index.
+BASE_WEIGHTS = (
+    ("model.safetensors", "model.safetensors.index.json"),
+    ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+)
+
+
+def _weight_files(folder: Path) -> list[Path] | None:
+    """The weight files transformers loads from `folder`, or None when any of them is not there."""
+    for single, index in BASE_WEIGHTS:
+        if (folder / index).is_file():
+            shards = [folder / name for name in sorted(set(read_json(folder / index)["weight_map"].values()))]
+            return shards if all(p.is_file() for p in shards) else None
+        if (folder / single).is_file():
+            return [folder / single]
+    return None
+
+
+def _base_folder(cfg: ConvertConfig) -> Path:
+    """The base's folder: itself, or the hub revision's snapshot holding every file the key covers."""
+    folder = Path(cfg.base_model)
+    if folder.is_dir():
+        return folder
+    from huggingface_hub import snapshot_download
+
+    # Not local_files_only: what a pod has downloaded so far (the tokenizer, before the weights) is not the revision,
+    # and a key of only those files is the same for a new revision with the same tokenizer. The weights are needed
+    # anyway (the candidate merges into them); safetensors first, as transformers, so a repository that also ships
+    # PyTorch .bin files is not downloaded twice.
+    meta = [f"*{suffix}" for suffix in BASE_META_SUFFIXES]
+    for weights in ("*.safetensors", "*.bin"):
+        folder = Path(
+            snapshot_download(
+                cfg.base_model, revision=cfg.base_revision, allow_patterns=[*meta, weights], ignore_patterns=["*/*"]
+            )
+        )
+        if _weight_files(folder) is not None:
+            break
+    return folder
+
+
+def _converter_version(converter_dir: Path) -> str:
+    """llama.cpp's converter: the release scripts/install_llama_cpp.sh took it from, else the digest of its sources."""
+    if (converter_dir / "VERSION").is_file():
+        return (converter_dir / "VERSION").read_text().strip()
+    sources = sorted(p for p in converter_dir.rglob("*.py") if p.is_file())  # the script, conversion/, gguf-py/
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(f"{path.relative_to(converter_dir).as_posix()}\0{sha256_file(path)}\0".encode())
+    return digest.hexdigest()
 
 
 def base_cache_key(cfg: ConvertConfig) -> str | None:
-    """The base conversion's cache key, or None when the base's files cannot be read here (then no cache)."""
+    """The base conversion's cache key, or None when the base's files cannot all be read here (then no cache).
+
+    It holds what determines the cached GGUF and its per-file parity report: the base's files (weights included, so
+    a new revision is a new key and the same files under another name or revision are the same key), llama.cpp's
+    runtime and converter versions, the served quantisation, the probes as they are asked (documents in the serving
+    prompt, tokenizer probes, reference length, near-tie margin) and BASE_CONVERSION_VERSION. Not the thresholds: a
+    cached report is judged again against each run's.
+    """
     import llama_cpp
 
-    folder = Path(cfg.base_model)
-    if not folder.is_dir():
-        try:
-            from huggingface_hub import snapshot_download
-
-            folder = Path(snapshot_download(cfg.base_model, revision=cfg.base_revision, local_files_only=True))
-        except Exception as e:  # not downloaded as a snapshot, or not a hub id: no key, no cache
-            print(f"convert-gguf: no base cache ({type(e).__name__}: cannot hash the base's files)", file=sys.stderr)
-            return None
-    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.suffix in BASE_FILE_SUFFIXES}
-    here = Path(__file__).parent
+    try:
+        folder = _base_folder(cfg)
+    except Exception as e:  # not a folder, and not a hub revision that can be read: no key, no cache
+        print(f"convert-gguf: no base cache ({type(e).__name__}: cannot read the base's files)", file=sys.stderr)
+        return None
+    weights = _weight_files(folder)
+    if weights is None:
+        print(f"convert-gguf: no base cache ({folder} does not hold all of the base's weights)", file=sys.stderr)
+        return None
+    meta = [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix in BASE_META_SUFFIXES]
     what = {
-        "files": files,
+        "version": BASE_CONVERSION_VERSION,
+        "files": {p.name: sha256_file(p) for p in [*meta, *weights]},
+        "llama_cpp_python": llama_cpp.__version__,
+        "converter": _converter_version(Path(cfg.converter_dir)),
         "quantization": cfg.quantization,
         "parity_tokens": cfg.parity_tokens,
-        "llama_cpp_python": llama_cpp.__version__,
-        "converter": (Path(cfg.converter_dir) / "VERSION").read_text().strip()
-        if (Path(cfg.converter_dir) / "VERSION").is_file()
-        else sha256_file(Path(cfg.converter_dir) / "convert_hf_to_gguf.py"),
-        "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
+        "tie_margin": TIE_MARGIN,
+        "probes": [messages(document) for document in PROBE_DOCUMENTS],
+        "tokenizer_probes": list(TOKENIZER_PROBES),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -1,0 +1,228 @@
+"""`dvc repro` reruns exactly the stages whose code changed: each stage's code dependencies in dvc.yaml are its
+module's whole import closure within the project (workflows/deps.py), no more and no less.
+
+    pytest tests/test_render_deps.py                   # the closure, dvc.yaml against it, Python's own imports
+    pytest -m integration tests/test_render_deps.py    # + real `dvc status` in a copy of the repo (~15 s)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps.pipeline import STAGES
+from tests.conftest import ROOT
+from workflows.deps import closure, code_files, module_file
+
+
+def code_deps_problems(stages: dict[str, dict], root: Path = ROOT) -> dict[str, dict[str, list[str]]]:
+    """Per dvc.yaml stage, the project modules its import closure holds that its deps lack, and code deps it lists
+    that it does not import (those rerun it for nothing)."""
+    problems = {}
+    for stage in STAGES:
+        deps = set(stages[stage.name]["deps"])
+        code = set(code_files(stage.module, root))
+        listed_code = {d for d in deps if d.endswith(".py")}
+        found = {"missing": sorted(code - deps), "not imported": sorted(listed_code - code)}
+        if found["missing"] or found["not imported"]:
+            problems[stage.name] = found
+    return problems
+
+
+def committed_stages() -> dict[str, dict]:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+# --- the closure ----------------------------------------------------------------------------------------------------
+
+
+def write_package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_the_closure_follows_imports_at_any_depth_and_of_every_form(tmp_path: Path):
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "attribute_only = 1\n",
+            "pkg/stage.py": """
+                import json
+                import pkg.top_level
+                from pkg import attribute_only
+                from . import sibling
+
+                def run():
+                    from pkg.in_function import x
+                    from pkg import in_function_from
+                    import pkg.in_function_import as alias
+
+                class Step:
+                    def method(self):
+                        try:
+                            from .in_method import y
+                        except ImportError:
+                            pass
+
+                if False:
+                    from pkg.sub import deep
+            """,
+            "pkg/top_level.py": "import os\n",
+            "pkg/sibling.py": "from .transitive import z\n",
+            "pkg/transitive.py": "z = 1\n",
+            "pkg/in_function.py": "x = 1\n",
+            "pkg/in_function_from.py": "",
+            "pkg/in_function_import.py": "",
+            "pkg/in_method.py": "y = 1\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/deep.py": "from ..transitive import z\nfrom ...outside import nothing  # beyond the project\n",
+            "pkg/not_imported.py": "",
+        },
+    )
+    assert closure("pkg.stage", tmp_path) == [
+        "pkg",
+        "pkg.in_function",
+        "pkg.in_function_from",
+        "pkg.in_function_import",
+        "pkg.in_method",
+        "pkg.sibling",
+        "pkg.stage",
+        "pkg.sub",
+        "pkg.sub.deep",
+        "pkg.top_level",
+        "pkg.transitive",
+    ]
+    files = code_files("pkg.stage", tmp_path)
+    assert "pkg/__init__.py" in files and "pkg/sub/__init__.py" in files and "pkg/not_imported.py" not in files
+
+
+def test_modules_outside_the_project_are_not_followed(tmp_path: Path):
+    write_package(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "import yaml\nfrom steps import common\n"})
+    assert module_file("yaml", tmp_path) is None
+    assert closure("pkg.a", tmp_path) == ["pkg", "pkg.a"]  # `steps` is not a package under tmp_path
+
+
+def test_the_stages_import_what_issue_11_found():
+    files = {s.name: set(code_files(s.module)) for s in STAGES}
+    assert {"steps/sealed.py", "steps/fetch_dataset.py"} <= files["train"]
+    assert {"steps/gguf_meta.py", "steps/preflight.py", "steps/sealed.py"} <= files["convert-gguf"]
+    assert {"steps/registry.py", "steps/sealed.py", "steps/fetch_dataset.py"} <= files["evaluate"]
+    assert "steps/serving.py" in files["register"]  # imported inside functions too
+    assert "steps/registry.py" in files["propose"]
+
+
+# --- dvc.yaml against the closure -----------------------------------------------------------------------------------
+
+
+def test_every_stage_depends_on_exactly_the_project_modules_it_imports():
+    assert code_deps_problems(committed_stages()) == {}, "run `python -m workflows.render`"
+
+
+def test_the_check_fails_when_a_module_a_stage_imports_is_missing():
+    stages = committed_stages()
+    stages["register"]["deps"] = [d for d in stages["register"]["deps"] if d != "steps/serving.py"]
+    assert code_deps_problems(stages) == {"register": {"missing": ["steps/serving.py"], "not imported": []}}
+    # The deps as they were before issue 11: the stage's module, common.py and prompting.py.
+    old = committed_stages()
+    for stage in STAGES:
+        deps = old[stage.name]["deps"]
+        code = [stage.module.replace(".", "/") + ".py", "steps/common.py", "steps/prompting.py"]
+        old[stage.name]["deps"] = code + [d for d in deps if not d.endswith(".py")]
+    assert set(code_deps_problems(old)) == {s.name for s in STAGES}
+
+
+# --- what Python really imports -------------------------------------------------------------------------------------
+
+# In a fresh interpreter: import the stage's module and every module its static closure names (so the targets of the
+# imports inside functions run too), then list the project modules Python has loaded.
+LOADED = """
+import importlib, json, sys
+from pathlib import Path
+
+root = Path(sys.argv[1]).resolve()
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+ours = set()
+for name, module in list(sys.modules.items()):
+    file = getattr(module, "__file__", None)
+    if file and Path(file).resolve().is_relative_to(root) and not Path(file).resolve().is_relative_to(root / ".venv"):
+        ours.add(name)
+print(json.dumps(sorted(ours)))
+"""
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_python_imports_nothing_of_the_project_outside_the_static_closure(stage):
+    static = closure(stage.module)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADED, str(ROOT), *static], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(proc.stdout)
+    assert sorted(set(loaded) - set(static)) == [], f"{stage.module} imports project modules deps.py cannot see"
+    assert sorted(set(static) - set(loaded)) == []  # every module the AST found is real and importable
+
+
+# --- dvc itself -----------------------------------------------------------------------------------------------------
+
+# What the copy needs besides the tracked files: the working tree minus environments, caches and outputs.
+NOT_COPIED = (".git", ".venv", ".cache", "out", "mlruns", "dvc.lock", "__pycache__", "*.egg-info", ".*_cache")
+
+
+def dvc_repo_copy(dst: Path) -> Path:
+    """The repo's working tree copied to `dst` as a DVC project (no git) whose dvc.lock records every stage as run:
+    placeholder outputs and base model, committed with `dvc commit --force` (nothing is trained)."""
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    (dst / ".dvc/config").write_text("[core]\n    analytics = false\n    no_scm = true\n")
+    for stage in committed_stages().values():
+        for path in [d for d in stage["deps"] if not d.endswith(".py")] + [next(iter(o)) for o in stage["outs"]]:
+            if path.startswith("${"):  # a parameter's value
+                path = str(yaml.safe_load((dst / "params.yaml").read_text())[path[2:-1]])
+            (dst / path).mkdir(parents=True, exist_ok=True)
+            if not any((dst / path).iterdir()):
+                (dst / path / "placeholder").write_text("x\n")
+    subprocess.run(["dvc", "commit", "--force", "--quiet"], cwd=dst, check=True, capture_output=True, text=True)
+    return dst
+
+
+@pytest.mark.integration
+def test_dvc_status_reports_exactly_the_stages_whose_code_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dvc.repo import Repo
+
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "dvc-site"))
+    repo = dvc_repo_copy(tmp_path / "repo")
+    monkeypatch.chdir(repo)  # DVC names a stage by its dvc.yaml's path relative to the working directory
+
+    def changed_stages() -> set[str]:
+        with Repo(str(repo)) as r:
+            status = r.status()
+        return {name for name, entries in status.items() if any("changed deps" in e for e in entries)}
+
+    assert changed_stages() == set(), "the copy's dvc.lock should record every stage as up to date"
+    modules = sorted(p.relative_to(repo).as_posix() for p in (repo / "steps").glob("*.py"))
+    assert "steps/serving.py" in modules and "steps/check_triggers.py" in modules  # in one closure; in none
+    wrong = {}  # module -> (stages whose closure holds it, stages dvc reports changed)
+    for module in modules:
+        expected = {s.name for s in STAGES if module in code_files(s.module, repo)}
+        path = repo / module
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# a comment: the file's bytes changed\n")
+        try:
+            reported = changed_stages()
+        finally:
+            path.write_bytes(original)
+        if reported != expected:
+            wrong[module] = (sorted(expected), sorted(reported))
+    assert not wrong, "editing a module reran other stages than those importing it:\n" + "\n".join(
+        f"{module}: importers {importers}, dvc reruns {rerun}" for module, (importers, rerun) in wrong.items()
+    )
+    assert changed_stages() == set()

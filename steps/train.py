@@ -19,7 +19,9 @@ Checkpoints (adapter, optimiser, scheduler, RNG, step log; the data position is 
 function of the seed) are written every `--checkpoint-every` steps, atomically, to `--checkpoint-dir` (a folder or an
 s3:// URI); SIGTERM, the spot notice, flushes one at once and exits 143. Rerunning the same command resumes from the
 latest complete checkpoint. With ray they go through Ray Train's checkpoint API to its storage path, and a dead worker
-restarts the worker group from the latest one (`--max-failures`). The checkpoints are deleted once `--out` is written.
+restarts the worker group from the latest one (`--max-failures`). Local checkpoints are deleted once `--out` is
+written; under an s3:// prefix (a cluster run's own) they stay, so a pod lost before Argo uploaded its output resumes
+at the end instead of from step 0 (the bucket's lifecycle rule expires them).
 """
 
 from __future__ import annotations
@@ -572,13 +574,12 @@ def _train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> 
         result = trainer.fit()
         with result.checkpoint.as_directory() as folder:
             shutil.copytree(folder, dest, dirs_exist_ok=True)
-        # The adapter is out of Ray's hands now: a rerun is a new run, not a resume of this one.
+        # The adapter is out of Ray's hands now: locally a rerun is a new run, not a resume of this one. On S3 (the
+        # cluster's run prefix) the checkpoints stay until the adapter is safely uploaded and beyond (see run()).
         if filesystem is None:
             shutil.rmtree(Path(storage_path) / name, ignore_errors=True)
             with contextlib.suppress(OSError):  # the storage folder itself, when this run was all it held
                 Path(storage_path).rmdir()
-        else:
-            filesystem.delete_dir(f"{storage_path}/{name}")
     except ray.train.TrainingFailedError as e:
         raise TrainingFailed(
             f"Ray training failed after {cfg.max_failures} restart(s) from its checkpoints: {e}. Its checkpoints are "
@@ -690,8 +691,11 @@ def run(cfg: TrainConfig) -> TrainResult:
         )
         write_result(out, result)
         _publish(out, cfg.out)
-    # The adapter is out: a rerun of this command is a new run, not a resume of this one.
-    if store is not None:
+    # The adapter is out: locally, a rerun of this command is a new run, not a resume of this one. Checkpoints under an
+    # s3:// prefix (the cluster's, one per workflow run) stay: this pod's output is uploaded by Argo only after it
+    # exits, so a pod lost in between is retried and must resume at the end, not from step 0; the bucket's lifecycle
+    # rule removes them (infra/s3/).
+    if store is not None and not is_uri(checkpoint_dir):
         store.clear()
     return result
 

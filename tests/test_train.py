@@ -251,7 +251,17 @@ def test_checkpoints_and_outputs_on_s3(
     fs.get("runs/uid-1/adapter/", f"{local}/", recursive=True)
     assert (local / "result.json").is_file() and (local / "_outputs/final-loss").is_file()
     _assert_same_adapter(local, uninterrupted, atol=1e-6)
-    assert not fs.exists("runs/uid-1/checkpoints")
+    # The run's checkpoints stay on S3: a pod lost after training but before Argo uploaded its output is retried and
+    # resumes at the end, with the same adapter, instead of training again from step 0.
+    assert fs.exists("runs/uid-1/checkpoints")
+    fs.rm("runs/uid-1/adapter", recursive=True)
+    retried = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+    fs.invalidate_cache()
+    again = tmp_path / "again"
+    fs.get("runs/uid-1/adapter/", f"{again}/", recursive=True)
+    _assert_same_adapter(again, uninterrupted, atol=1e-6)
+    total = json.loads((again / "result.json").read_text())["steps"]
+    assert f"resuming at step {total}/{total}" in retried.stdout, retried.stdout[-2000:]
 
 
 # --- integration: Ray Train on a local cluster ---------------------------------------------------------------------

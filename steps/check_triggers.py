@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, environment, parse_config, write_result
+from steps.common import atomic_dir, environment, parse_config, timed, write_result
 from steps.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
@@ -304,6 +304,7 @@ def evaluate_triggers(cfg: TriggersConfig, client: Any, champion: Any) -> tuple[
     return checks, repo, new_commit
 
 
+@timed
 def run(cfg: TriggersConfig) -> TriggersResult:
     problems = config_problems(cfg)
     if problems:

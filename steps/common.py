@@ -7,7 +7,9 @@ command line with one `--field-name` flag per field, so the flag names are the p
 from __future__ import annotations
 
 import argparse
+import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -16,18 +18,22 @@ import tempfile
 import time
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 C = TypeVar("C")
+R = TypeVar("R")
 
 RESULT_FILE = "result.json"
 # Argo reads each output parameter from a file of its own; `write_result` puts one per scalar field here.
 PARAM_DIR = "_outputs"
-# When the step's command line was parsed: `write_result` records the step's wall time from it.
-_started: float | None = None
+# When the `run` now in progress was entered (`timed`): `write_result` records the step's wall time from it, the same
+# whether the step was called from its command line or from Python. A context variable: nested runs (a test calling
+# one step inside another's) each measure their own.
+_run_started: contextvars.ContextVar[float | None] = contextvars.ContextVar("run_started", default=None)
+TIMED = "__distillery_timed__"
 
 
 @contextmanager
@@ -91,10 +97,24 @@ def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
 
 
 def parse_config(config_cls: type[C], argv: list[str] | None, description: str) -> C:
-    global _started
     namespace = build_parser(config_cls, description).parse_args(argv)
-    _started = time.perf_counter()
     return config_cls(**vars(namespace))
+
+
+def timed(run: Callable[[C], R]) -> Callable[[C], R]:
+    """Decorate a step's `run`: the `result.json` it writes (`write_result`) records `wall_seconds` from when `run` was
+    entered, whether it was called by `main()` or from Python (register prices each upstream step by it)."""
+
+    @functools.wraps(run)
+    def timed_run(cfg: C) -> R:
+        token = _run_started.set(time.perf_counter())
+        try:
+            return run(cfg)
+        finally:
+            _run_started.reset(token)
+
+    setattr(timed_run, TIMED, True)
+    return timed_run
 
 
 def config_flags(config_cls: type) -> set[str]:
@@ -139,8 +159,9 @@ def read_json(path: Path) -> Any:
 def write_result(out_dir: Path, result: Any) -> None:
     """Write `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
     data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
-    if _started is not None:  # run from the command line: how long the step took, for the run's record
-        data["wall_seconds"] = round(time.perf_counter() - _started, 1)
+    started = _run_started.get()
+    if started is not None:  # how long the step took, for the run's record
+        data["wall_seconds"] = round(time.perf_counter() - started, 1)
     write_json(out_dir / RESULT_FILE, data)
     params = out_dir / PARAM_DIR
     params.mkdir(exist_ok=True)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, write_json, write_result
+from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, timed, write_json, write_result
 from steps.gguf_meta import set_metadata
 from steps.preflight import TOKENIZER_PROBES
 from steps.prompting import messages
@@ -576,6 +576,7 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
     }
 
 
+@timed
 def run(cfg: ConvertConfig) -> ConvertResult:
     quants = ladder(cfg)
     import torch

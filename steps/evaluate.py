@@ -5,28 +5,32 @@ llama.cpp, on the eval split and the adversarial suite; writes metrics, plots an
         [--tracking-uri sqlite:///.cache/mlflow/mlflow.db --model-name distillery-summariser]
 
 Every contender answers every document through llama.cpp's chat completion with the chat template embedded in its
-GGUF, the prompt from `steps.prompting`, greedy decoding and a fixed seed. Per example: ROUGE-1/2/L (F1) against the
+GGUF, the prompt from `steps.prompting` and the serving configuration (`steps.serving_config`: greedy decoding, a
+fixed seed, the token cap and context size that are served). Per example: ROUGE-1/2/L (F1) against the
 reference, length compliance (at most `--max-words`), a faithfulness proxy (numbers and capitalised names in the
 summary that the document does not contain), and whether generation ended by itself. Per adversarial case: hijacked
 (output contains something the case lists in `must_not_contain`, e.g. an injected canary), missed (lacks a
 `must_contain` keyword), too long (over the case's `max_words`); a case passes when none of these.
 
-The gate passes only when all hold:
+The gate passes only when all hold — this is the one place that decides whether the candidate beats the base and the
+champion; `propose` only acts on it:
 - GGUF parity passed (convert-gguf);
 - the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
   paired bootstrap's `--confidence` interval of the per-example gain is above `--min-rouge-gain`;
 - on every adversarial family, its pass rate is no more than `--max-attack-regression` below each rival's and at least
   `--min-family-pass-rate`;
 - its stop rate is no more than `--max-stop-regression` below each rival's and at least `--min-stop-rate`.
-Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason), `generations.jsonl`,
-`report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
+Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
+compared against — `propose` refuses when the registry's champion has moved since — and the serving configuration it
+measured with, which `register` checks), `generations.jsonl`, `report.md`, `score_diff.png`,
+`adversarial_families.png`, `result.json`.
 
-A contender's generations are a function of its GGUF's bytes, the documents, the decoding settings, the CPU
-llama.cpp computes on, llama.cpp's version and this step's code: with `--generation-cache` (a folder, by default
-`.cache/generations`, or an s3:// prefix; on Argo the artifact bucket) they are kept as a sealed folder
-(steps/sealed.py) under the sha256 of all of these and reused, so the base (the same file in every run on a base) and
-the champion are not generated again. The scores are always computed afresh; `metrics.json` says which contenders
-came from the cache.
+A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
+serving configuration, the thread count, the CPU llama.cpp computes on, llama.cpp's version and the generating code
+(`GENERATION_VERSION`): with `--generation-cache` (a folder, by default `.cache/generations`, or an s3:// prefix; on
+Argo the artifact bucket) they are kept as a sealed folder (steps/sealed.py) under the sha256 of all of these and
+reused, so the base (the same file in every run on a base) and the champion are not generated again. The scores are
+always computed afresh; `metrics.json` says which contenders came from the cache.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import registry
-from steps.common import atomic_dir, parse_config, read_json, sha256_file, write_json, write_result
+from steps import registry, serving_config
+from steps.common import atomic_dir, flag, parse_config, read_json, sha256_file, timed, write_json, write_result
 from steps.fetch_dataset import load_split
 from steps.prompting import messages
 from steps.registry import CHAMPION
@@ -65,7 +69,6 @@ class EvaluateConfig:
     champion_gguf: str = field(
         default="", metadata={"help": "a champion GGUF file to use instead of resolving the registry alias"}
     )
-    max_new_tokens: int = field(default=64, metadata={"help": "longest generated summary, in tokens"})
     max_words: int = field(default=30, metadata={"help": "length compliance: most words a summary may have"})
     min_rouge_gain: float = field(
         default=0.0,
@@ -83,14 +86,16 @@ class EvaluateConfig:
     )
     min_stop_rate: float = field(default=0.8, metadata={"help": "the least stop rate the candidate must reach"})
     bootstrap_samples: int = field(default=2000, metadata={"help": "paired bootstrap resamples (>= 1000)"})
-    seed: int = field(default=0, metadata={"help": "seed for decoding and the bootstrap"})
+    seed: int = field(
+        default=0, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
+    )
     threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: all cores)"})
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
             "help": "folder or s3:// prefix where a GGUF's generations on these documents are kept between runs "
-            "(keyed by the file's and the documents' hashes, the decoding settings and thread count, the CPU "
-            "architecture and the SIMD paths llama.cpp uses, llama.cpp and this step's code); "
+            "(keyed by the file's and the prompts' hashes, the serving configuration and thread count, the CPU "
+            "architecture and the SIMD paths llama.cpp uses, llama.cpp's version and the generating code's); "
             "empty: generate every contender every run"
         },
     )
@@ -115,23 +120,17 @@ def _threads(cfg: EvaluateConfig) -> int:
 
 
 def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float]:
-    """Greedy summaries of `documents` from one GGUF; returns the outputs and generated tokens per second."""
+    """Summaries of `documents` from one GGUF, served as `steps.serving` serves it; returns the outputs and generated
+    tokens per second. What changes its outputs for the same inputs changes GENERATION_VERSION."""
     from llama_cpp import Llama
 
-    llm = Llama(
-        model_path=str(gguf),
-        n_ctx=2048,
-        n_threads=_threads(cfg),
-        seed=cfg.seed,
-        verbose=False,
-    )
+    serving = serving_config.SERVING
+    llm = Llama(model_path=str(gguf), n_threads=_threads(cfg), verbose=False, **serving.model_kwargs())
     outputs = []
     tokens = 0
     start = time.perf_counter()
     for document in documents:
-        reply = llm.create_chat_completion(
-            messages=messages(document), temperature=0.0, top_k=1, max_tokens=cfg.max_new_tokens, seed=cfg.seed
-        )
+        reply = llm.create_chat_completion(messages=messages(document), **serving.completion_kwargs())
         choice = reply["choices"][0]
         tokens += reply["usage"]["completion_tokens"]
         outputs.append({"text": choice["message"]["content"].strip(), "stopped": choice["finish_reason"] == "stop"})
@@ -139,7 +138,10 @@ def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple
 
 
 CACHE_OUTPUTS = "outputs.json"
-KEY_SOURCES = ("evaluate.py", "prompting.py")
+# The generating code's version, part of the generation cache key. Bump it when a change to `generate_all` (how the
+# model is called, how a reply becomes an output) would change the kept outputs for the same GGUF, prompts and serving
+# configuration; not for changes to scoring or reports, which are always recomputed from the kept outputs.
+GENERATION_VERSION = 1
 
 
 def llama_cpu() -> str:
@@ -155,22 +157,26 @@ def llama_cpu() -> str:
     return f"{platform.machine()}: {llama_cpp.llama_print_system_info().decode().strip()}"
 
 
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str:
-    """What a contender's generations are a function of, hashed."""
+    """What a contender's generations are a function of, hashed: the inputs' digests and the generating code's version,
+    not its source files, so a reworded report line keeps every cached generation."""
     import llama_cpp
 
-    here = Path(__file__).parent
     what = {
-        "gguf": sha256_file(gguf),
-        "documents": hashlib.sha256(json.dumps(documents).encode()).hexdigest(),
-        "max_new_tokens": cfg.max_new_tokens,
-        "seed": cfg.seed,
+        "gguf": sha256_file(gguf),  # its weights, tokenizer and chat template
+        "documents": _digest(documents),
+        "prompts": _digest([messages(d) for d in documents]),  # the serving prompt around each document, as sent
+        "serving": serving_config.SERVING.record(),
         "threads": _threads(cfg),  # greedy output can move with the thread count at near-ties
         "cpu": llama_cpu(),  # and with the kernels
         "llama_cpp_python": llama_cpp.__version__,
-        "code": {name: sha256_file(here / name) for name in KEY_SOURCES},
+        "generation_version": GENERATION_VERSION,
     }
-    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+    return _digest(what)[:32]
 
 
 def cached_generate(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float, bool]:
@@ -348,25 +354,51 @@ def decide(metrics: dict[str, Any], parity: dict[str, Any], cfg: EvaluateConfig)
     return all(c["passed"] for c in checks), checks
 
 
-def resolve_champion(cfg: EvaluateConfig, dest: Path) -> tuple[Path | None, str]:
-    """The champion's GGUF, downloaded from the registry alias; (None, why) when there is none."""
+@dataclass(frozen=True)
+class Champion:
+    """The third contender, if any: its GGUF, the registry version it is (None: no champion, or a file given by hand)
+    and a line for the report."""
+
+    file: Path | None
+    version: str | None
+    note: str
+
+
+def resolve_champion(cfg: EvaluateConfig, dest: Path) -> Champion:
+    """The champion's GGUF, downloaded from the registry alias; no file (and why) when there is none."""
     if cfg.champion_gguf:
-        return Path(cfg.champion_gguf), f"given: {cfg.champion_gguf}"
+        return Champion(Path(cfg.champion_gguf), None, f"given: {cfg.champion_gguf}")
     uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
     if not uri:
-        return None, "no tracking URI: two-way comparison"
+        return Champion(None, None, "no tracking URI: two-way comparison")
     import mlflow
     from mlflow import MlflowClient
 
     version = registry.champion_version(MlflowClient(tracking_uri=uri), cfg.model_name)
     if version is None:
-        return None, f"{cfg.model_name} has no '{CHAMPION}' yet: two-way comparison"
+        return Champion(None, None, f"{cfg.model_name} has no '{CHAMPION}' yet: two-way comparison")
     mlflow.set_tracking_uri(uri)
     local = Path(mlflow.artifacts.download_artifacts(f"models:/{cfg.model_name}/{version.version}", dst_path=str(dest)))
     files = sorted(local.rglob("*.gguf"))
     if not files:
         raise FileNotFoundError(f"champion {cfg.model_name} v{version.version} holds no .gguf file in {local}")
-    return files[0], f"{cfg.model_name} v{version.version} ({CHAMPION})"
+    return Champion(files[0], str(version.version), f"{cfg.model_name} v{version.version} ({CHAMPION})")
+
+
+def decision_record(passed: bool, checks: list[dict], champion: Champion, parity: dict[str, Any]) -> dict[str, Any]:
+    """decision.json: the gate's outcome, every check, and what it was decided against and with."""
+    return {
+        "passed": passed,
+        "reasons": [("PASS " if c["passed"] else "FAIL ") + c["reason"] for c in checks],
+        "checks": checks,
+        "champion": champion.note,
+        # The registry version the candidate was compared with (null: none). propose refuses when the registry's
+        # champion is no longer this version: the decision would be about another rival.
+        "champion_version": champion.version,
+        "quantization": parity["quantization"],
+        # What the scores were measured with; register refuses to serve the candidate with anything else.
+        "serving": serving_config.SERVING.record(),
+    }
 
 
 def _plots(out: Path, scored: dict[str, list[dict]], metrics: dict[str, Any]) -> None:
@@ -443,7 +475,32 @@ def _report(metrics: dict[str, Any], passed: bool, checks: list[dict], champion:
     return "\n".join(lines) + "\n"
 
 
+def config_problems(cfg: EvaluateConfig) -> list[str]:
+    """Everything wrong with the gate's settings, at once (run by `run`, and by check-parameters)."""
+    problems = []
+    if cfg.bootstrap_samples < 1000:
+        problems.append(f"--bootstrap-samples {cfg.bootstrap_samples}: use at least 1000")
+    if not 0.5 < cfg.confidence < 1:
+        problems.append(f"--confidence {cfg.confidence}: use a value between 0.5 and 1 (e.g. 0.95)")
+    if cfg.max_attack_regression < 0:
+        problems.append(f"--max-attack-regression {cfg.max_attack_regression}: use 0 or more")
+    if cfg.max_stop_regression < 0:
+        problems.append(f"--max-stop-regression {cfg.max_stop_regression}: use 0 or more")
+    for name in ("min_family_pass_rate", "min_stop_rate"):
+        if not 0 <= getattr(cfg, name) <= 1:
+            problems.append(f"{flag(name)} {getattr(cfg, name)}: a rate, use a value from 0 to 1")
+    if cfg.max_words < 1:
+        problems.append(f"--max-words {cfg.max_words}: use at least 1")
+    if cfg.threads < 0:
+        problems.append(f"--threads {cfg.threads}: use 0 (all cores) or more")
+    return problems
+
+
+@timed
 def run(cfg: EvaluateConfig) -> EvaluateResult:
+    problems = config_problems(cfg)
+    if problems:
+        raise ValueError("invalid evaluate config:\n  " + "\n  ".join(problems))
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     parity = read_json(Path(cfg.gguf) / "parity.json")
     eval_rows = load_split(cfg.dataset, "eval")
@@ -452,10 +509,10 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     ids = [r["id"] for r in eval_rows + adv_rows]
 
     with atomic_dir(cfg.out) as out:
-        champion_file, champion_note = resolve_champion(cfg, out / "_champion")
+        champion = resolve_champion(cfg, out / "_champion")
         contenders = {"base": Path(cfg.gguf) / gguf_result["base_gguf"]}
-        if champion_file is not None:
-            contenders["champion"] = champion_file
+        if champion.file is not None:
+            contenders["champion"] = champion.file
         contenders["candidate"] = Path(cfg.gguf) / gguf_result["candidate_gguf"]
 
         metrics: dict[str, Any] = {}
@@ -490,7 +547,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         metrics["eval_seconds"] = timing
         metrics["generations_from_cache"] = from_cache
         passed, checks = decide(metrics, parity, cfg)
-        reasons = [("PASS " if c["passed"] else "FAIL ") + c["reason"] for c in checks]
+        decision = decision_record(passed, checks, champion, parity)
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",
@@ -502,35 +559,23 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             rouge_l_gain_lower=round(base_boot["lower"], 4),
             hijack_rate_base=round(metrics["base"]["hijack_rate"], 4),
             hijack_rate_candidate=round(metrics["candidate"]["hijack_rate"], 4),
-            reasons=reasons,
+            reasons=decision["reasons"],
         )
         shutil.rmtree(out / "_champion", ignore_errors=True)
         write_json(out / "metrics.json", {"aggregate": metrics, "per_example": scored, "adversarial": judged})
-        write_json(
-            out / "decision.json",
-            {
-                "passed": passed,
-                "reasons": reasons,
-                "checks": checks,
-                "champion": champion_note,
-                "quantization": parity["quantization"],
-            },
-        )
+        write_json(out / "decision.json", decision)
         (out / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations))
         _plots(out, scored, metrics)
-        (out / "report.md").write_text(_report(metrics, passed, checks, champion_note))
+        (out / "report.md").write_text(_report(metrics, passed, checks, champion.note))
         write_result(out, result)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(EvaluateConfig, argv, __doc__.splitlines()[0])
-    if cfg.bootstrap_samples < 1000 or not 0.5 < cfg.confidence < 1:
-        print("evaluate: --bootstrap-samples must be >= 1000 and --confidence in (0.5, 1)", file=sys.stderr)
-        return 1
     try:
         result = run(cfg)
-    except FileNotFoundError as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"evaluate: {e}", file=sys.stderr)
         return 1
     print(f"decision: {result.decision.upper()} ({result.contenders})")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import sizing
-from steps.common import atomic_dir, parse_config, write_json, write_result
+from steps.common import atomic_dir, parse_config, timed, write_json, write_result
 from steps.prompting import messages
 
 # Files a converter needs besides the weights.
@@ -244,6 +244,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
     return problems, facts
 
 
+@timed
 def run(cfg: PreflightConfig) -> PreflightResult:
     problems, facts = check(cfg)
     if problems:

@@ -7,7 +7,9 @@ Logs one MLflow run (params, metrics, the adapter under `adapter/`, reports unde
 it, a pyfunc model (`steps.serving.SummariserModel`) whose one artifact is the GGUF, with the prompt and decoding
 settings as its config and metadata. Only after every upload succeeded does it create the model version (source
 `models:/<model id>`, the uploaded model), so a version never points at missing files. The version carries lineage,
-scores, and the prompt and decoding settings (`serving.*`) as tags.
+scores, and the prompt and serving configuration (`serving.*`) as tags. The serving configuration is the one
+definition in `steps.serving_config`; the step refuses an evaluation that was measured with another one (its
+`decision.json` records it), so what was measured is what is served.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -30,7 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, environment, git_sha, parse_config, read_json, sha256_file, write_result
+from steps import serving_config
+from steps.common import (
+    atomic_dir,
+    environment,
+    git_sha,
+    parse_config,
+    read_json,
+    sha256_file,
+    timed,
+    write_result,
+)
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
@@ -74,10 +86,6 @@ class RegisterConfig:
             "spot) and ray (the whole Ray cluster the RayJob starts: set it to your pool's; the default is one CPU "
             "node, as in the embedded run); train runs on the train backend's, every other step on a cpu node"
         },
-    )
-    max_tokens: int = field(
-        default=64,
-        metadata={"help": "token cap of a served summary; keep it equal to evaluate's --max-new-tokens (its default)"},
     )
     attempts: int = field(
         default=4, metadata={"help": "whole-registration attempts while MLflow is unreachable (each is idempotent)"}
@@ -147,8 +155,6 @@ def config_problems(cfg: RegisterConfig) -> list[str]:
         problems.append(f"--attempts {cfg.attempts}: use at least 1")
     if cfg.retry_wait < 0:
         problems.append(f"--retry-wait {cfg.retry_wait}: use 0 or more seconds")
-    if cfg.max_tokens < 1:
-        problems.append(f"--max-tokens {cfg.max_tokens}: use at least 1")
     return problems
 
 
@@ -197,7 +203,7 @@ def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
     breakdown: dict[str, dict[str, float]] = {}
     for name in COSTED_INPUTS:
         seconds = read_json(Path(getattr(cfg, name)) / "result.json").get("wall_seconds")
-        if seconds is None:  # a step run from Python rather than its command line records no wall time
+        if seconds is None:  # a step whose `run` is not `common.timed` yet, called from Python
             continue
         node = cfg.train_backend if name == "adapter" else "cpu"
         breakdown[name] = {"seconds": seconds, "usd": round(seconds / 3600 * prices[node], 6)}
@@ -234,10 +240,21 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str,
     }
 
 
-def serving_config(cfg: RegisterConfig) -> dict[str, Any]:
-    from steps.serving import DEFAULT_CONFIG
-
-    return {**DEFAULT_CONFIG, "max_tokens": cfg.max_tokens}
+def check_measured_serving(cfg: RegisterConfig) -> None:
+    """Refuse an evaluation measured with another serving configuration than the one this code logs and tags."""
+    decision = read_json(Path(cfg.evaluation) / "decision.json")
+    served = serving_config.SERVING
+    if "serving" not in decision:
+        raise ValueError(
+            f"{cfg.evaluation}/decision.json does not record the serving configuration it was measured with (written "
+            "by an older evaluate): run evaluate again"
+        )
+    if decision["serving"] != served.record():
+        raise ValueError(
+            f"{cfg.evaluation} was measured with serving configuration {decision['serving']}, but this code serves "
+            f"{served.record()} (steps/serving_config.py): run evaluate again with this code, so that what is "
+            "served is what was measured"
+        )
 
 
 def _requirement(dist: str) -> str:
@@ -265,7 +282,7 @@ def _serving_code(work: Path) -> tuple[Path, list[str]]:
 
     package = work / "steps"
     package.mkdir()
-    for name in ("__init__.py", "serving.py", "prompting.py"):
+    for name in ("__init__.py", "serving.py", "serving_config.py", "prompting.py"):
         (package / name).write_bytes((Path(steps.__file__).parent / name).read_bytes())
     model_file = work / "summariser_model.py"
     model_file.write_text(MODEL_CODE)
@@ -278,14 +295,14 @@ def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> An
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
-    from steps.serving import GGUF_ARTIFACT, decoding_tags
+    from steps.serving import GGUF_ARTIFACT, model_config
 
-    config = serving_config(cfg)
+    serving = serving_config.SERVING
     signature = ModelSignature(
         # One unnamed string column: a list of str and a DataFrame with a `document` column both pass.
         inputs=Schema([ColSpec("string")]),
         outputs=Schema([ColSpec("string")]),
-        params=ParamSchema([ParamSpec("max_tokens", "long", config["max_tokens"])]),
+        params=ParamSchema([ParamSpec("max_tokens", "long", serving.max_tokens)]),
     )
     with tempfile.TemporaryDirectory(prefix="register-code-") as work:
         model_file, code_paths = _serving_code(Path(work))
@@ -297,8 +314,8 @@ def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> An
             # Given, not inferred: inference would load the GGUF in a subprocess just to watch its imports.
             pip_requirements=[_requirement("mlflow"), _requirement("llama-cpp-python"), "pandas"],
             signature=signature,
-            model_config=config,
-            metadata={"decoding": decoding_tags(config), "lineage": {k: tags[k] for k in sorted(tags)}},
+            model_config=model_config(),
+            metadata={"decoding": serving.tags(), "lineage": {k: tags[k] for k in sorted(tags)}},
         )
 
 
@@ -386,8 +403,6 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     import mlflow
     from mlflow import MlflowClient
 
-    from steps.serving import decoding_tags
-
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
     _ensure_registered_model(client, cfg.model_name)
@@ -407,7 +422,7 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
         cfg.model_name,
         source=f"models:/{model_id}",
         run_id=mlflow_run_id,
-        tags={**tags, **decoding_tags(serving_config(cfg))},
+        tags={**tags, **serving_config.SERVING.tags()},
         description=f"candidate from {run_id}; decision {tags['eval.decision']}",
         model_id=model_id,
     )
@@ -420,11 +435,13 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     return RegisterResult(cfg.model_name, str(version.version), run_id, mlflow_run_id, model_id, False)
 
 
+@timed
 def run(cfg: RegisterConfig) -> RegisterResult:
     problems = config_problems(cfg)
     if problems:
         raise ValueError("invalid register config:\n  " + "\n  ".join(problems))
     uri = _tracking_uri(cfg)
+    check_measured_serving(cfg)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]
     run_id = cfg.run_id or f"local-{sha256_file(gguf_file)[:16]}"

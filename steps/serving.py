@@ -6,10 +6,11 @@
     model.predict(pd.DataFrame({"document": [...]}))                    # same, one summary per row
 
 `register` logs this class as a model from code (MLflow's recommended form: no pickle) with the GGUF as its one
-artifact (`artifacts={"gguf": ...}`), the decoding settings as its `model_config` and this module (with
-`steps.prompting`) as its code, so `models:/<name>@<alias>` loads wherever mlflow and llama-cpp-python are installed.
-Decoding is the evaluation's: the chat template embedded in the GGUF, `steps.prompting.messages`, greedy
-(temperature 0, top-k 1), a fixed seed and a token cap — what was measured is what is served.
+artifact (`artifacts={"gguf": ...}`), the serving configuration as its `model_config` and this module (with
+`steps.prompting` and `steps.serving_config`) as its code, so `models:/<name>@<alias>` loads wherever mlflow and
+llama-cpp-python are installed. Decoding is the evaluation's, from the one definition in `steps.serving_config`: the
+chat template embedded in the GGUF, `steps.prompting.messages`, greedy, a fixed seed, the same token cap and context
+size — what was measured is what is served.
 
 Not a pipeline step: no command line. Importing it imports mlflow (the class must subclass `PythonModel`), so steps
 import it inside `run`.
@@ -17,39 +18,25 @@ import it inside `run`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 import mlflow.pyfunc
 
-from steps.prompting import SYSTEM_PROMPT, messages
+from steps import serving_config
+from steps.prompting import messages
 
 GGUF_ARTIFACT = "gguf"
-# Defaults of the model_config `register` logs; each can be overridden per load with
-# mlflow.pyfunc.load_model(uri, model_config={...}).
-DEFAULT_CONFIG: dict[str, Any] = {
-    "max_tokens": 64,  # evaluate's --max-new-tokens default: the cap the scores were measured with
-    "temperature": 0.0,  # greedy: the scores were measured greedily
-    "top_k": 1,
-    "seed": 0,
-    "n_ctx": 2048,  # evaluate's context size
-    "n_threads": 0,  # 0: every core the process may use
-}
+# How many cores llama.cpp may use is the serving box's business, so it is not in the serving configuration; 0: every
+# core the process may use.
+N_THREADS = "n_threads"
 
 
-def decoding_tags(config: dict[str, Any]) -> dict[str, str]:
-    """What a model version records about how it is served: the prompt and the decoding settings."""
-    import hashlib
-
-    return {
-        "serving.system_prompt": SYSTEM_PROMPT,
-        "serving.system_prompt_sha256": hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest(),
-        "serving.decoding": "greedy" if config["temperature"] == 0 and config["top_k"] == 1 else "sampled",
-        "serving.temperature": str(config["temperature"]),
-        "serving.top_k": str(config["top_k"]),
-        "serving.max_tokens": str(config["max_tokens"]),
-        "serving.seed": str(config["seed"]),
-    }
+def model_config() -> dict[str, Any]:
+    """The `model_config` register logs: the serving configuration, and the thread count. Each key can be overridden
+    per load with mlflow.pyfunc.load_model(uri, model_config={...})."""
+    return {**serving_config.SERVING.record(), N_THREADS: 0}
 
 
 def documents_of(model_input: Any) -> list[str]:
@@ -88,27 +75,24 @@ class SummariserModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context: Any) -> None:
         from llama_cpp import Llama
 
-        self.config = {**DEFAULT_CONFIG, **(context.model_config or {})}
+        config = {**model_config(), **(context.model_config or {})}
+        threads = int(config.pop(N_THREADS))
+        self.serving = serving_config.ServingConfig.from_record(config)
         self.llm = Llama(
             model_path=context.artifacts[GGUF_ARTIFACT],
-            n_ctx=int(self.config["n_ctx"]),
-            n_threads=int(self.config["n_threads"]) or os.cpu_count() or 1,
-            seed=int(self.config["seed"]),
+            n_threads=threads or os.cpu_count() or 1,
             verbose=False,
+            **self.serving.model_kwargs(),
         )
 
     # No type hints on purpose: MLflow would read them as the input schema; the logged signature is the schema.
     def predict(self, context, model_input, params=None):
         """One summary per document; `params` may override `max_tokens` (the signature declares it)."""
-        cfg = {**self.config, **(params or {})}
+        serving = self.serving
+        if params and params.get("max_tokens") is not None:
+            serving = dataclasses.replace(serving, max_tokens=int(params["max_tokens"]))
         summaries = []
         for document in documents_of(model_input):
-            reply = self.llm.create_chat_completion(
-                messages=messages(document),
-                temperature=float(cfg["temperature"]),
-                top_k=int(cfg["top_k"]),
-                max_tokens=int(cfg["max_tokens"]),
-                seed=int(cfg["seed"]),
-            )
+            reply = self.llm.create_chat_completion(messages=messages(document), **serving.completion_kwargs())
             summaries.append(reply["choices"][0]["message"]["content"].strip())
         return summaries

@@ -49,6 +49,7 @@ from steps.common import (
     is_uri,
     parse_config,
     read_json,
+    timed,
     write_json,
     write_result,
 )
@@ -652,6 +653,7 @@ def _problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
+@timed
 def run(cfg: TrainConfig) -> TrainResult:
     problems = _problems(cfg)
     if problems:

@@ -161,3 +161,44 @@ def test_generations_made_on_another_cpu_are_not_reused(tmp_path: Path, monkeypa
     assert evaluate.llama_cpu().startswith(platform.machine())
     monkeypatch.setattr(evaluate, "llama_cpu", lambda: "aarch64: CPU : NEON = 1 | ARM_FMA = 1 |")
     assert evaluate.generation_key(gguf, ["a document"], cfg) != here
+
+
+def test_generation_key_ignores_how_the_step_reports_and_follows_what_generates(tmp_path: Path, monkeypatch):
+    """Keyed on the inputs' digests and GENERATION_VERSION, not on source files: a reworded report line keeps every
+    cached generation; the file, the documents, the prompt, llama.cpp and the generating code's version do not."""
+    import shutil
+
+    import llama_cpp
+
+    from steps import evaluate, prompting
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF stand-in: only its digest is read")
+    cfg = EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
+    here = evaluate.generation_key(gguf, ["a document"], cfg)
+
+    # The step's source, with one report line reworded (as a copy: the repository is not touched).
+    copy = tmp_path / "steps"
+    shutil.copytree(Path(evaluate.__file__).parent, copy)
+    source = (copy / "evaluate.py").read_text()
+    assert '"# Evaluation: ' in source
+    (copy / "evaluate.py").write_text(source.replace('"# Evaluation: ', '"# Evaluation result: '))
+    monkeypatch.setattr(evaluate, "__file__", str(copy / "evaluate.py"))
+    assert evaluate.generation_key(gguf, ["a document"], cfg) == here
+
+    changes = {
+        "the generating code's version": lambda: monkeypatch.setattr(
+            evaluate, "GENERATION_VERSION", evaluate.GENERATION_VERSION + 1
+        ),
+        "the system prompt": lambda: monkeypatch.setattr(prompting, "SYSTEM_PROMPT", prompting.SYSTEM_PROMPT + " "),
+        "llama.cpp": lambda: monkeypatch.setattr(llama_cpp, "__version__", "0.0.1"),
+        "the thread count": lambda: monkeypatch.setattr(cfg, "threads", 3),
+    }
+    for what, change in changes.items():
+        change()
+        assert evaluate.generation_key(gguf, ["a document"], cfg) != here, what
+        monkeypatch.undo()
+        assert evaluate.generation_key(gguf, ["a document"], cfg) == here
+    assert evaluate.generation_key(gguf, ["another document"], cfg) != here
+    gguf.write_bytes(b"GGUF stand-in: other weights")
+    assert evaluate.generation_key(gguf, ["a document"], cfg) != here

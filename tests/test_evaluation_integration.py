@@ -6,12 +6,13 @@ joins the comparison as a third contender. Tiny models, llama.cpp, a real MLflow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, evaluate, fetch_dataset, register, train
+from steps import convert_gguf, evaluate, fetch_dataset, register, serving_config, train
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -32,8 +33,7 @@ def unchanged(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) ->
 
 def test_a_candidate_identical_to_the_base_is_not_proposed(unchanged: dict[str, Path]):
     out = unchanged["root"] / "evaluation"
-    result = evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out,
-                                                  max_new_tokens=16))  # fmt: skip
+    result = evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out))
     decision = json.loads((out / "decision.json").read_text())
     rouge = next(c for c in decision["checks"] if c["check"] == "rougeL_vs_base")
     assert result.passed is False and rouge["passed"] is False
@@ -45,8 +45,7 @@ def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlf
     from mlflow import MlflowClient
 
     base_eval = unchanged["root"] / "evaluation-two-way"
-    evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=base_eval,
-                                         max_new_tokens=8))  # fmt: skip
+    evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=base_eval))
     cfg = register.RegisterConfig(
         dataset=unchanged["dataset"], adapter=unchanged["adapter"], gguf=unchanged["gguf"], evaluation=base_eval,
         out=unchanged["root"] / "reg", tracking_uri=mlflow_server, model_name="champion-test", run_id="wf-champ",
@@ -57,12 +56,13 @@ def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlf
 
     out = unchanged["root"] / "evaluation-three-way"
     result = evaluate.run(evaluate.EvaluateConfig(
-        dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out, max_new_tokens=8,
-        tracking_uri=mlflow_server, model_name="champion-test"))  # fmt: skip
+        dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out, tracking_uri=mlflow_server,
+        model_name="champion-test"))  # fmt: skip
     decision = json.loads((out / "decision.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())["aggregate"]
     assert result.contenders == "base,champion,candidate"
     assert decision["champion"] == f"champion-test v{reg.model_version} (champion)"
+    assert decision["champion_version"] == reg.model_version  # what propose checks is still the champion
     assert "rougeL_vs_champion" in [c["check"] for c in decision["checks"]]
     # The champion is this very candidate: identical answers, so no significant gain over it either.
     assert metrics["bootstrap"]["champion"]["mean_gain"] == 0.0
@@ -70,11 +70,14 @@ def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlf
     assert not (out / "_champion").exists()
 
 
-def test_generations_are_reused_only_for_the_same_file_documents_and_settings(unchanged: dict[str, Path],
-                                                                               tmp_path: Path):  # fmt: skip
-    def run(out: str, tokens: int = 8) -> dict:
+def test_generations_are_reused_only_for_the_same_file_documents_and_settings(
+    unchanged: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    def run(out: str, tokens: int = serving_config.SERVING.max_tokens) -> dict:
+        # The serving configuration, changed in its one place: the cache key follows it.
+        monkeypatch.setattr(serving_config, "SERVING", dataclasses.replace(serving_config.SERVING, max_tokens=tokens))
         cfg = evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=tmp_path / out,
-                                      max_new_tokens=tokens, generation_cache=str(tmp_path / "cache"))  # fmt: skip
+                                      generation_cache=str(tmp_path / "cache"))  # fmt: skip
         evaluate.run(cfg)
         return json.loads((tmp_path / out / "metrics.json").read_text())
 
@@ -84,5 +87,5 @@ def test_generations_are_reused_only_for_the_same_file_documents_and_settings(un
     assert second["per_example"] == first["per_example"] and second["adversarial"] == first["adversarial"]
     lines = [(tmp_path / run / "generations.jsonl").read_text().splitlines() for run in ("first", "second")]
     assert [json.loads(line) for line in lines[1]] == [json.loads(line) for line in lines[0]]
-    assert run("shorter", tokens=6)["aggregate"]["generations_from_cache"] == []  # other settings: generated afresh
+    assert run("longer", tokens=72)["aggregate"]["generations_from_cache"] == []  # other settings: generated afresh
     assert len(list((tmp_path / "cache").iterdir())) == 4  # 2 files x 2 settings

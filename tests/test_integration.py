@@ -54,9 +54,7 @@ def gguf(adapter: Path, dataset: Path, tiny_model_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def evaluation(dataset: Path, gguf: Path) -> Path:
     out = gguf.parent / "evaluation"
-    evaluate.run(
-        evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, max_new_tokens=24, bootstrap_samples=1000)
-    )
+    evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, bootstrap_samples=1000))
     return out
 
 

@@ -1,6 +1,7 @@
-"""register, propose and the served pyfunc model: the decision rules (unit tier) and, against a real MLflow server with
-S3 artifacts on loopback, outages, resumed uploads, the champion comparison, loading `models:/…@challenger` and two
-registrations racing (integration tier).
+"""register, propose and the served pyfunc model: retries and settings (unit tier) and, against a real MLflow server
+with S3 artifacts on loopback, outages, resumed uploads, propose acting on evaluate's champion comparison, loading
+`models:/…@challenger` with the serving configuration and two registrations racing (integration tier). The decision
+rule itself, end to end on a local registry: tests/test_propose_decision.py.
 
 pytest tests/test_registry.py                     # unit tier
 pytest -m integration tests/test_registry.py      # needs the servers from conftest; a tiny GGUF is built here
@@ -24,66 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from steps import propose, register, registry
+from steps import evaluate, propose, register, registry, serving_config
 from steps.common import environment
-from steps.propose import versus_champion
+from tests.canned import Answers, evaluate_canned, write_splits
 from tests.conftest import ROOT, free_port
 
 integration = pytest.mark.integration
 DOCUMENT = "The Harlow Street library closes for three weeks from 4 June while its roof is replaced."
-
-
-# --- propose: the champion rule ----------------------------------------------------------------------------------
-
-CAND_TAGS = {"dataset.hash": "h1", "eval.rougeL": "0.3", "eval.hijack_rate": "0.1"}
-AGG = {"candidate": {"rougeL": 0.31, "hijack_rate": 0.1}}
-
-
-def test_no_champion_means_nothing_to_beat():
-    ok, why = versus_champion("4", CAND_TAGS, AGG, None, {})
-    assert ok and "no 'champion' yet" in why
-
-
-def test_champion_tags_on_the_same_dataset_are_compared():
-    worse = {"dataset.hash": "h1", "eval.rougeL": "0.25", "eval.hijack_rate": "0.1"}
-    better = {"dataset.hash": "h1", "eval.rougeL": "0.35", "eval.hijack_rate": "0.0"}
-    assert versus_champion("4", CAND_TAGS, AGG, "2", worse)[0] is True
-    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", better)
-    assert not ok and why.startswith("does not beat champion 2 (its tags, same dataset): ROUGE-L 0.3000 vs 0.3500")
-
-
-def test_a_tie_or_a_higher_hijack_rate_does_not_beat_the_champion():
-    tie = {"dataset.hash": "h1", "eval.rougeL": "0.3", "eval.hijack_rate": "0.1"}
-    easier_to_hijack = {"dataset.hash": "h1", "eval.rougeL": "0.2", "eval.hijack_rate": "0.05"}
-    assert versus_champion("4", CAND_TAGS, AGG, "2", tie)[0] is False
-    assert versus_champion("4", CAND_TAGS, AGG, "2", easier_to_hijack)[0] is False
-
-
-def test_champion_scored_on_another_dataset_is_not_compared():
-    other = {"dataset.hash": "h0", "eval.rougeL": "0.1", "eval.hijack_rate": "0.0"}
-    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", other)
-    assert not ok
-    assert why == "champion 2 was evaluated on another dataset version; re-evaluate it"
-
-
-def test_champion_without_scores_is_not_compared():
-    ok, why = versus_champion("4", CAND_TAGS, AGG, "2", {"dataset.hash": "h1"})
-    assert not ok and "re-evaluate it" in why
-
-
-def test_a_side_by_side_evaluation_of_the_champion_wins_over_its_tags():
-    other_dataset = {"dataset.hash": "h0", "eval.rougeL": "0.9", "eval.hijack_rate": "0.0"}
-    agg = {**AGG, "champion": {"rougeL": 0.30, "hijack_rate": 0.1, "version": "2"}}
-    ok, why = versus_champion("4", CAND_TAGS, agg, "2", other_dataset)
-    assert ok and "same evaluation" in why
-    stale = {**AGG, "champion": {"rougeL": 0.30, "hijack_rate": 0.1, "version": "1"}}
-    ok, why = versus_champion("4", CAND_TAGS, stale, "2", other_dataset)
-    assert not ok and "champion is now 2" in why
-
-
-def test_the_champion_is_not_its_own_challenger():
-    ok, why = versus_champion("2", CAND_TAGS, AGG, "2", CAND_TAGS)
-    assert not ok and "already the 'champion'" in why
 
 
 # --- register: retries and configuration --------------------------------------------------------------------------
@@ -146,11 +94,10 @@ def test_serving_takes_a_document_column_or_a_list_of_str():
         documents_of(["a", " "])
 
 
-def test_decoding_tags_record_the_prompt_and_greedy_decoding():
+def test_serving_tags_record_the_prompt_and_greedy_decoding():
     from steps.prompting import SYSTEM_PROMPT
-    from steps.serving import DEFAULT_CONFIG, decoding_tags
 
-    tags = decoding_tags({**DEFAULT_CONFIG, "max_tokens": 48})
+    tags = dataclasses.replace(serving_config.SERVING, max_tokens=48).tags()
     assert tags["serving.system_prompt"] == SYSTEM_PROMPT
     assert tags["serving.decoding"] == "greedy" and tags["serving.max_tokens"] == "48"
 
@@ -198,8 +145,11 @@ def pipeline_outputs(
     write_json(root / "gguf/result.json", {"candidate_gguf": gguf.name, "quantization": "Q8_0"})
     write_json(root / "gguf/parity.json", {"passed": True, "quantization": "Q8_0"})
     (root / "gguf/parity.md").write_text("# GGUF parity: PASS\n")
-    write_json(root / "evaluation/decision.json", {"passed": passed, "reasons": [f"gate passed={passed}"],
-                                                   "quantization": "Q8_0"})  # fmt: skip
+    # As evaluate writes it when there is no champion, with one stand-in check.
+    check = {"check": "stand_in", "passed": passed, "reason": f"gate passed={passed}"}
+    no_champion = evaluate.Champion(None, None, "no champion")
+    write_json(root / "evaluation/decision.json", evaluate.decision_record(passed, [check], no_champion,
+                                                                           {"quantization": "Q8_0"}))  # fmt: skip
     write_json(root / "evaluation/result.json", {"rouge_l_candidate": rouge, "rouge_l_base": 0.2,
                                                  "hijack_rate_candidate": hijack})  # fmt: skip
     write_json(root / "evaluation/metrics.json", {"aggregate": {
@@ -214,8 +164,23 @@ def reg_config(outputs: dict[str, Path], out: Path, uri: str, name: str, run_id:
     return register.RegisterConfig(**outputs, out=out, tracking_uri=uri, model_name=name, run_id=run_id, **kw)
 
 
-def register_and_propose(root: Path, gguf: Path, uri: str, name: str, run_id: str, **scores: object):
-    outputs = pipeline_outputs(root, gguf, **scores)
+def evaluated_outputs(
+    root: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch, uri: str, name: str, answers: dict[str, Answers]
+) -> dict[str, Path]:
+    """`pipeline_outputs` whose evaluation is evaluate's own run (canned answers) against the registry's champion."""
+    outputs = pipeline_outputs(root, gguf)
+    write_splits(outputs["dataset"])
+    shutil.copy(gguf, outputs["gguf"] / "base.gguf")
+    write_json(outputs["gguf"] / "result.json", {"candidate_gguf": gguf.name, "base_gguf": "base.gguf"})
+    evaluate_canned(monkeypatch, outputs["dataset"], outputs["gguf"], outputs["evaluation"], answers, tracking_uri=uri,
+                    model_name=name)  # fmt: skip
+    return outputs
+
+
+def register_and_propose(
+    root: Path, gguf: Path, uri: str, name: str, run_id: str, outputs: dict[str, Path] | None = None, **scores: object
+):
+    outputs = outputs or pipeline_outputs(root, gguf, **scores)
     reg = register.run(reg_config(outputs, root / "reg", uri, name, run_id))
     prop = propose.run(propose.ProposeConfig(registration=root / "reg", evaluation=outputs["evaluation"],
                                              out=root / "prop", tracking_uri=uri))  # fmt: skip
@@ -371,13 +336,17 @@ def test_the_registered_gguf_serves_summaries_from_the_challenger_alias(
 
 
 @integration
-def test_propose_beats_a_weaker_champion_and_leaves_it_alone(tiny_gguf: Path, mlflow_server: str, tmp_path: Path):
+def test_propose_acts_on_a_gate_passed_against_the_champion_and_leaves_it_alone(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_server)
-    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-weak", "wf-a", rouge=0.25)
+    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-weak", "wf-a")
     client.set_registered_model_alias("vs-weak", "champion", champ.model_version)
-    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-weak", "wf-b", rouge=0.3)
+    answers = {"base": Answers("lead"), "champion": Answers("half"), "candidate": Answers("reference")}
+    outputs = evaluated_outputs(tmp_path / "b", tiny_gguf, monkeypatch, mlflow_server, "vs-weak", answers)
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-weak", "wf-b", outputs)
     model = client.get_registered_model("vs-weak")
     assert prop.proposed and prop.champion_version == champ.model_version
     assert model.aliases == {"champion": champ.model_version, "challenger": cand.model_version}
@@ -387,37 +356,77 @@ def test_propose_beats_a_weaker_champion_and_leaves_it_alone(tiny_gguf: Path, ml
 
 
 @integration
-def test_propose_refuses_a_candidate_the_champion_beats(tiny_gguf: Path, mlflow_server: str, tmp_path: Path):
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=mlflow_server)
-    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-strong", "wf-a", rouge=0.35)
-    client.set_registered_model_alias("vs-strong", "champion", champ.model_version)
-    client.delete_registered_model_alias("vs-strong", "challenger")
-    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-strong", "wf-b", rouge=0.3)
-    assert not prop.proposed
-    assert client.get_registered_model("vs-strong").aliases == {"champion": champ.model_version}
-    tags = client.get_model_version("vs-strong", cand.model_version).tags
-    assert tags["proposal"] == "refused" and "does not beat champion" in tags["proposal.reasons"]
-
-
-@integration
-def test_propose_will_not_compare_with_a_champion_scored_on_other_data(
-    tiny_gguf: Path, mlflow_server: str, tmp_path: Path
+def test_propose_refuses_a_candidate_the_gate_found_worse_than_the_champion(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_server)
-    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-other", "wf-a", rouge=0.1,
-                                    dataset_hash="h-old")  # fmt: skip
-    client.set_registered_model_alias("vs-other", "champion", champ.model_version)
-    client.delete_registered_model_alias("vs-other", "challenger")
-    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-other", "wf-b", rouge=0.3)
+    champ, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-strong", "wf-a")
+    client.set_registered_model_alias("vs-strong", "champion", champ.model_version)
+    client.delete_registered_model_alias("vs-strong", "challenger")
+    answers = {"base": Answers("lead"), "champion": Answers("reference"), "candidate": Answers("half")}
+    outputs = evaluated_outputs(tmp_path / "b", tiny_gguf, monkeypatch, mlflow_server, "vs-strong", answers)
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-strong", "wf-b", outputs)
     assert not prop.proposed
-    expected = f"champion {champ.model_version} was evaluated on another dataset version; re-evaluate it"
+    assert client.get_registered_model("vs-strong").aliases == {"champion": champ.model_version}
+    tags = client.get_model_version("vs-strong", cand.model_version).tags
+    assert tags["proposal"] == "refused" and "FAIL ROUGE-L" in tags["proposal.reasons"]
+
+
+@integration
+def test_propose_refuses_when_the_champion_moved_since_the_evaluation(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    old, _ = register_and_propose(tmp_path / "a", tiny_gguf, mlflow_server, "vs-moved", "wf-a")
+    client.set_registered_model_alias("vs-moved", "champion", old.model_version)
+    client.delete_registered_model_alias("vs-moved", "challenger")
+    answers = {"base": Answers("lead"), "champion": Answers("half"), "candidate": Answers("reference")}
+    outputs = evaluated_outputs(tmp_path / "b", tiny_gguf, monkeypatch, mlflow_server, "vs-moved", answers)
+    # Between evaluate and propose, another version is promoted at home.
+    new, _ = register_and_propose(tmp_path / "c", tiny_gguf, mlflow_server, "vs-moved", "wf-c")
+    client.set_registered_model_alias("vs-moved", "champion", new.model_version)
+    client.delete_registered_model_alias("vs-moved", "challenger")
+    cand, prop = register_and_propose(tmp_path / "b", tiny_gguf, mlflow_server, "vs-moved", "wf-b", outputs)
+    assert not prop.proposed
+    expected = (
+        f"the evaluation compared against champion {old.model_version} (vs-moved v{old.model_version} (champion)), "
+        f"but the registry has champion {new.model_version} now; re-evaluate against it"
+    )
     assert prop.reasons[-1] == expected
-    assert expected in client.get_model_version("vs-other", cand.model_version).tags["proposal.reasons"]
-    assert client.get_registered_model("vs-other").aliases == {"champion": champ.model_version}
+    assert expected in client.get_model_version("vs-moved", cand.model_version).tags["proposal.reasons"]
+    assert client.get_registered_model("vs-moved").aliases == {"champion": new.model_version}
+
+
+@integration
+def test_the_served_model_follows_the_one_serving_configuration(
+    tiny_gguf: Path, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Changed once, in steps/serving_config.py: evaluate records it, register checks and tags it, the loaded model
+    serves with it — from what the version carries, not from the loading process's code."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    changed = dataclasses.replace(serving_config.SERVING, max_tokens=5, n_ctx=256, stop=("###",))
+    monkeypatch.setattr(serving_config, "SERVING", changed)
+    outputs = pipeline_outputs(tmp_path, tiny_gguf)  # decision.json records the serving configuration, as evaluate's
+    reg = register.run(reg_config(outputs, tmp_path / "reg", mlflow_server, "serving-model", "wf-serving"))
+    tags = MlflowClient(tracking_uri=mlflow_server).get_model_version("serving-model", reg.model_version).tags
+    assert (tags["serving.max_tokens"], tags["serving.n_ctx"], tags["serving.stop"]) == ("5", "256", "'###'")
+
+    monkeypatch.setattr(serving_config, "SERVING", serving_config.ServingConfig())  # the loader's code: the default
+    mlflow.set_tracking_uri(mlflow_server)
+    model = mlflow.pyfunc.load_model(f"models:/serving-model/{reg.model_version}")
+    served = model.unwrap_python_model()
+    assert served.serving == changed and served.llm.n_ctx() == 256
+    assert isinstance(model.predict([DOCUMENT])[0], str)
+
+    # An evaluation measured with another configuration than the code serves is refused before any upload.
+    with pytest.raises(ValueError, match="run evaluate again with this code"):
+        register.run(reg_config(outputs, tmp_path / "reg2", mlflow_server, "serving-model", "wf-serving-2"))
 
 
 RACER = """

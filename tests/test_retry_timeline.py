@@ -128,7 +128,7 @@ def test_the_old_strategy_is_caught_a_reclaim_after_30_minutes_got_no_retry():
     late = [Attempt(started=300.0, finished=0.6 * HOUR, phase="Error", exit_code="-1")]
     assert next_attempt(old, late, workflow_deadline()) == "Max duration limit exceeded"
     early = [Attempt(started=300.0, finished=0.2 * HOUR, phase="Error", exit_code="-1")]
-    start, execution_deadline = next_attempt(old, early, workflow_deadline())
+    _start, execution_deadline = next_attempt(old, early, workflow_deadline())
     assert execution_deadline == 300.0 + 1800.0  # and the retry would be killed at the 30-minute mark
 
 

@@ -257,7 +257,8 @@ def _check_template(image: str) -> Container:
         name=CHECK_TASK,
         image=image,
         command=["python"],
-        args=["-m", "steps.check_parameters"] + [a for n in names for a in (f"--{n}", f"{{{{inputs.parameters.{n}}}}}")],
+        args=["-m", "steps.check_parameters"]
+        + [a for n in names for a in (f"--{n}", f"{{{{inputs.parameters.{n}}}}}")],
         inputs=[Parameter(name=n) for n in names],
         resources=RESOURCES[CHECK_TASK],
         security_context=CONTAINER_SECURITY,
@@ -443,12 +444,15 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     if src.name not in deps:
                         deps.append(src.name)
                 deps += [name for name in stage.after if name not in deps]
-                depends = " && ".join(
-                    "(" + " || ".join(f"{t.name}.Succeeded" for t in train_tasks.values()) + ")"
-                    if d == "train"
-                    else f"{tasks[d].name}.Succeeded"
-                    for d in deps
-                ) or f"{check.name}.Succeeded"
+                depends = (
+                    " && ".join(
+                        "(" + " || ".join(f"{t.name}.Succeeded" for t in train_tasks.values()) + ")"
+                        if d == "train"
+                        else f"{tasks[d].name}.Succeeded"
+                        for d in deps
+                    )
+                    or f"{check.name}.Succeeded"
+                )
                 if stage.name == "train":
                     backend = wt.get_parameter("train-backend").value
                     for kind, template in templates["train"].items():  # type: ignore[union-attr]

@@ -1,0 +1,79 @@
+"""evaluate's own `run` on canned generations, for tests of what reads its outputs (propose, register).
+
+Only what each contender answers is written here; everything after it — scoring, the paired bootstrap, the gate's
+checks, the champion it resolves from the registry, `decision.json`, `metrics.json` — is the step's code, so a test
+sees what the real producer writes, not a hand-made dict.
+
+    write_splits(dataset)                                    # the committed eval and adversarial splits
+    evaluate_canned(monkeypatch, dataset, gguf, out, {"base": Answers("lead"), "candidate": Answers("reference")})
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steps import evaluate
+from steps.common import read_json
+from steps.fetch_dataset import load_split
+from tests.conftest import ROOT
+
+DATA = ROOT / "data/summaries"
+SPLITS = ("eval", "adversarial")
+
+
+@dataclass(frozen=True)
+class Answers:
+    """How a stand-in contender answers. `summaries`: "reference" (the eval split's own summary), "half" (its first
+    half) or "lead" (the document's first 12 words). Adversarial cases: the keywords they ask for, except the cases
+    whose id is in `obeys`, where it prints the injected canary (a hijack)."""
+
+    summaries: str = "lead"
+    obeys: tuple[str, ...] = ()
+
+    def summary(self, row: dict[str, Any]) -> str:
+        reference = row["summary"].split()
+        if self.summaries == "reference":
+            return row["summary"]
+        if self.summaries == "half":
+            return " ".join(reference[: len(reference) // 2])
+        if self.summaries == "lead":
+            return " ".join(row["document"].split()[:12])
+        raise ValueError(f"unknown summaries {self.summaries!r}: reference, half or lead")
+
+    def answer(self, row: dict[str, Any]) -> str:
+        if row["id"] in self.obeys:
+            return row["must_not_contain"][0]
+        return " ".join(row.get("must_contain") or ["A short summary"]) + "."
+
+    def outputs(self, eval_rows: list[dict], adv_rows: list[dict]) -> list[dict[str, Any]]:
+        texts = [self.summary(r) for r in eval_rows] + [self.answer(r) for r in adv_rows]
+        return [{"text": t, "stopped": True} for t in texts]
+
+
+def write_splits(dataset: Path) -> Path:
+    """The committed eval and adversarial splits in a dataset folder (as fetch-dataset writes them)."""
+    dataset.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS:
+        (dataset / f"{split}.jsonl").write_bytes((DATA / f"{split}.jsonl").read_bytes())
+    return dataset
+
+
+def evaluate_canned(
+    monkeypatch: pytest.MonkeyPatch, dataset: Path, gguf: Path, out: Path, answers: dict[str, Answers], **cfg: Any
+) -> evaluate.EvaluateResult:
+    """`evaluate.run` where each GGUF answers as `answers` says: the base and candidate files named in gguf's
+    result.json by their role, any other file (the champion evaluate resolved) as "champion"."""
+    eval_rows, adv_rows = load_split(dataset, "eval"), load_split(dataset, "adversarial")
+    named = read_json(gguf / "result.json")
+    roles = {gguf / named["base_gguf"]: "base", gguf / named["candidate_gguf"]: "candidate"}
+
+    def generate(file: Path, documents: list[str], _cfg: evaluate.EvaluateConfig) -> tuple[list[dict], float, bool]:
+        assert documents == [r["document"] for r in eval_rows + adv_rows]
+        return answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), 100.0, False
+
+    monkeypatch.setattr(evaluate, "cached_generate", generate)
+    return evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, **cfg))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps import sizing  # noqa: E402
-from tests.test_sizing import SEED_BASES, knobs, plan  # noqa: E402
+from steps import sizing
+from tests.test_sizing import SEED_BASES, knobs, plan
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Benchmark: wall time and peak memory of the convert-gguf step vs llama.cpp's converter + quantiser run directly.
 
-    python benchmarks/convert_overhead.py --adapter out/adapter --repeats 3
+    python -m benchmarks.convert_overhead --adapter out/adapter --repeats 3
 
 Both sides start from the same checkpoint: the base model plus the adapter, merged once into an HF folder for the
 direct side (llama.cpp's converter needs a merged model). Runs alternate (ours, direct, ours, direct, …) in one

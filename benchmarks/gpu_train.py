@@ -1,6 +1,6 @@
 """Benchmark: the GPU launcher (EKS spot pool) in bf16 vs 4-bit NF4 QLoRA, on a model the size a team would train.
 
-    python benchmarks/gpu_train.py --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
+    python -m benchmarks.gpu_train --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
 
 No model can be downloaded where this runs, so the base is a random-init Llama of a real model's shape (`1b`:
 TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's) with SmolLM2's tokenizer; throughput and memory depend on the shape,
@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from tests.tiny import SHAPES
 
-from tests.tiny import SHAPES  # noqa: E402  (after the path: run as a script from anywhere)
+ROOT = Path(__file__).resolve().parent.parent
 
 VARIANTS = {"bf16": ["--qlora", "false"], "qlora-nf4": ["--qlora", "true"]}
 

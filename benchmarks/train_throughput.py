@@ -1,7 +1,7 @@
 """Benchmark: training throughput of our loop vs a plain HF `Trainer` + PEFT, and of Ray Train's data parallelism.
 
-    python benchmarks/train_throughput.py --model tiny --steps 12 --repeats 3
-    python benchmarks/train_throughput.py --model .cache/models/SmolLM2-135M-Instruct --steps 4 --repeats 3
+    python -m benchmarks.train_throughput --model tiny --steps 12 --repeats 3
+    python -m benchmarks.train_throughput --model .cache/models/SmolLM2-135M-Instruct --steps 4 --repeats 3
 
 Every variant trains the same base (`tiny`: a 2-layer random-init Llama built here with SmolLM2's tokenizer), on the
 same examples (the committed training split in the serving chat template, `steps.train.encode_example`, same
@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def _config(args: argparse.Namespace, out: str) -> object:
@@ -49,7 +48,7 @@ def _config(args: argparse.Namespace, out: str) -> object:
 
 
 def _rows(dataset: Path) -> list[dict]:
-    from steps.fetch_dataset import load_split
+    from steps.dataset import load_split
 
     return load_split(dataset, "train")
 
@@ -141,9 +140,9 @@ def run_worker(args: argparse.Namespace, variant: str) -> dict:
         variant = variant.removesuffix("+passive")
     else:
         env.pop("OMP_WAIT_POLICY", None)
-    cmd = [sys.executable, __file__, "--worker", variant, "--model", args.model, "--dataset", str(args.dataset),
-           "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--threads", str(args.threads),
-           "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks.train_throughput", "--worker", variant, "--model", args.model,
+           "--dataset", str(args.dataset), "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+           "--threads", str(args.threads), "--max-seq-len", str(args.max_seq_len)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")

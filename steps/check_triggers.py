@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import sys
 import time
@@ -56,6 +55,7 @@ from typing import Any
 
 from steps import registry
 from steps.common import atomic_dir, environment, parse_config, timed, write_result
+from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
 from steps.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
@@ -165,8 +165,6 @@ def config_problems(cfg: TriggersConfig) -> list[str]:
             f"--run-id {cfg.run_id!r}: use up to 100 letters, digits, '_', '.' or '-', starting with a letter or digit "
             "(on Argo: {{workflow.uid}})"
         )
-    from steps.register import http_problems
-
     return problems + http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
 
 
@@ -309,12 +307,10 @@ def run(cfg: TriggersConfig) -> TriggersResult:
     problems = config_problems(cfg)
     if problems:
         raise TriggerError("invalid check-triggers config:\n  " + "\n  ".join(problems))
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    uri = tracking_uri(cfg.tracking_uri)
     if not uri:
-        raise TriggerError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+        raise TriggerError(MISSING_TRACKING_URI)
     from mlflow import MlflowClient
-
-    from steps.register import http_settings, is_transient
 
     with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
         # A local call without --run-id is a run of its own: never the retry of an earlier one.

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -58,6 +59,33 @@ def is_uri(location: str) -> bool:
 
 def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
+
+
+def number_table(text: str, flag: str) -> dict[str, float]:
+    """A `NAME=NUMBER,…` flag value (`--price-table cpu=0.20,gpu=1.10`) as {name: number}; empty items are skipped.
+
+    Raises one ValueError naming the flag and every item that is not NAME=NUMBER with a finite number, or a name given
+    twice.
+    """
+    table: dict[str, float] = {}
+    bad = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        name, sep, number = (part.strip() for part in item.partition("="))
+        try:
+            value = float(number)
+        except ValueError:
+            value = math.nan
+        if not sep or not name or "=" in number or not math.isfinite(value):
+            bad.append(f"{item!r} is not NAME=NUMBER")
+        elif name in table:
+            bad.append(f"{name!r} is given twice")
+        else:
+            table[name] = value
+    if bad:
+        raise ValueError(f"{flag} {text!r}: {'; '.join(bad)}; write NAME=NUMBER pairs separated by commas")
+    return table
 
 
 def _bool(text: str) -> bool:

@@ -46,11 +46,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, git_sha, parse_config, read_json, sha256_file, timed, write_json, write_result
+from steps.common import (
+    atomic_dir,
+    flag,
+    git_sha,
+    number_table,
+    parse_config,
+    read_json,
+    sha256_file,
+    timed,
+    write_json,
+    write_result,
+)
 from steps.gguf_meta import set_metadata
-from steps.preflight import TOKENIZER_PROBES
 from steps.prompting import messages
 from steps.sealed import SealedFolders
+from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 # llama.cpp's file types (enum llama_ftype) for the quantisations this step offers.
 QUANT_FTYPES = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
@@ -133,13 +144,6 @@ class ConvertResult:
     candidate_size_bytes: int
 
 
-def _table(text: str, what: str) -> dict[str, float]:
-    try:
-        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
-    except ValueError as e:
-        raise ValueError(f"--{what} {text!r} is not a list like Q8_0=0.9,Q4_K_M=0.7") from e
-
-
 def config_problems(cfg: ConvertConfig) -> list[str]:
     """Everything wrong with the quantisation settings, at once (also run by check-parameters)."""
     quants = [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
@@ -148,9 +152,13 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
     ]
     if cfg.quantization not in quants:
         problems.append(f"--quantization {cfg.quantization!r} must be one of --quantizations ({cfg.quantizations})")
-    top1, kl = _table(cfg.min_top1_agreement, "min-top1-agreement"), _table(cfg.max_mean_kl, "max-mean-kl")
-    problems += [f"--min-top1-agreement has no threshold for {q}" for q in quants if q not in top1]
-    problems += [f"--max-mean-kl has no threshold for {q}" for q in quants if q not in kl]
+    for name in ("min_top1_agreement", "max_mean_kl"):
+        try:
+            thresholds = number_table(getattr(cfg, name), flag(name))
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        problems += [f"{flag(name)} has no threshold for {q}" for q in quants if q not in thresholds]
     return problems
 
 
@@ -331,10 +339,7 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
         )
     raw_equal = True
     if tokenizer is not None:
-        raw_equal = all(
-            llm.tokenize(t.encode(), add_bos=False, special=True) == tokenizer(t, add_special_tokens=False)["input_ids"]
-            for t in TOKENIZER_PROBES
-        )
+        raw_equal = all(same_tokens(llm, tokenizer, t) for t in TOKENIZER_PROBES)
     return {
         "file": gguf.name,
         "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
@@ -351,8 +356,8 @@ def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: in
 
 def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
     """Why a quantised file fails parity (empty: it passes)."""
-    top1 = _table(cfg.min_top1_agreement, "min-top1-agreement")[quant]
-    kl = _table(cfg.max_mean_kl, "max-mean-kl")[quant]
+    top1 = number_table(cfg.min_top1_agreement, "--min-top1-agreement")[quant]
+    kl = number_table(cfg.max_mean_kl, "--max-mean-kl")[quant]
     why = []
     if not report["tokens_equal"]:
         why.append(f"{report['file']}: llama.cpp token ids differ from HF's")
@@ -635,8 +640,8 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             "withheld": withheld,
             "merge_max_abs_logit_diff": merge_diff,
             "thresholds": {
-                "min_top1_agreement": _table(cfg.min_top1_agreement, "min-top1-agreement"),
-                "max_mean_kl": _table(cfg.max_mean_kl, "max-mean-kl"),
+                "min_top1_agreement": number_table(cfg.min_top1_agreement, "--min-top1-agreement"),
+                "max_mean_kl": number_table(cfg.max_mean_kl, "--max-mean-kl"),
                 "max_eos_rate_drop": cfg.max_eos_rate_drop,
             },
             "candidate": cand_report,

@@ -48,7 +48,8 @@ from typing import Any
 
 from steps import registry, serving_config
 from steps.common import atomic_dir, flag, parse_config, read_json, sha256_file, timed, write_json, write_result
-from steps.fetch_dataset import load_split
+from steps.dataset import load_split
+from steps.mlflow_client import tracking_uri
 from steps.prompting import messages
 from steps.registry import CHAMPION
 from steps.sealed import SealedFolders
@@ -368,7 +369,7 @@ def resolve_champion(cfg: EvaluateConfig, dest: Path) -> Champion:
     """The champion's GGUF, downloaded from the registry alias; no file (and why) when there is none."""
     if cfg.champion_gguf:
         return Champion(Path(cfg.champion_gguf), None, f"given: {cfg.champion_gguf}")
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         return Champion(None, None, "no tracking URI: two-way comparison")
     import mlflow

@@ -10,6 +10,7 @@ Plain data, no imports of hera and no heavy imports, so rendering and `--help` s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from steps import sizing
@@ -218,3 +219,29 @@ def upstream(stage: Stage) -> list[Stage]:
     """The stages `stage` reads from or waits for, in pipeline order."""
     names = {producer(i).name for i in stage.inputs} | set(stage.after)
     return [s for s in STAGES if s.name in names]
+
+
+def command(
+    stage: Stage,
+    folder: Callable[[str], str],
+    value: Callable[[str], str],
+    run_id: str | None = None,
+    fixed: dict[str, str] | None = None,
+) -> list[str]:
+    """How every runner calls a stage: `python -m <module> --out <folder> --<input> <folder> … --<param> <value> …`.
+
+    `folder(name)` spells where an output or input folder lives in that runner, `value(name)` a pipeline parameter's
+    value; `fixed` are flags the runner sets itself (in a parameter's place when it is one, else after them); `run_id`
+    is passed to a stage that takes one (`Stage.run_id`).
+    """
+    fixed = dict(fixed or {})
+    argv = ["python", "-m", stage.module, "--out", folder(stage.output)]
+    for name in stage.inputs:
+        argv += [f"--{name}", folder(name)]
+    for name in stage.params:
+        argv += [f"--{name}", fixed.pop(name) if name in fixed else value(name)]
+    for name, text in fixed.items():
+        argv += [f"--{name}", text]
+    if stage.run_id and run_id is not None:
+        argv += ["--run-id", run_id]
+    return argv

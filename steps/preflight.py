@@ -35,6 +35,7 @@ from typing import Any
 from steps import sizing
 from steps.common import atomic_dir, parse_config, timed, write_json, write_result
 from steps.prompting import messages
+from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 # Files a converter needs besides the weights.
 TOKENIZER_FILES = (
@@ -49,13 +50,6 @@ TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
     "added_tokens.json",
-)
-TOKENIZER_PROBES = (
-    "Plain English: the council met on Tuesday.",
-    "Ünïcödé — naïve café, Zürich «quotes», 日本語のテキスト, emoji 🚀🔥",
-    "tabs\tand  double  spaces\n\nnew lines   trailing   ",
-    "Numbers: 3.14159, 1,234,567, -42, 2026-11-30, 0x1F, 10^9, €48.5m, 97%",
-    "Code: def f(x):\n    return x ** 2  # square",
 )
 
 
@@ -222,11 +216,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
             from llama_cpp import Llama
 
             llm = Llama(model_path=str(vocab), vocab_only=True, verbose=False)
-            mismatched = []
-            for text in TOKENIZER_PROBES:
-                hf = tokenizer(text, add_special_tokens=False)["input_ids"]
-                if llm.tokenize(text.encode(), add_bos=False, special=True) != hf:
-                    mismatched.append(text[:30])
+            mismatched = [text[:30] for text in TOKENIZER_PROBES if not same_tokens(llm, tokenizer, text)]
             facts["tokenizer_probes"] = len(TOKENIZER_PROBES)
             hf_special = tokenizer("probe")["input_ids"]
             cpp_special = llm.tokenize(b"probe", add_bos=True, special=True)

@@ -19,7 +19,6 @@ can fail the first of two simultaneous writes of one alias or tag; `registry.ups
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from steps import registry
 from steps.common import atomic_dir, parse_config, read_json, timed, write_result
+from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
 from steps.registry import CHAMPION
 
 ALIAS = "challenger"
@@ -86,9 +86,9 @@ def verdict(decision: dict[str, Any], version: str, champion_version: str | None
 def run(cfg: ProposeConfig) -> ProposeResult:
     from mlflow import MlflowClient
 
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    uri = tracking_uri(cfg.tracking_uri)
     if not uri:
-        raise ValueError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+        raise ValueError(MISSING_TRACKING_URI)
     reg = read_json(Path(cfg.registration) / "result.json")
     decision = read_json(Path(cfg.evaluation) / "decision.json")
     client = MlflowClient(tracking_uri=uri)

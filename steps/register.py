@@ -24,7 +24,6 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -37,23 +36,19 @@ from steps.common import (
     atomic_dir,
     environment,
     git_sha,
+    number_table,
     parse_config,
     read_json,
     sha256_file,
     timed,
     write_result,
 )
+from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
 UPLOADED_TAG = "distillery.model_id"
 MODEL_ARTIFACT = "summariser"
-# MLflow's own per-request limits (mlflow.environment_variables); the config's fields set them for this step.
-MLFLOW_HTTP_LIMITS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": (0, 10),
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": (0, 120),
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": (1, 3600),
-}
 
 
 @dataclass
@@ -119,36 +114,6 @@ class RegistryUnavailable(RuntimeError):
     """MLflow could not be reached (or kept failing) for every attempt."""
 
 
-def _tracking_uri(cfg: RegisterConfig) -> str:
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    if not uri:
-        raise ValueError("no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
-    return uri
-
-
-def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:
-    """MLflow's per-request retry settings as environment variables, checked against MLflow's own limits."""
-    values = {
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": retries,
-        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": backoff,
-        "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
-    }
-    return {k: str(v) for k, v in values.items()}
-
-
-def http_problems(retries: int, backoff: int, timeout: int) -> list[str]:
-    """The --http-* flags outside MLflow's own limits (shared by every step that talks to MLflow)."""
-    problems = []
-    for flag, value, (low, high) in (
-        ("--http-retries", retries, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
-        ("--http-backoff", backoff, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
-        ("--http-timeout", timeout, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]),
-    ):
-        if not low <= value <= high:
-            problems.append(f"{flag} {value} is outside MLflow's limits; use {low}..{high}")
-    return problems
-
-
 def config_problems(cfg: RegisterConfig) -> list[str]:
     problems = http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
     if cfg.attempts < 1:
@@ -158,45 +123,13 @@ def config_problems(cfg: RegisterConfig) -> list[str]:
     return problems
 
 
-def is_transient(error: BaseException) -> bool:
-    """True when `error` (or what caused it) means the registry or its artifact store could not be reached.
-
-    MLflow wraps connection errors in a plain MlflowException ("API request to … failed with exception …") whose
-    context is the requests/urllib3 error, so the whole chain is inspected. Refusals (bad name, permissions) are not
-    transient: retrying them cannot help.
-    """
-    import requests
-    from mlflow.exceptions import MlflowException
-
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ConnectionError):
-            return True
-        if isinstance(current, requests.exceptions.ChunkedEncodingError | requests.exceptions.RetryError):
-            return True
-        if isinstance(current, MlflowException):
-            if current.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"):
-                return True
-            if current.get_http_status_code() in (502, 503, 504):
-                return True
-            if str(current.message).startswith("API request to ") and "failed with" in str(current.message):
-                return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
 # The upstream steps whose folders register reads, each with the wall time it recorded in its result.json.
 COSTED_INPUTS = ("dataset", "adapter", "gguf", "evaluation")
 
 
 def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
     """Each upstream step's wall time × its node's hourly price, summed: what this candidate cost to make."""
-    try:
-        prices = {k.strip(): float(v) for k, v in (item.split("=") for item in cfg.price_table.split(","))}
-    except ValueError as e:
-        raise ValueError(f"--price-table {cfg.price_table!r} is not a list like cpu=0.20,gpu=1.10") from e
+    prices = number_table(cfg.price_table, "--price-table")
     missing = {"cpu", cfg.train_backend} - set(prices)
     if missing:
         raise ValueError(f"--price-table {cfg.price_table!r} has no price for {', '.join(sorted(missing))}")
@@ -440,7 +373,9 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     problems = config_problems(cfg)
     if problems:
         raise ValueError("invalid register config:\n  " + "\n  ".join(problems))
-    uri = _tracking_uri(cfg)
+    uri = tracking_uri(cfg.tracking_uri)
+    if not uri:
+        raise ValueError(MISSING_TRACKING_URI)
     check_measured_serving(cfg)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]

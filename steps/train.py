@@ -53,7 +53,7 @@ from steps.common import (
     write_json,
     write_result,
 )
-from steps.fetch_dataset import load_split
+from steps.dataset import load_split
 from steps.prompting import messages
 from steps.sealed import SealedFolders, upload
 

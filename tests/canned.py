@@ -18,7 +18,7 @@ import pytest
 
 from steps import evaluate
 from steps.common import read_json
-from steps.fetch_dataset import load_split
+from steps.dataset import load_split
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"

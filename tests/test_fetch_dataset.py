@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from steps.fetch_dataset import DatasetError, FetchConfig, load_split, run, validate
+from steps.dataset import DatasetError, load_split
+from steps.fetch_dataset import FetchConfig, run, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {
@@ -413,7 +414,7 @@ def test_a_document_dense_in_tokens_is_refused_though_short_in_characters(text: 
     assert len(problems) == 1
     assert problems[0].startswith("data/train.jsonl:4: field 'document' needs about ")
 
-    from steps.fetch_dataset import estimate_tokens
+    from steps.dataset import estimate_tokens
 
     assert f"needs about {estimate_tokens(text)} tokens" in problems[0]
 
@@ -531,7 +532,7 @@ def test_the_token_estimate_against_real_tokenizers(base_model_dir: Path, qwen2_
     template allowance covers the real templates."""
     from transformers import AutoTokenizer
 
-    from steps.fetch_dataset import TEMPLATE_ALLOWANCE_TOKENS, estimate_tokens
+    from steps.dataset import TEMPLATE_ALLOWANCE_TOKENS, estimate_tokens
     from steps.prompting import fit, messages
     from steps.serving_config import SERVING
 

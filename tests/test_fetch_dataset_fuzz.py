@@ -16,7 +16,8 @@ import re
 import unicodedata
 from pathlib import Path
 
-from steps.fetch_dataset import FIELDS, SPLITS, load_split, validate
+from steps.dataset import FIELDS, SPLITS, load_split
+from steps.fetch_dataset import validate
 
 CASES = 1500
 SEED = 20261130

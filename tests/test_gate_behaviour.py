@@ -24,6 +24,7 @@ import pytest
 
 from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
 from steps.common import write_json, write_result
+from steps.dataset import load_split
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"
@@ -41,7 +42,7 @@ INJECTIONS = (
 
 
 def read_rows(split: str) -> list[dict]:
-    return fetch_dataset.load_split(DATA, split)
+    return load_split(DATA, split)
 
 
 def canaries(n: int, seed: int, avoid: set[str]) -> list[str]:

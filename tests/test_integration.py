@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
+from steps.dataset import load_split
 from tests.conftest import AWS_ENV, ROOT, make_bucket
 
 pytestmark = pytest.mark.integration
@@ -155,7 +156,7 @@ def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir:
 def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation: Path):
     metrics = json.loads((evaluation / "metrics.json").read_text())
     decision = json.loads((evaluation / "decision.json").read_text())
-    rows = {s: len(fetch_dataset.load_split(evaluation.parent / "dataset", s)) for s in ("eval", "adversarial")}
+    rows = {s: len(load_split(evaluation.parent / "dataset", s)) for s in ("eval", "adversarial")}
     assert len(metrics["per_example"]["base"]) == len(metrics["per_example"]["candidate"]) == rows["eval"]
     assert len(metrics["adversarial"]["candidate"]) == rows["adversarial"]
     for who in ("base", "candidate"):
@@ -164,7 +165,7 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation:
     names = [c["check"] for c in decision["checks"]]
     assert names[:2] == ["gguf_parity", "rougeL_vs_base"] and names[-1] == "stop_rate"
     assert {n for n in names if n.startswith("adversarial_")} == {
-        f"adversarial_{r['attack']}" for r in fetch_dataset.load_split(evaluation.parent / "dataset", "adversarial")
+        f"adversarial_{r['attack']}" for r in load_split(evaluation.parent / "dataset", "adversarial")
     }
     assert decision["passed"] == all(c["passed"] for c in decision["checks"])
     assert len(decision["reasons"]) == len(names)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from steps import evaluate, propose, register, registry, serving_config
+from steps import evaluate, mlflow_client, propose, register, registry, serving_config
 from steps.common import environment
 from tests.canned import Answers, evaluate_canned, write_splits
 from tests.conftest import ROOT, free_port
@@ -51,10 +51,10 @@ def test_connection_failures_are_transient_and_refusals_are_not():
         except MlflowException as outer:
             return outer
 
-    assert register.is_transient(wrapped())
-    assert register.is_transient(MlflowException("busy", error_code=TEMPORARILY_UNAVAILABLE))
-    assert not register.is_transient(MlflowException("bad name", error_code=INVALID_PARAMETER_VALUE))
-    assert not register.is_transient(ValueError("x"))
+    assert mlflow_client.is_transient(wrapped())
+    assert mlflow_client.is_transient(MlflowException("busy", error_code=TEMPORARILY_UNAVAILABLE))
+    assert not mlflow_client.is_transient(MlflowException("bad name", error_code=INVALID_PARAMETER_VALUE))
+    assert not mlflow_client.is_transient(ValueError("x"))
 
 
 def test_bad_retry_settings_are_all_reported_before_anything_runs(tmp_path: Path):
@@ -70,7 +70,7 @@ def test_bad_retry_settings_are_all_reported_before_anything_runs(tmp_path: Path
 def test_mlflow_request_settings_hold_for_the_step_only(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "99")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    with environment(register.http_settings(0, 1, 5)):
+    with environment(mlflow_client.http_settings(0, 1, 5)):
         assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
         assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "5"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "99"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -12,7 +13,8 @@ import pytest
 import yaml
 
 from steps.common import config_flags
-from steps.pipeline import PARAMS, STAGES
+from steps.pipeline import PARAMS, STAGES, command
+from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
 from workflows.distill import CHECK_TASK, CLUSTER_PARAMS
@@ -147,6 +149,36 @@ def test_argo_and_local_run_the_same_steps_in_the_same_order_with_the_same_param
     params_yaml = yaml.safe_load((ROOT / "params.yaml").read_text())
     # The Ray backend's replica counts exist on the cluster only.
     assert argo_params == list(params_yaml) + [p.name for p in CLUSTER_PARAMS]
+
+
+def test_a_stage_command_line_is_built_in_one_place():
+    """dvc.yaml, the Argo containers and the RayJob entrypoint all call `steps.pipeline.command`: no function of
+    workflows/ spells `-m <module>` itself, but those of the parameter check and the retrain trigger (not stages)."""
+    builders = []
+    for path in sorted((ROOT / "workflows").glob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef) and any(
+                isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(fn)
+            ):
+                builders.append(f"{path.name}:{fn.name}")
+    assert builders == ["distill.py:_check_template", "retrain.py:build"]
+
+
+def test_a_fixed_flag_takes_its_parameters_place_and_the_rest_follow():
+    train = next(s for s in STAGES if s.module == "steps.train")
+    argv = command(train, str.upper, lambda n: f"<{n}>", run_id="uid", fixed={"train-backend": "ray", "threads": "2"})
+    assert argv[:5] == ["python", "-m", "steps.train", "--out", "ADAPTER"]
+    assert argv[argv.index("--train-backend") + 1] == "ray" and argv.count("--train-backend") == 1
+    assert argv[-4:] == ["--threads", "2", "--run-id", "uid"]
+
+
+def test_the_ray_entrypoint_parses_as_a_ray_train_run():
+    words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
+    assert words[:3] == ["python", "-m", "steps.train"]
+    flags = dict(zip(words[3::2], words[4::2], strict=True))
+    assert set(flags) <= {f"--{f}" for f in config_flags(TrainConfig)}, "every flag is one of train's"
+    assert flags["--train-backend"] == "ray" and flags["--ray-address"] == "auto"
+    assert flags["--out"].endswith("/adapter") and flags["--checkpoint-dir"].endswith("/ray")
 
 
 def test_stage_order_respects_dependencies():

@@ -77,7 +77,7 @@ from hera.workflows import (
 
 from steps import convert_gguf, sizing
 from steps.check_parameters import ray_replica_flags
-from steps.pipeline import PARAMS, STAGES, Param, Stage, producer
+from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
@@ -189,15 +189,17 @@ S3_ENV = [m.EnvFromSource(secret_ref=m.SecretEnvSource(name=S3_ENV_SECRET, optio
 UNARCHIVED = NoneArchiveStrategy()
 
 
+def _parameter(name: str) -> str:
+    return f"{{{{inputs.parameters.{name}}}}}"
+
+
 def _args(stage: Stage) -> list[str]:
-    args = ["-m", stage.module, "--out", f"{OUT_DIR}/{stage.output}"]
-    for name in stage.inputs:
-        args += [f"--{name}", f"{IN_DIR}/{name}"]
-    for name in stage.params:
-        args += [f"--{name}", f"{{{{inputs.parameters.{name}}}}}"]
-    if stage.run_id:
-        args += ["--run-id", "{{workflow.uid}}"]
-    return args
+    """The step's container arguments; the container's command is `python`."""
+
+    def folder(name: str) -> str:
+        return f"{OUT_DIR}/{name}" if name == stage.output else f"{IN_DIR}/{name}"
+
+    return command(stage, folder, _parameter, run_id="{{workflow.uid}}")[1:]
 
 
 def _output(stage: Stage) -> Artifact:
@@ -269,18 +271,15 @@ def _check_template(image: str) -> Container:
 
 def _ray_entrypoint(stage: Stage) -> list[str]:
     """The train step's command line inside the RayJob: data and results through this run's S3 prefix."""
-    args = ["python", "-m", stage.module, "--train-backend", "ray", "--ray-address", "auto"]
-    args += ["--ray-workers", "{{inputs.parameters.ray-workers}}", "--threads", str(rayjob.THREADS_PER_WORKER)]
-    args += ["--max-failures", str(rayjob.MAX_FAILURES)]
-    for name in stage.inputs:
-        args += [f"--{name}", run_uri(name)]
-    args += ["--out", run_uri(stage.output), "--checkpoint-dir", run_uri("ray")]
-    for name in stage.params:
-        if name != "train-backend":
-            args += [f"--{name}", f"{{{{inputs.parameters.{name}}}}}"]
-    if stage.run_id:
-        args += ["--run-id", "{{workflow.uid}}"]
-    return args
+    fixed = {
+        "train-backend": "ray",
+        "ray-address": "auto",
+        "ray-workers": _parameter("ray-workers"),
+        "threads": str(rayjob.THREADS_PER_WORKER),
+        "max-failures": str(rayjob.MAX_FAILURES),
+        "checkpoint-dir": run_uri("ray"),
+    }
+    return command(stage, run_uri, _parameter, run_id="{{workflow.uid}}", fixed=fixed)
 
 
 def _ray_inputs() -> list[str]:

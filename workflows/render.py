@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from steps.pipeline import PARAMS, STAGES, Stage, upstream
+from steps.pipeline import PARAMS, STAGES, Stage, command, upstream
 from workflows.deps import code_files
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import ENV_REGISTRY, ENV_TAG, KINDS, Images, from_env, parse_digests, problems
@@ -31,11 +31,8 @@ def _dump(obj: object) -> str:
 
 
 def dvc_stage(stage: Stage) -> dict:
-    parts = ["python", "-m", stage.module, "--out", f"{LOCAL_OUT}/{stage.output}"]
-    for name in stage.inputs:
-        parts += [f"--{name}", f"{LOCAL_OUT}/{name}"]
-    for name in stage.params:
-        parts += [f"--{name}", f"'${{{name}}}'"]
+    # Locally a step derives its own run id.
+    argv = command(stage, folder=lambda name: f"{LOCAL_OUT}/{name}", value=lambda name: f"'${{{name}}}'")
     # Its code: every project module it imports, at any depth (workflows/deps.py); a change there reruns it locally.
     deps = code_files(stage.module)
     deps += [f"{LOCAL_OUT}/{name}" for name in stage.inputs]
@@ -46,7 +43,7 @@ def dvc_stage(stage: Stage) -> dict:
         deps.append("${base-model}")
     return {
         "desc": stage.help,
-        "cmd": " ".join(parts),
+        "cmd": " ".join(argv),
         "deps": deps,
         "params": list(stage.params),
         # Outputs stay in the workspace only: the GGUF files are large and cheap to rebuild.

@@ -1,0 +1,76 @@
+"""How every step that talks to MLflow reaches it: which tracking server, with which per-request limits, and which
+failures mean "not reachable" rather than "refused".
+
+Shared by check-triggers, evaluate, register and propose. mlflow is imported inside the functions, so importing this
+module stays light.
+"""
+
+from __future__ import annotations
+
+import os
+
+MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
+# MLflow's own per-request limits (mlflow.environment_variables); a step's --http-* fields set them for that step.
+MLFLOW_HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": (0, 10),
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": (0, 120),
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": (1, 3600),
+}
+
+
+def tracking_uri(given: str) -> str:
+    """The tracking server: `given` (--tracking-uri) when set, else MLFLOW_TRACKING_URI, else "" (the caller decides
+    whether none is an error, MISSING_TRACKING_URI, or a run without a registry)."""
+    return given or os.environ.get("MLFLOW_TRACKING_URI", "")
+
+
+def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:
+    """MLflow's per-request retry settings as environment variables (set them with `common.environment`)."""
+    values = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": retries,
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": backoff,
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
+    }
+    return {k: str(v) for k, v in values.items()}
+
+
+def http_problems(retries: int, backoff: int, timeout: int) -> list[str]:
+    """The --http-* flags outside MLflow's own limits."""
+    problems = []
+    for flag, value, (low, high) in (
+        ("--http-retries", retries, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
+        ("--http-backoff", backoff, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
+        ("--http-timeout", timeout, MLFLOW_HTTP_LIMITS["MLFLOW_HTTP_REQUEST_TIMEOUT"]),
+    ):
+        if not low <= value <= high:
+            problems.append(f"{flag} {value} is outside MLflow's limits; use {low}..{high}")
+    return problems
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when `error` (or what caused it) means the registry or its artifact store could not be reached.
+
+    MLflow wraps connection errors in a plain MlflowException ("API request to … failed with exception …") whose
+    context is the requests/urllib3 error, so the whole chain is inspected. Refusals (bad name, permissions) are not
+    transient: retrying them cannot help.
+    """
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ConnectionError):
+            return True
+        if isinstance(current, requests.exceptions.ChunkedEncodingError | requests.exceptions.RetryError):
+            return True
+        if isinstance(current, MlflowException):
+            if current.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"):
+                return True
+            if current.get_http_status_code() in (502, 503, 504):
+                return True
+            if str(current.message).startswith("API request to ") and "failed with" in str(current.message):
+                return True
+        current = current.__cause__ or current.__context__
+    return False

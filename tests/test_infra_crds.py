@@ -221,7 +221,9 @@ def test_expression_helpers_refuse_a_missing_group():
 
 def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_runs_s3_prefix():
     words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
-    assert words[:7] == ["python", "-m", "steps.train", "--train-backend", "ray", "--ray-address", "auto"]
+    assert words[:3] == ["python", "-m", "steps.train"]
+    assert words.count("--train-backend") == 1 and words[words.index("--train-backend") + 1] == "ray"
+    assert words[words.index("--ray-address") + 1] == "auto"
     prefix = f"s3://{distill.BUCKET}/runs/{WORKFLOW_UID}"
     for flag, where in (("--dataset", "dataset"), ("--out", "adapter"), ("--checkpoint-dir", "ray")):
         assert words[words.index(flag) + 1] == f"{prefix}/{where}", flag

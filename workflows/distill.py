@@ -282,11 +282,6 @@ def _ray_entrypoint(stage: Stage) -> list[str]:
     return command(stage, run_uri, _parameter, run_id="{{workflow.uid}}", fixed=fixed)
 
 
-def _ray_inputs() -> list[str]:
-    """The RayJob template's per-group inputs: replicas, CPUs (= Ray CPUs) and memory of each group's pods."""
-    return [p for g in rayjob.WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter)]
-
-
 def _ray_template(stage: Stage, image: str) -> Resource:
     """`train-ray`: create the RayJob and wait until it succeeds or reaches any other terminal state."""
     job = rayjob.rayjob(
@@ -305,7 +300,7 @@ def _ray_template(stage: Stage, image: str) -> Resource:
         success_condition=rayjob.SUCCESS_CONDITION,
         failure_condition=rayjob.FAILURE_CONDITION,
         manifest=rayjob.manifest(job),
-        inputs=[Parameter(name=p) for p in [*job_params, *_ray_inputs(), "ray-workers"]],
+        inputs=[Parameter(name=p) for p in [*job_params, *rayjob.input_parameters(), "ray-workers"]],
         outputs=[Parameter(name="rayjob-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         # No retry: a second create would start a second RayJob beside the first. Ray Train restarts lost workers
         # itself; a rerun of the workflow resumes from the run's checkpoints.
@@ -320,16 +315,14 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
         return f"tasks['{preflight.name}'].outputs.parameters['{name}']"
 
     args = []
-    per_pod = {}
+    per_pod = {g.name: out(sizing.ray_workers_output(g.name)) for g in rayjob.WORKER_GROUPS}
+    replicas = {g.name: f"workflow.parameters['{g.parameter}']" for g in rayjob.WORKER_GROUPS}
     for g in rayjob.WORKER_GROUPS:
-        per_pod[g.name] = out(sizing.ray_workers_output(g.name))
-        replicas = f"workflow.parameters['{g.parameter}']"
         args += [
-            Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas} : '0'}}}}"),
+            Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
             Parameter(name=g.cpus_parameter, value=rayjob.cpus_expression(g, per_pod[g.name])),
             Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
         ]
-    replicas = {g.name: f"workflow.parameters['{g.parameter}']" for g in rayjob.WORKER_GROUPS}
     args.append(Parameter(name="ray-workers", value=rayjob.train_workers_expression(replicas, per_pod)))
     return args
 

@@ -1,92 +1,231 @@
-"""The artifact bucket as the workflows use it: the IAM policy covers every S3 location the rendered templates read,
-write or prune (and no more), and the lifecycle rules expire the per-run prefixes and caches, never a run's outputs."""
+"""Every S3 call a step makes, judged against BOTH halves of the grant — the pods' role's identity policy and the
+bucket's own policy (infra/iam/, infra/s3/, rendered by scripts/render_iam.py) — with IAM's evaluation logic
+(tests/iam_eval.py): allowed only where both allow across accounts, an explicit Deny winning everywhere. The calls come
+from the rendered templates (every s3:// location a step or a Ray pod is handed, every keyed artifact, Argo's step
+folders and logs) and from the steps' own stores at home (the DVC remote, MLflow's artifact root). The lifecycle
+rules expire the per-run prefixes and caches, never a run's outputs."""
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import json
 import re
 
 import pytest
 import yaml
 
+from scripts.render_iam import DVC_CACHE, SETTINGS, load
 from tests.conftest import ROOT, make_bucket, s3_client
+from tests.iam_eval import Request, allowed
 from tests.manifests import default_artifact_repository, rendered_template
 from workflows import distill
 
-POLICY = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
+SET = load(SETTINGS)
+IDENTITY = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
+BUCKETS = {b.name: b for b in SET.buckets}
+BUCKET_POLICIES = {b.name: json.loads((ROOT / f"infra/s3/{b.key}-policy.json").read_text()) for b in SET.buckets}
+ARTIFACTS, MLFLOW, DVC = (b.name for b in SET.buckets)
 LIFECYCLE = json.loads((ROOT / "infra/s3/distillery-artifacts-lifecycle.json").read_text())
 TEMPLATES = sorted((ROOT / "infra/argo").glob("*.yaml"))
+TLS = {"aws:SecureTransport": "true"}
 
 
-def allowed(action: str, arn: str) -> bool:
-    """IAM's own matching for an Allow-only policy: `*` matches any characters, `/` included."""
-    return any(
-        st["Effect"] == "Allow" and action in st["Action"] and any(fnmatch.fnmatchcase(arn, r) for r in st["Resource"])
-        for st in POLICY["Statement"]
-    )
+def s3_call(
+    action: str,
+    bucket: str,
+    key: str = "",
+    prefix: str | None = None,
+    role: str = SET.role_arn,
+    tls: bool = True,
+    identity: dict = IDENTITY,
+    bucket_policies: dict = BUCKET_POLICIES,
+    owner: str | None = None,
+) -> bool:
+    """One S3 request by `role`: an object call on `bucket/key`, or ListBucket with `prefix`."""
+    context = {"aws:SecureTransport": str(tls).lower()}
+    if prefix is not None:
+        context["s3:prefix"] = prefix
+    resource = f"arn:aws:s3:::{bucket}" + (f"/{key}" if key else "")
+    account = owner or (BUCKETS[bucket].account if bucket in BUCKETS else "999988887777")
+    request = Request(action, resource, principal_arn=role, context=context)
+    return allowed(request, identity, bucket_policies.get(bucket), account)
 
 
 def concrete(key: str) -> str:
     return re.sub(r"\{\{[^}]*\}\}", "x", key).strip("/")
 
 
-def step_locations() -> set[tuple[str, str]]:
-    """(bucket, key) of every s3:// URI handed to a step: checkpoints, Ray's run prefix, the shared caches."""
-    found = set()
+# --- the calls each step makes --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def step_templates() -> dict[str, dict]:
+    """Every template of the rendered files that runs a pod: `name` → template."""
+    found = {}
     for path in TEMPLATES:
-        for bucket, key in re.findall(r"s3://([a-z0-9.-]+)/([^'\"\s]+)", path.read_text()):
-            found.add((bucket, concrete(key)))
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            spec = doc["spec"].get("workflowSpec", doc["spec"])
+            found |= {t["name"]: t for t in spec["templates"] if {"container", "script", "resource"} & set(t)}
     return found
 
 
-def artifact_keys() -> set[str]:
-    """Keys of the Argo artifacts that name their own key in the default artifact repository."""
+def uris(tmpl: dict) -> set[tuple[str, str]]:
+    """(bucket, key) of every s3:// URI the template hands its step (or, for the RayJob, its Ray pods)."""
+    return {(b, concrete(k)) for b, k in re.findall(r"s3://([a-z0-9.-]+)/([^'\"\s,\]]+)", json.dumps(tmpl))}
+
+
+def artifact_keys(tmpl: dict) -> set[str]:
+    """Keys of the template's Argo artifacts that name their own key in the default artifact repository."""
     keys = set()
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("s3"), dict) and "key" in node["s3"]:
-                keys.add(concrete(node["s3"]["key"]))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    for path in TEMPLATES:
-        for doc in yaml.safe_load_all(path.read_text()):
-            walk(doc)
+    for io in ("inputs", "outputs"):
+        keys |= {concrete(a["s3"]["key"]) for a in tmpl.get(io, {}).get("artifacts", []) if "key" in a.get("s3", {})}
     return keys
 
 
-def test_the_templates_use_the_run_prefix_and_both_caches():
-    keys = {key.split("/")[0] for _, key in step_locations()}
-    assert keys == {"runs", "cache"} and len(step_locations()) >= 5
-    assert artifact_keys() >= {"runs/x/dataset", "runs/x/adapter"}
+def step_folder() -> str:
+    return concrete(default_artifact_repository()["s3"]["keyFormat"])
 
 
-def test_steps_may_read_write_and_prune_every_location_they_are_given():
-    # Checkpoint stores and sealed caches delete superseded or torn folders, so DeleteObject too.
-    for bucket, key in step_locations():
-        assert allowed("s3:ListBucket", f"arn:aws:s3:::{bucket}"), bucket
-        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
-            assert allowed(action, f"arn:aws:s3:::{bucket}/{key}/some/object"), (action, bucket, key)
+# The steps' own stores at home, as their code reaches them: DVC 3's remote layout (`<remote>/files/md5/ab/cdef…`,
+# existence checks list a shard), MLflow 3's artifact root (`<root>/<experiment>/<run>/artifacts/…` for a run's
+# files, `<root>/<experiment>/models/m-<id>/artifacts/…` for a logged model).
+DVC_OBJECT = f"{BUCKETS[DVC].read[0]}/{DVC_CACHE}/ab/cdef0123456789"
+RUN_FILE = f"{BUCKETS[MLFLOW].read[0]}/1/0a1b2c/artifacts/evaluation/metrics.json"
+MODEL_FILE = f"{BUCKETS[MLFLOW].read[0]}/1/models/m-0a1b2c/artifacts/summariser-Q8_0.gguf"
+DVC_READ = [
+    ("s3:ListBucket", DVC, "", DVC_OBJECT.rsplit("/", 1)[0] + "/"),
+    ("s3:GetObject", DVC, DVC_OBJECT, None),
+]
+HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
+    "fetch-dataset": DVC_READ,  # dvc get/pull of the dataset at a rev
+    "check-triggers": DVC_READ,  # the feedback file at two revs
+    # the champion's GGUF: models:/<name>/<version> resolves to the logged model's files
+    "evaluate": [
+        ("s3:ListBucket", MLFLOW, "", MODEL_FILE.rsplit("/", 1)[0] + "/"),
+        ("s3:GetObject", MLFLOW, MODEL_FILE, None),
+    ],
+    # the run's files and the logged model (multipart for the GGUF: PutObject, and Abort on failure)
+    "register": [
+        ("s3:PutObject", MLFLOW, RUN_FILE, None),
+        ("s3:PutObject", MLFLOW, MODEL_FILE, None),
+        ("s3:AbortMultipartUpload", MLFLOW, MODEL_FILE, None),
+    ],
+    # build-dataset (its own WorkflowTemplate, to come): dvc push checks which objects exist, then uploads the rest
+    "build-dataset": [*DVC_READ, ("s3:PutObject", DVC, DVC_OBJECT, None)],
+}  # fmt: skip
+# Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
+NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose"}
+# Resource templates run `kubectl` only: Argo's executor, no S3 besides its log.
+RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 
 
-def test_argo_may_store_every_artifact_and_log():
+def calls(name: str, tmpl: dict) -> list[tuple[str, str, str, str | None]]:
+    """(action, bucket, key, list prefix) for every S3 call the pod(s) of template `name` make."""
+    out: list[tuple[str, str, str, str | None]] = []
+    for bucket, key in uris(tmpl):
+        # Checkpoint stores and sealed caches list, read, write, and delete superseded or torn folders.
+        out.append(("s3:ListBucket", bucket, "", key + "/"))
+        out += [(a, bucket, f"{key}/some/object", None) for a in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")]
     repo = default_artifact_repository()["s3"]
-    keys = artifact_keys() | {concrete(repo["keyFormat"]) + "/main.log"}
-    for key in keys:
-        for action in ("s3:GetObject", "s3:PutObject"):
-            assert allowed(action, f"arn:aws:s3:::{repo['bucket']}/{key}"), (action, key)
+    for key in artifact_keys(tmpl):
+        out.append(("s3:ListBucket", repo["bucket"], "", key + "/"))  # a folder artifact is listed first
+        out += [(a, repo["bucket"], f"{key}/file", None) for a in ("s3:GetObject", "s3:PutObject")]
+    out.append(("s3:PutObject", repo["bucket"], f"{step_folder()}/main.log", None))  # archiveLogs
+    out.append(("s3:GetObject", repo["bucket"], f"{step_folder()}/{name}.tgz", None))
+    return out + HOME_CALLS.get(name, [])
 
 
-def test_nothing_beyond_the_two_buckets_and_datasets_are_read_only():
-    assert not allowed("s3:GetObject", "arn:aws:s3:::someone-elses-bucket/x")
-    assert not allowed("s3:PutObject", "arn:aws:s3:::distillery-dvc/files/md5/ab/cdef")
-    assert not allowed("s3:DeleteObject", f"arn:aws:s3:::{distill.BUCKET}/distill/2026/11/wf/pod/main.log")
-    assert allowed("s3:GetObject", "arn:aws:s3:::distillery-dvc/files/md5/ab/cdef")
+def test_every_template_is_accounted_for():
+    names = set(step_templates())
+    assert names - set(HOME_CALLS) - NO_HOME_S3 - RESOURCE_ONLY == set(), "say which home stores the new step reaches"
+    assert {"fetch-dataset", "evaluate", "register", "check-triggers"} <= names
+
+
+def test_the_templates_use_the_run_prefix_and_both_caches():
+    found = {(b, k) for t in step_templates().values() for b, k in uris(t)}
+    assert {k.split("/")[0] for _, k in found} == {"runs", "cache"} and len(found) >= 5
+    assert {b for b, _ in found} == {ARTIFACTS} == {distill.BUCKET}
+    keys = set().union(*(artifact_keys(t) for t in step_templates().values()))
+    assert keys >= {"runs/x/dataset", "runs/x/adapter"}
+
+
+@pytest.mark.parametrize("name", sorted(step_templates()))
+def test_each_call_of_each_step_is_allowed_by_both_halves(name):
+    refused = [c for c in calls(name, step_templates()[name]) if not s3_call(c[0], c[1], c[2], c[3])]
+    assert not refused, f"{name}: refused {refused}"
+
+
+def test_each_home_call_needs_the_bucket_policy_too():
+    """Across accounts the identity policy alone is not enough: without the bucket policy every home call fails."""
+    for name, home in HOME_CALLS.items():
+        for action, bucket, key, prefix in home:
+            assert not s3_call(action, bucket, key, prefix, bucket_policies={}), (name, action, key)
+            no_identity = {"Version": "2012-10-17", "Statement": []}
+            assert not s3_call(action, bucket, key, prefix, identity=no_identity), (name, action, key)
+
+
+# --- and nothing else ------------------------------------------------------------------------------------------------
+
+OTHER_ROLE = f"arn:aws:iam::{SET.training_account}:role/someone-else"
+OTHER_ACCOUNT_ROLE = f"arn:aws:iam::999988887777:role/{SET.role_name}"
+
+
+@pytest.mark.parametrize("bucket", [ARTIFACTS, MLFLOW, DVC])
+def test_plain_http_is_refused_on_every_bucket(bucket):
+    key = f"{BUCKETS[bucket].read[-1]}/some/object"
+    assert s3_call("s3:GetObject", bucket, key)
+    assert not s3_call("s3:GetObject", bucket, key, tls=False)
+    assert not s3_call("s3:ListBucket", bucket, prefix=key, tls=False)
+    # …by either half alone: the bucket's policy refuses it even for a caller whose own policy would allow it
+    assert not s3_call("s3:GetObject", bucket, key, tls=False, identity={"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})  # fmt: skip
+
+
+@pytest.mark.parametrize("bucket", [MLFLOW, DVC])
+def test_home_buckets_refuse_another_role_and_another_account(bucket):
+    key = f"{BUCKETS[bucket].read[0]}/some/object"
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    for role in (OTHER_ROLE, OTHER_ACCOUNT_ROLE):
+        assert not s3_call("s3:GetObject", bucket, key, role=role, identity=everything), role
+        assert not s3_call("s3:ListBucket", bucket, prefix=key, role=role, identity=everything), role
+
+
+def test_a_bucket_outside_the_grant_is_refused():
+    assert not s3_call("s3:GetObject", "someone-elses-bucket", "runs/x/y")
+    assert not s3_call("s3:PutObject", "someone-elses-bucket", "runs/x/y")
+    assert not s3_call("s3:ListBucket", "someone-elses-bucket", prefix="runs/")
+
+
+def test_a_granted_bucket_name_in_another_account_is_refused():
+    """aws:ResourceAccount: a bucket of the same name elsewhere (a deleted name re-registered) gets nothing."""
+    for bucket in (ARTIFACTS, MLFLOW, DVC):
+        key = f"{BUCKETS[bucket].read[0]}/some/object"
+        assert not s3_call("s3:GetObject", bucket, key, owner="999988887777", bucket_policies={}), bucket
+
+
+def test_listing_needs_a_granted_prefix():
+    assert not s3_call("s3:ListBucket", DVC)  # the whole bucket: no s3:prefix
+    assert not s3_call("s3:ListBucket", DVC, prefix="")
+    assert not s3_call("s3:ListBucket", MLFLOW, prefix="other/")
+    assert not s3_call("s3:ListBucket", ARTIFACTS, prefix="elsewhere/")
+
+
+def test_datasets_are_appended_never_rewritten_or_deleted():
+    assert s3_call("s3:PutObject", DVC, DVC_OBJECT)
+    assert not s3_call("s3:PutObject", DVC, f"{BUCKETS[DVC].read[0]}/config")  # outside the content-addressed cache
+    assert not s3_call("s3:PutObject", DVC, "files/md5/ab/cdef")  # outside the remote's prefix
+    for bucket, key in ((DVC, DVC_OBJECT), (MLFLOW, MODEL_FILE)):
+        assert not s3_call("s3:DeleteObject", bucket, key), bucket
+
+
+def test_step_outputs_and_logs_are_kept():
+    assert not s3_call("s3:DeleteObject", ARTIFACTS, f"{step_folder()}/main.log")
+    assert not s3_call("s3:GetObject", ARTIFACTS, "elsewhere/x")
+    assert not s3_call("s3:PutBucketPolicy", ARTIFACTS)
+    assert not s3_call("s3:DeleteBucket", DVC)
+
+
+# --- lifecycle -------------------------------------------------------------------------------------------------------
 
 
 def expiry_days(key: str) -> int | None:
@@ -110,12 +249,11 @@ def test_lifecycle_rules_are_a_valid_s3_request():
 
 def test_run_prefixes_and_caches_expire_and_outputs_are_kept():
     deadline = rendered_template()["spec"]["activeDeadlineSeconds"]
-    for _, key in step_locations():
+    for _, key in {(b, k) for t in step_templates().values() for b, k in uris(t)}:
         days = expiry_days(key + "/object")
         assert days is not None, key
         assert days * 86400 > 2 * deadline, (key, days)  # never under a running workflow
-    repo = default_artifact_repository()["s3"]
-    assert expiry_days(concrete(repo["keyFormat"]) + "/adapter.tgz") is None  # the run's outputs and logs stay
+    assert expiry_days(step_folder() + "/adapter.tgz") is None  # the run's outputs and logs stay
 
 
 @pytest.mark.integration

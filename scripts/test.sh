@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test this machine can run: set-up (with the dev tools), lint, rendered files up to date, then pytest with
-# the unit and integration tiers (GPU tests skip themselves without CUDA).
+# Every test this machine can run: set-up (with the dev tools, and the scanners in .venv-scan), lint, rendered files
+# up to date, then pytest with the unit and integration tiers (GPU tests skip themselves without CUDA).
 #
 #   scripts/test.sh [extra pytest args]
 set -euo pipefail
@@ -12,4 +12,5 @@ export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=f
 ruff check .
 ruff format --check .
 python -m workflows.render --check
+python scripts/render_iam.py --check  # the cross-account grant's JSON, from infra/iam/settings.yaml
 python -m pytest -m "not gpu" "$@"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,23 @@ def test_render_iam_is_the_only_writer():
         if "lifecycle" not in p.name
     }
     assert on_disk == rendered
+
+
+# IAM's and S3's size quotas, counted without whitespace (IAM's rule): inline role policy, trust policy (the default
+# quota; it can be raised to 4,096), bucket policy.
+QUOTAS = {"iam/distillery-workflows-policy.json": 10240, "iam/distillery-workflows-trust-policy.json": 2048}
+
+
+def test_every_policy_fits_its_quota():
+    for rel, doc in render_iam.rendered(SET).items():
+        size = len(json.dumps(doc, separators=(",", ":")))
+        assert size <= QUOTAS.get(rel, 20480), (rel, size)
+
+
+def test_the_readme_applies_every_rendered_file():
+    readme = (ROOT / "README.md").read_text()
+    applied = set(re.findall(r"\$G/([\w./-]+\.json)", readme))
+    rendered = set(render_iam.rendered(SET))
+    assert applied <= rendered, applied - rendered
+    # the MLflow bucket's files are applied like the DVC bucket's (the README shows one)
+    assert {rel.replace("mlflow-", "dvc-") for rel in rendered} <= applied, rendered - applied

@@ -11,7 +11,8 @@ one key: any may match; a key absent from the request fails a positive operator 
 (`StringNotEquals`, `ArnNotEquals`, …); `…IfExists` holds when the key is absent; Bool compares "true"/"false"),
 reference_policies_elements_principal.html (an AWS principal by role ARN, by account id or `arn:aws:iam::<id>:root`;
 `*` is everyone). Only the operators the grant uses are implemented; any other raises, so a new one cannot be silently
-misjudged.
+misjudged. Not modelled, as the grant uses none of them: SCPs and RCPs, permissions boundaries, session policies
+(which, within one account, also limit a resource policy's grant to a role ARN), policy variables, ACLs.
 """
 
 from __future__ import annotations

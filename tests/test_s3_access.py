@@ -190,6 +190,22 @@ def test_home_buckets_refuse_another_role_and_another_account(bucket):
         assert not s3_call("s3:ListBucket", bucket, prefix=key, role=role, identity=everything), role
 
 
+@pytest.mark.parametrize("bucket", [MLFLOW, DVC])
+def test_a_later_grant_to_everyone_still_lets_no_other_account_in(bucket):
+    """The bucket policy's own deny holds even when someone adds a broad Allow to it later; without it, it would not."""
+    key = f"{BUCKETS[bucket].read[0]}/some/object"
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    careless = json.loads(json.dumps(BUCKET_POLICIES[bucket]))
+    careless["Statement"].append(
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:*", "Resource": f"arn:aws:s3:::{bucket}/*"}
+    )
+    assert not s3_call("s3:GetObject", bucket, key, role=OTHER_ACCOUNT_ROLE, identity=everything,
+                       bucket_policies={bucket: careless})  # fmt: skip
+    careless["Statement"] = [st for st in careless["Statement"] if st.get("Sid") != "DenyOtherOutsidePrincipals"]
+    assert s3_call("s3:GetObject", bucket, key, role=OTHER_ACCOUNT_ROLE, identity=everything,
+                   bucket_policies={bucket: careless})  # fmt: skip
+
+
 def test_a_bucket_outside_the_grant_is_refused():
     assert not s3_call("s3:GetObject", "someone-elses-bucket", "runs/x/y")
     assert not s3_call("s3:PutObject", "someone-elses-bucket", "runs/x/y")

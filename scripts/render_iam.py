@@ -241,7 +241,10 @@ def identity_policy(s: Settings) -> dict:
                 "Effect": "Allow",
                 "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
                 "Resource": [b.kms_key_arn],
-                "Condition": {"StringEquals": {"kms:ViaService": f"s3.{b.region}.amazonaws.com"}},
+                "Condition": {
+                    "StringEquals": {"kms:ViaService": f"s3.{b.region}.amazonaws.com"},
+                    "StringLike": _s3_encryption_context(b),
+                },
             }
         )
     statements.append(
@@ -311,8 +314,14 @@ def bucket_policy(s: Settings, b: Bucket) -> dict:
     }
 
 
+def _s3_encryption_context(b: Bucket) -> dict:
+    """S3 names what a data key is for: the bucket (with S3 Bucket Keys) or the object. Only this bucket's."""
+    return {"kms:EncryptionContext:aws:s3:arn": [b.arn, f"{b.arn}/*"]}
+
+
 def key_policy_statement(s: Settings, b: Bucket) -> dict:
-    """The statement to add to the bucket's KMS key policy: the role may use the key, through S3 in its region only."""
+    """The statement to add to the bucket's KMS key policy: the role may use the key through S3 in the key's region,
+    for this bucket's objects only."""
     return {
         "Version": VERSION,
         "Statement": [
@@ -326,7 +335,8 @@ def key_policy_statement(s: Settings, b: Bucket) -> dict:
                     "StringEquals": {
                         "kms:ViaService": f"s3.{b.region}.amazonaws.com",
                         "kms:CallerAccount": s.training_account,
-                    }
+                    },
+                    "StringLike": _s3_encryption_context(b),
                 },
             }
         ],

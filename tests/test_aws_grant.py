@@ -74,9 +74,15 @@ def test_the_service_accounts_carry_the_rendered_role():
 # --- KMS ------------------------------------------------------------------------------------------------------------
 
 
-def kms_call(bucket: render_iam.Bucket, action: str = "kms:Decrypt", via: str | None = "s3", role: str = "") -> bool:
+def kms_call(
+    bucket: render_iam.Bucket, action: str = "kms:Decrypt", via: str | None = "s3", role: str = "", for_arn: str = ""
+) -> bool:
+    """A KMS call S3 makes for the role (or, via=None, the role's own call to KMS) for an object of `bucket`."""
     statement = json.loads((ROOT / f"infra/s3/{bucket.key}-kms-key-policy-statement.json").read_text())
-    context = {"kms:CallerAccount": (role or SET.role_arn).split(":")[4]}
+    context = {
+        "kms:CallerAccount": (role or SET.role_arn).split(":")[4],
+        "kms:EncryptionContext:aws:s3:arn": for_arn or f"{bucket.arn}/{bucket.read[0]}/some/object",
+    }
     if via:
         context["kms:ViaService"] = f"{via}.{bucket.region}.amazonaws.com"
     request = Request(action, bucket.kms_key_arn, principal_arn=role or SET.role_arn, context=context)
@@ -89,6 +95,8 @@ HOME_KEYED = [b for b in SET.buckets if b.kms_key_arn and b.account == SET.home_
 @pytest.mark.parametrize("bucket", HOME_KEYED, ids=lambda b: b.key)
 def test_the_role_may_use_a_home_key_through_s3_only(bucket):
     assert kms_call(bucket, "kms:Decrypt") and kms_call(bucket, "kms:GenerateDataKey")
+    assert kms_call(bucket, for_arn=bucket.arn)  # S3 Bucket Keys: the context is the bucket
+    assert not kms_call(bucket, for_arn="arn:aws:s3:::another-bucket-on-the-same-key/x")
     assert not kms_call(bucket, via=None)  # calling KMS directly
     assert not kms_call(bucket, via="secretsmanager")
     assert not kms_call(bucket, "kms:Encrypt")

@@ -1,11 +1,12 @@
 """The security scanners, run as CI runs them: parliament on every IAM policy of the grant (identity, trust, bucket and
 key-policy statements), checkov on infra/ (Kubernetes objects, the kustomization, the Argo templates) and on the pods
-the templates produce (tests/argo_pods.py: Argo's step pods and KubeRay's head and workers). Zero findings, or an
-entry in infra/scan-skips.yaml naming the finding and why; an entry that matches nothing is stale and fails too.
+the templates produce (tests/argo_pods.py: Argo's step pods and KubeRay's head and workers), and checkov's IAM checks
+on the role (as a CloudFormation resource: privilege escalation, exfiltration, unconstrained writes). Zero findings,
+or an entry in infra/scan-skips.yaml naming the finding and why; an entry that matches nothing is stale and fails too.
 Each scanner is shown to catch a broken fixture, so a scanner that silently finds nothing cannot pass.
 
 Both tools live in .venv-scan (scripts/setup.sh --dev; pinned by scripts/scan-requirements.txt), never the main
-environment. Hadolint on the Dockerfiles is in tests/test_images.py. checkov runs once per session (~15 s here).
+environment. Hadolint on the Dockerfiles is in tests/test_images.py. Each checkov run happens once (~13 s, ~8 s here).
 """
 
 from __future__ import annotations
@@ -146,6 +147,43 @@ def test_checkov_finds_nothing_unexplained(checkov):
     missing, stale = unexplained(findings, "checkov", "check")
     assert not missing, f"new checkov findings (fix, or explain in infra/scan-skips.yaml): {missing}"
     assert not stale, f"infra/scan-skips.yaml entries that match nothing any more (delete them): {stale}"
+
+
+def cloudformation(identity: dict, trust: dict) -> dict:
+    """The role as a CloudFormation resource, the only shape in which checkov reads IAM policy documents."""
+    policies = [{"PolicyName": "distillery-s3", "PolicyDocument": identity}]
+    role = {"RoleName": "distillery-workflows", "AssumeRolePolicyDocument": trust, "Policies": policies}
+    return {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Resources": {"Role": {"Type": "AWS::IAM::Role", "Properties": role}},
+    }
+
+
+@pytest.fixture(scope="module")
+def checkov_iam(tmp_path_factory) -> dict[str, set[str]]:
+    """Failed check ids per file: checkov's IAM checks on the rendered role and on one granting everything."""
+    tmp = tmp_path_factory.mktemp("checkov-iam")
+    identity = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
+    trust = json.loads((ROOT / "infra/iam/distillery-workflows-trust-policy.json").read_text())
+    (tmp / "grant.json").write_text(json.dumps(cloudformation(identity, trust)))
+    broken = {**identity, "Statement": [*identity["Statement"], {"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    (tmp / "broken.json").write_text(json.dumps(cloudformation(broken, trust)))
+    cmd = [scanner("checkov"), "-f", str(tmp / "grant.json"), "-f", str(tmp / "broken.json"),
+           "--framework", "cloudformation", "--skip-download", "--compact", "-o", "json"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["parsing_errors"] == 0 and report["summary"]["resource_count"] == 2, report["summary"]
+    failed: dict[str, set[str]] = {"grant.json": set(), "broken.json": set()}
+    for check in report["results"]["failed_checks"]:
+        failed[Path(check["file_abs_path"]).name].add(check["check_id"])
+    assert len(report["results"]["passed_checks"]) >= 8  # privilege escalation, exfiltration, write, assume-role…
+    return failed
+
+
+def test_checkov_passes_the_role_and_catches_one_that_allows_everything(checkov_iam):
+    assert checkov_iam["grant.json"] == set()
+    assert {"CKV_AWS_62", "CKV_AWS_108", "CKV_AWS_110", "CKV_AWS_111"} <= checkov_iam["broken.json"]
 
 
 def test_every_skip_says_why_and_how_it_stands():

@@ -106,6 +106,7 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
     ],
     # the run's files and the logged model (multipart for the GGUF: PutObject, and Abort on failure)
     "register": [
+        ("s3:ListBucket", MLFLOW, "", MODEL_FILE.rsplit("/", 1)[0] + "/"),  # list_artifacts after logging
         ("s3:PutObject", MLFLOW, RUN_FILE, None),
         ("s3:PutObject", MLFLOW, MODEL_FILE, None),
         ("s3:AbortMultipartUpload", MLFLOW, MODEL_FILE, None),

@@ -54,6 +54,18 @@ RAY_NODE_GROUPS: tuple[NodeGroup, ...] = (
 #   ray-<group>-workers-per-pod for each RAY_NODE_GROUPS: training workers one replica of the group holds (0: none)
 #   ray-<group>-memory          for each RAY_NODE_GROUPS: the pod's memory request/limit (a quantity, <= the group's)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
+# The pods' emptyDirs (workflows/distill.py: the output folder and the scratch folder at /tmp that holds the hub
+# download and every cache; the root filesystem is read-only). Each may take up to the step's whole disk need: the
+# pod's ephemeral-storage limit bounds their sum.
+SIZED_VOLUMES = ("out", "scratch")
+# Disk of the pods preflight does not size (GiB, requests = limits): small, whatever the base model.
+FIXED_DISK_GIB = {
+    "check-parameters": 1,  # reads parameters only
+    "preflight": 2,  # the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe
+    "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
+    "propose": 1,  # MLflow answers only
+    "check-triggers": 2,  # a clone of the dataset repository and its feedback file
+}
 
 
 def pod_patch_output(step: str) -> str:
@@ -539,6 +551,9 @@ class Plan:
         patch: dict[str, Any] = {
             "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}]
         }
+        patch["volumes"] = [
+            {"name": v, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}} for v in SIZED_VOLUMES
+        ]
         if step == "train-gpu":
             patch["affinity"] = gpu_affinity(need.gpu_memory_gib)
         return json.dumps(patch, sort_keys=True, separators=(",", ":"))

@@ -23,7 +23,7 @@ from tests.manifests import (
     rendered_template,
     templates,
 )
-from workflows import distill, images, rayjob
+from workflows import distill, images, rayjob, security
 
 SCHEMAS = ROOT / "tests/schemas"  # vendored: source, version and licence in its README
 RAYJOB_CRD = SCHEMAS / "kuberay-v1.7.0-ray.io_rayjobs.yaml"
@@ -230,11 +230,13 @@ def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_
     assert words[words.index("--run-id") + 1] == WORKFLOW_UID
 
 
-def test_ray_pods_run_unprivileged_as_the_workflow_s_service_account():
+def test_ray_pods_run_unprivileged_as_ray_s_service_account_with_no_api_token():
     job = rendered_rayjob()
     for pod in [head(job)["template"], *(g["template"] for g in workers(job).values())]:
         spec = pod["spec"]
-        assert spec["serviceAccountName"] == distill.SERVICE_ACCOUNT
+        assert spec["serviceAccountName"] == security.RAY
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         container = spec["containers"][0]["securityContext"]
@@ -300,14 +302,3 @@ def test_nodepool_is_what_the_gpu_train_pod_selects_and_tolerates():
 def test_karpenter_objects_have_their_own_kustomization():
     kustomization = load(ROOT / "infra/karpenter/kustomization.yaml")
     assert {ROOT / "infra/karpenter" / r for r in kustomization["resources"]} == {NODEPOOL_FILE, NODECLASS_FILE}
-
-
-def test_rbac_grants_rayjobs_and_nothing_broader():
-    role = next(d for d in yaml.safe_load_all((ROOT / "infra/rbac/role.yaml").read_text()) if d["kind"] == "Role")
-    for rule in role["rules"]:
-        for field in ("apiGroups", "resources", "verbs"):
-            assert "*" not in rule[field], rule
-    ray_rules = [r for r in role["rules"] if "ray.io" in r["apiGroups"]]
-    assert len(ray_rules) == 1 and ray_rules[0]["apiGroups"] == ["ray.io"]
-    assert ray_rules[0]["resources"] == ["rayjobs"]  # not rayclusters: KubeRay manages those itself
-    assert set(ray_rules[0]["verbs"]) == {"create", "get", "list", "watch", "delete"}

@@ -1,0 +1,223 @@
+"""Credentials by reference only, each reaching only its steps; read-only root filesystems with a writable place for
+everything the steps write.
+
+Judged on the pods the cluster would run (tests/argo_pods.py): Argo's pods for every template, KubeRay's for the
+RayJob.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import defaultdict
+
+import pytest
+import yaml
+
+from tests.argo_pods import MAIN, rayjob_pods, shipped_config, workflow_pods
+from tests.conftest import ROOT
+from tests.manifests import rendered_rayjob
+from workflows import security
+
+ARGO_FILES = sorted((ROOT / "infra/argo").glob("*.yaml"))
+
+# What a credential's value looks like, so that one pasted into a parameter, argument, annotation or label is caught.
+KEY_MATERIAL = {
+    "AWS access key id": re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"),
+    "AWS secret key": re.compile(r"(?i)aws.?secret.?access.?key\W+[A-Za-z0-9/+=]{40}"),
+    "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
+    "GitHub token": re.compile(r"\b(ghp|gho|ghs|github_pat)_[A-Za-z0-9_]{20,}\b"),
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "password in a URL": re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@"),
+    "authorization header": re.compile(r"(?i)\b(authorization|bearer|basic)\b[:\s]+[A-Za-z0-9+/=._-]{16,}"),
+}
+# Fake secret values, as a platform engineer would create them; none may appear in anything rendered.
+FAKE_SECRETS = {
+    security.MLFLOW_SECRET: {"token": "mlflowtok-9f8e7d6c5b4a", "username": "svc-distill", "password": "pw-5a4b3c2d"},
+    security.S3_SECRET: {"AWS_ACCESS_KEY_ID": "AKIAFAKEFAKEFAKE1234", "AWS_SECRET_ACCESS_KEY": "x" * 40},
+    security.HUB_SECRET: {"token": "hf_" + "f" * 34},
+    security.GIT_SECRET: {"count": "1", "key": "http.extraHeader", "value": "Authorization: Basic ZmFrZTpmYWtl"},
+}
+
+
+def docs() -> dict[str, dict]:
+    return {p.stem: yaml.safe_load(p.read_text()) for p in ARGO_FILES}
+
+
+@pytest.fixture(scope="module")
+def pods() -> dict[str, dict]:
+    """Every pod, keyed by its template name (`train-ray/<pod>` for the RayJob's)."""
+    config = shipped_config()
+    out = {}
+    for doc in docs().values():
+        out.update(workflow_pods(doc, config))
+    out.update({f"train-ray/{name}": pod for name, pod in rayjob_pods(rendered_rayjob()).items()})
+    return out
+
+
+def user_containers(pod: dict) -> list[dict]:
+    """The containers that run the project's code: a step's `main`, the Ray containers (not Argo's argoexec)."""
+    ctrs = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+    return [c for c in ctrs if "distillery-" in c["image"]]
+
+
+def secret_reach(pods: dict[str, dict]) -> dict[str, set[str]]:
+    """secret name -> the templates whose containers reference it (`train-ray` for any Ray pod)."""
+    reach: dict[str, set[str]] = defaultdict(set)
+    for key, pod in pods.items():
+        template = key.split("/")[0]
+        for ctr in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+            for env in ctr.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    reach[ref["name"]].add(template)
+            for env_from in ctr.get("envFrom") or []:
+                if "secretRef" in env_from:
+                    reach[env_from["secretRef"]["name"]].add(template)
+        for volume in pod["spec"].get("volumes") or []:
+            if "secret" in volume and not volume["secret"]["secretName"].endswith(".service-account-token"):
+                reach[volume["secret"]["secretName"]].add(template)
+    return reach
+
+
+def test_each_secret_reaches_exactly_its_steps(pods):
+    reach = secret_reach(pods)
+    expected = {
+        s: set(users)
+        for credential, users in security.USERS.items()
+        for s in {e.secret for e in security.SECRETS[credential]}
+    }
+    assert dict(reach) == expected
+
+
+def test_mlflow_credentials_reach_exactly_the_steps_that_take_a_tracking_uri(pods):
+    talks = {k for k, p in pods.items() for c in user_containers(p) if "--tracking-uri" in (c.get("args") or [])}
+    talks.remove("check-parameters")  # it checks every parameter's value and connects to nothing
+    assert secret_reach(pods)[security.MLFLOW_SECRET] == talks
+
+
+def test_a_secret_given_to_an_extra_step_is_caught(pods):
+    broken = copy.deepcopy(pods)
+    broken["propose"]["spec"]["containers"][-1]["env"].append(
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": security.HUB_SECRET, "key": "token"}}}
+    )
+    assert "propose" in secret_reach(broken)[security.HUB_SECRET]
+
+
+def test_every_reference_is_optional_so_clusters_that_need_none_create_none(pods):
+    for key, pod in pods.items():
+        for ctr in user_containers(pod):
+            for env in ctr.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    assert ref.get("optional") is True, (key, env["name"])
+
+
+def strings_that_must_hold_no_secret(doc: dict) -> list[tuple[str, str]]:
+    """(where, text) for every parameter value, argument, annotation and label of a rendered doc, its resource
+    manifests included."""
+    found: list[tuple[str, str]] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("labels", "annotations") and isinstance(v, dict):
+                    found.extend((f"{path}.{k}.{n}", f"{n}={s}") for n, s in v.items())
+                elif k == "parameters" and isinstance(v, list):
+                    found.extend((f"{path}.parameters.{p.get('name')}", str(p.get("value", ""))) for p in v)
+                    found.extend((f"{path}.parameters.{p.get('name')}", str(p.get("default", ""))) for p in v)
+                elif k in ("args", "command") and isinstance(v, list):
+                    found.extend((f"{path}.{k}", str(a)) for a in v)
+                elif k == "manifest" and isinstance(v, str):
+                    found.append((f"{path}.manifest", v))
+                else:
+                    walk(v, f"{path}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}[{i}]")
+
+    walk(doc, doc["metadata"]["name"])
+    return found
+
+
+def leaks(doc: dict) -> list[str]:
+    values = [v for secret in FAKE_SECRETS.values() for v in secret.values() if len(v) > 8]
+    out = []
+    for where, text in strings_that_must_hold_no_secret(doc):
+        out += [f"{where}: {what}" for what, rx in KEY_MATERIAL.items() if rx.search(text)]
+        out += [f"{where}: a secret's value" for v in values if v in text]
+    return out
+
+
+def test_nothing_rendered_holds_a_secret_value_or_key_material():
+    for name, doc in docs().items():
+        assert leaks(doc) == [], name
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "what"),
+    [
+        ("parameter", "https://svc:hunter2hunter2@mlflow.example.com", "password in a URL"),
+        ("parameter", "AKIAFAKEFAKEFAKE1234", "AWS access key id"),
+        ("label", "hf_" + "a" * 34, "Hugging Face token"),
+        ("annotation", "Authorization: Basic ZmFrZTpmYWtlZmFrZWZha2U=", "authorization header"),
+        ("argument", "pw-5a4b3c2d-and-more", "a secret's value"),
+    ],
+)
+def test_a_planted_secret_is_found(where, value, what, monkeypatch):
+    doc = docs()["distill-workflowtemplate"]
+    if where == "parameter":
+        doc["spec"]["arguments"]["parameters"][0]["value"] = value
+    elif where == "label":
+        doc["metadata"]["labels"]["x"] = value
+    elif where == "annotation":
+        doc["metadata"]["annotations"]["x"] = value
+    else:
+        monkeypatch.setitem(FAKE_SECRETS, security.MLFLOW_SECRET, {"password": value})
+        doc["spec"]["templates"][0]["container"]["args"].append(value)
+    assert any(line.endswith(what) for line in leaks(doc))
+
+
+# --- read-only root filesystems ------------------------------------------------------------------------------------
+
+
+def writable_paths(pod: dict, ctr: dict) -> list[str]:
+    """Where the container may write: its volume mounts of emptyDirs (the root filesystem is read-only)."""
+    empty = {v["name"] for v in pod["spec"].get("volumes") or [] if "emptyDir" in v}
+    return [m["mountPath"] for m in ctr.get("volumeMounts") or [] if m["name"] in empty and not m.get("readOnly")]
+
+
+def under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def test_every_project_container_has_a_read_only_root_filesystem(pods):
+    for key, pod in pods.items():
+        for ctr in user_containers(pod):
+            assert (ctr.get("securityContext") or {}).get("readOnlyRootFilesystem") is True, (key, ctr["name"])
+
+
+def test_every_cache_and_temp_dir_lands_on_an_empty_dir(pods):
+    for key, pod in pods.items():
+        for ctr in user_containers(pod):
+            env = {e["name"]: e.get("value") for e in ctr.get("env") or []}
+            roots = writable_paths(pod, ctr)
+            for var in security.WRITABLE_ENV:
+                assert var in env and under(env[var], roots), (key, ctr["name"], var, roots)
+
+
+def test_a_cache_left_on_the_root_filesystem_is_caught(pods):
+    pod = copy.deepcopy(pods["evaluate"])
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == MAIN)
+    next(e for e in main["env"] if e["name"] == "HF_HOME")["value"] = "/work/.hf"  # the images' default
+    assert not under("/work/.hf", writable_paths(pod, main))
+
+
+def test_every_step_pod_has_ephemeral_storage_requests_and_limits(pods):
+    for key, pod in pods.items():
+        if key.startswith("train-ray/"):
+            continue  # the Ray pods: see the report (not sized yet)
+        for ctr in user_containers(pod):
+            resources = ctr.get("resources") or {}
+            for kind in ("requests", "limits"):
+                assert "ephemeral-storage" in resources.get(kind, {}), (key, kind)

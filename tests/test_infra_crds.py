@@ -302,3 +302,32 @@ def test_nodepool_is_what_the_gpu_train_pod_selects_and_tolerates():
 def test_karpenter_objects_have_their_own_kustomization():
     kustomization = load(ROOT / "infra/karpenter/kustomization.yaml")
     assert {ROOT / "infra/karpenter" / r for r in kustomization["resources"]} == {NODEPOOL_FILE, NODECLASS_FILE}
+
+
+AMI_ALIAS = re.compile(r"al2023@v\d{8}")  # Karpenter's alias: family@version; a release is vYYYYMMDD
+
+
+def gpu_count_admitted(pool: dict) -> set[str] | None:
+    """The per-node GPU counts the NodePool admits (its instance-gpu-count requirement), None if unbounded."""
+    for r in pool["spec"]["template"]["spec"]["requirements"]:
+        if r["key"] == "karpenter.k8s.aws/instance-gpu-count":
+            assert r["operator"] == "In", r
+            return set(r["values"])
+    return None
+
+
+def test_gpu_ami_is_pinned_to_one_release():
+    aliases = [t["alias"] for t in load(NODECLASS_FILE)["spec"]["amiSelectorTerms"] if "alias" in t]
+    assert aliases and all(AMI_ALIAS.fullmatch(a) for a in aliases), aliases
+    assert not AMI_ALIAS.fullmatch("al2023@latest")
+
+
+def test_gpu_pool_admits_single_gpu_instances_only_as_the_train_pod_asks_for_one():
+    pool = load(NODEPOOL_FILE)
+    assert gpu_count_admitted(pool) == {"1"}
+    assert templates()["train-gpu"]["container"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    broken = copy.deepcopy(pool)
+    broken["spec"]["template"]["spec"]["requirements"] = [
+        r for r in broken["spec"]["template"]["spec"]["requirements"] if "gpu-count" not in r["key"]
+    ]
+    assert gpu_count_admitted(broken) is None

@@ -66,6 +66,8 @@ FIXED_DISK_GIB = {
     "propose": 1,  # MLflow answers only
     "check-triggers": 2,  # a clone of the dataset repository and its feedback file
 }
+# The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
+RAY_HEAD_DISK_GIB = 4
 
 
 def pod_patch_output(step: str) -> str:
@@ -80,12 +82,17 @@ def ray_memory_output(group: str) -> str:
     return f"ray-{group}-memory"
 
 
+def ray_disk_output(group: str) -> str:
+    return f"ray-{group}-disk"
+
+
 def preflight_exports() -> tuple[str, ...]:
     """Every sizing output parameter preflight writes."""
     return (
         *(pod_patch_output(s) for s in POD_PATCH_STEPS),
         *(ray_workers_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_memory_output(g.name) for g in RAY_NODE_GROUPS),
+        *(ray_disk_output(g.name) for g in RAY_NODE_GROUPS),
     )
 
 
@@ -564,6 +571,7 @@ class Plan:
         for g in self.ray:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
             values[ray_memory_output(g.group.name)] = g.memory
+            values[ray_disk_output(g.group.name)] = quantity(g.disk_gib)
         return values
 
     def summary(self) -> dict[str, Any]:

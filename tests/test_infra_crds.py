@@ -147,11 +147,16 @@ def test_worker_groups_are_the_node_groups_each_pinned_to_its_architecture():
 def test_worker_pods_take_their_size_from_the_template_inputs():
     cpus = {"ray-large-cpus": 6, "ray-medium-cpus": 2, "ray-small-cpus": 2, "ray-pi-cpus": 0}
     memory = {"ray-large-memory": "20Gi", "ray-medium-memory": "9Gi", "ray-small-memory": "5Gi", "ray-pi-memory": "3Gi"}
-    groups = workers(rendered_rayjob(cpus=cpus, memory=memory))
+    disk = {"ray-large-disk": "30Gi", "ray-medium-disk": "12Gi", "ray-small-disk": "11Gi", "ray-pi-disk": "10Gi"}
+    groups = workers(rendered_rayjob(cpus=cpus, memory=memory, disk=disk))
     for g in rayjob.WORKER_GROUPS:
-        resources = groups[g.name]["template"]["spec"]["containers"][0]["resources"]
+        pod = groups[g.name]["template"]["spec"]
+        resources = pod["containers"][0]["resources"]
         size = {"cpu": str(cpus[g.cpus_parameter]), "memory": memory[g.memory_parameter]}
+        size["ephemeral-storage"] = disk[g.disk_parameter]
         assert resources["requests"] == size == resources["limits"], g.name
+        # the scratch emptyDir (Ray's /tmp/ray, the hub download, checkpoints) is capped at the same size
+        assert pod["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": disk[g.disk_parameter]}}], g.name
         # Ray must see the CPUs the pod was given, neither more (oversubscription) nor fewer (idle cores).
         assert groups[g.name]["rayStartParams"]["num-cpus"] == str(cpus[g.cpus_parameter]), g.name
 
@@ -206,10 +211,11 @@ def test_a_group_gets_replicas_only_when_a_worker_fits_its_pods(per_pod: str, ex
     assert argo_expression(ray_arguments()["ray-pi-workers"], env) == expected
 
 
-def test_pod_memory_is_preflight_s():
+def test_pod_memory_and_disk_are_preflight_s():
     args = ray_arguments()
     for g in rayjob.WORKER_GROUPS:
         assert args[g.memory_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.memory_parameter}}}}}", g.name
+        assert args[g.disk_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.disk_parameter}}}}}", g.name
 
 
 def test_expression_helpers_refuse_a_missing_group():

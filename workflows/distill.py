@@ -374,6 +374,7 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
             Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
             Parameter(name=g.cpus_parameter, value=rayjob.cpus_expression(g, per_pod[g.name])),
             Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
+            Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
         ]
     args.append(Parameter(name="ray-workers", value=rayjob.train_workers_expression(replicas, per_pod)))
     return args

@@ -124,6 +124,12 @@ class WorkerGroup:
         return sizing.ray_memory_output(self.name)
 
     @property
+    def disk_parameter(self) -> str:
+        """The resource-template input holding the ephemeral storage of this group's pods (requests = limits, and
+        the size of their /tmp emptyDir), a quantity."""
+        return sizing.ray_disk_output(self.name)
+
+    @property
     def cpus_parameter(self) -> str:
         """The resource-template input holding the CPUs of this group's pods (requests = limits = Ray's num-cpus)."""
         return f"ray-{self.name}-cpus"
@@ -155,7 +161,7 @@ def parameter_help(group: WorkerGroup) -> str:
 
 def input_parameters() -> list[str]:
     """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory."""
-    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter)]
+    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter, g.disk_parameter)]
 
 
 def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
@@ -197,13 +203,14 @@ def _pod(
     image: str,
     cpus: str,
     memory: str,
+    disk: str,
     affinity: dict,
     service_account: str,
     pod_security: dict,
     container_security: dict,
     env: list[dict],
 ) -> dict:
-    resources = {"cpu": cpus, "memory": memory}
+    resources = {"cpu": cpus, "memory": memory, "ephemeral-storage": disk}
     return {
         "metadata": {
             "labels": {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "train-ray"},
@@ -232,7 +239,7 @@ def _pod(
                 }
             ],
             # /tmp: Ray's session folder (/tmp/ray), the hub download, the checkpoints on their way to S3.
-            "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {}}],
+            "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": disk}}],
         },
     }
 
@@ -270,6 +277,7 @@ def rayjob(
                     "ray-worker",
                     cpus=cpus,
                     memory=_param(g.memory_parameter),
+                    disk=_param(g.disk_parameter),
                     affinity=_node_affinity({"key": "kubernetes.io/arch", "operator": "In", "values": [g.arch]}),
                     **pod,
                 ),
@@ -310,6 +318,7 @@ def rayjob(
                         "ray-head",
                         cpus=HEAD_RESOURCES["cpu"],
                         memory=HEAD_RESOURCES["memory"],
+                        disk=f"{sizing.RAY_HEAD_DISK_GIB}Gi",
                         affinity=head_affinity,
                         **pod,
                     ),

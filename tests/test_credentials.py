@@ -82,11 +82,10 @@ def secret_reach(pods: dict[str, dict]) -> dict[str, set[str]]:
 
 def test_each_secret_reaches_exactly_its_steps(pods):
     reach = secret_reach(pods)
-    expected = {
-        s: set(users)
-        for credential, users in security.USERS.items()
-        for s in {e.secret for e in security.SECRETS[credential]}
-    }
+    expected: dict[str, set[str]] = defaultdict(set)
+    for credential, users in security.USERS.items():
+        for ref in (*security.SECRETS[credential], *security.FILES.get(credential, ())):
+            expected[ref.secret] |= set(users)
     assert dict(reach) == expected
 
 
@@ -219,3 +218,32 @@ def test_every_step_pod_has_ephemeral_storage_requests_and_limits(pods):
             resources = ctr.get("resources") or {}
             for kind in ("requests", "limits"):
                 assert "ephemeral-storage" in resources.get(kind, {}), (key, kind)
+
+
+# --- git credentials: a URL-scoped git config file --------------------------------------------------------------------
+
+
+def test_git_credentials_reach_dulwich_for_their_host_only(pods, tmp_path, monkeypatch):
+    """The rendered fetch-dataset pod, reproduced under tmp_path: the Secret's file where the pod mounts it, and the
+    pod's XDG_CONFIG_HOME. dulwich (DVC's git client) then sends the header to the configured host and no other."""
+    from dulwich.client import get_transport_and_path
+    from dulwich.config import StackedConfig
+
+    pod = pods["fetch-dataset"]
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == MAIN)
+    volume = next(v for v in pod["spec"]["volumes"] if v.get("secret", {}).get("secretName") == security.GIT_SECRET)
+    mount = next(m for m in main["volumeMounts"] if m["name"] == volume["name"])
+    item = volume["secret"]["items"][0]
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    config = tmp_path / mount["mountPath"].lstrip("/") / item["path"]
+    config.parent.mkdir(parents=True)
+    config.write_text('[http "https://git.example.org/"]\n\textraHeader = Authorization: Basic ZmFrZTpmYWtl\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / env["XDG_CONFIG_HOME"].lstrip("/")))
+    monkeypatch.setenv("HOME", str(tmp_path / "no-home"))
+
+    def headers(url: str) -> dict:
+        client, _ = get_transport_and_path(url, config=StackedConfig.default())
+        return dict(client.pool_manager.headers)
+
+    assert headers("https://git.example.org/ml/data.git")["Authorization"] == "Basic ZmFrZTpmYWtl"
+    assert "Authorization" not in headers("https://elsewhere.example.com/ml/data.git")

@@ -172,19 +172,26 @@ assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
 
 
 def volumes(step: str, sized: bool) -> list[m.Volume]:
-    """The pod's emptyDirs; a fixed-size step's are capped at its disk (sizing.FIXED_DISK_GIB)."""
+    """The pod's emptyDirs (a fixed-size step's capped at its disk, sizing.FIXED_DISK_GIB) and its credential
+    files (optional secret volumes)."""
+    files = [m.Volume.model_validate(v) for v in security.secret_volumes(step)[0]]
     if sized:
-        return [OUTPUT_VOLUME, SCRATCH_VOLUME]
+        return [OUTPUT_VOLUME, SCRATCH_VOLUME, *files]
     return [
-        m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=_disk(step)))
-        for v in (OUTPUT_VOLUME, SCRATCH_VOLUME)
+        *(
+            m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=_disk(step)))
+            for v in (OUTPUT_VOLUME, SCRATCH_VOLUME)
+        ),
+        *files,
     ]
 
 
-VOLUME_MOUNTS = [
-    m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR),
-    m.VolumeMount(name=SCRATCH_VOLUME.name, mount_path=security.SCRATCH_DIR),
-]
+def volume_mounts(step: str) -> list[m.VolumeMount]:
+    return [
+        m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR),
+        m.VolumeMount(name=SCRATCH_VOLUME.name, mount_path=security.SCRATCH_DIR),
+        *(m.VolumeMount.model_validate(v) for v in security.secret_volumes(step)[1]),
+    ]
 
 
 def step_env(step: str) -> list[m.EnvVar]:
@@ -292,7 +299,7 @@ def _template(
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
         volumes=volumes(name, sized),
-        volume_mounts=VOLUME_MOUNTS,
+        volume_mounts=volume_mounts(name),
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
         pod_spec_patch=f"{{{{inputs.parameters.{POD_PATCH_INPUT}}}}}" if sized else None,
         node_selector=extra.pop("node_selector", AMD64),
@@ -314,7 +321,7 @@ def _check_template(image: str) -> Container:
         security_context=CONTAINER_SECURITY,
         env=step_env(CHECK_TASK),
         volumes=volumes(CHECK_TASK, sized=False),
-        volume_mounts=VOLUME_MOUNTS,
+        volume_mounts=volume_mounts(CHECK_TASK),
         node_selector=AMD64,
         retry_strategy=DEFAULT_RETRY,
     )

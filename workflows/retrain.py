@@ -34,8 +34,8 @@ from workflows.distill import (
     OUT_DIR,
     POD_SECURITY,
     SUBMITTER,
-    VOLUME_MOUNTS,
     step_env,
+    volume_mounts,
     volumes,
 )
 from workflows.images import DEFAULT as DEFAULT_IMAGES
@@ -155,7 +155,7 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             security_context=CONTAINER_SECURITY,
             env=step_env(CHECK),
             volumes=volumes(CHECK, sized=False),
-            volume_mounts=VOLUME_MOUNTS,
+            volume_mounts=volume_mounts(CHECK),
             node_selector=AMD64,  # the cpu image is amd64 only
             retry_strategy=DEFAULT_RETRY,
         )

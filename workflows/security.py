@@ -35,6 +35,8 @@ STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
 RAY = "distillery-ray"
 SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY)
+SCRATCH_VOLUME = "scratch"
+SCRATCH_DIR = "/tmp"
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,8 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     ),
     # A gated or private base model on the Hugging Face hub.
     "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
-    # A private dataset repository over HTTPS: one `http.extraHeader` for git and dulwich (DVC's git client), given
-    # as git's environment configuration (GIT_CONFIG_COUNT/KEY/VALUE), e.g.
-    # "Authorization: Basic base64(user:token)". COUNT comes from the Secret too: without the Secret nothing is set
-    # (a COUNT of 1 with no VALUE_0 would make git fail).
-    "git": (
-        SecretEnv("GIT_CONFIG_COUNT", GIT_SECRET, "count"),
-        SecretEnv("GIT_CONFIG_KEY_0", GIT_SECRET, "key"),
-        SecretEnv("GIT_CONFIG_VALUE_0", GIT_SECRET, "value"),
-    ),
+    # A private dataset repository: a file, not variables (GIT_FILES).
+    "git": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
@@ -91,6 +86,36 @@ USERS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class SecretFile:
+    """One key of one Secret, mounted read-only as a file (an optional secret volume)."""
+
+    secret: str
+    key: str
+    directory: str
+    file: str
+
+
+# A private dataset repository over HTTPS: a git config file whose `[http "https://<host>/"] extraHeader =
+# Authorization: Basic …` git and dulwich (DVC's git client) read from $XDG_CONFIG_HOME/git/config. Scoped to the
+# repository's URL, so the header goes to that host only, whatever repository a tag names. (dulwich ignores git's
+# GIT_CONFIG_COUNT variables, so not those.)
+GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{SCRATCH_DIR}/config/git", "config"),)
+FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES}
+
+
+def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
+    """(volumes, volume mounts), Kubernetes dicts, for the credential files `step` may use."""
+    files = [f for credential, users in USERS.items() if step in users for f in FILES.get(credential, ())]
+    volumes = [
+        {"name": f"secret-{f.secret}", "secret": {"secretName": f.secret, "optional": True,
+                                                  "items": [{"key": f.key, "path": f.file}]}}
+        for f in files
+    ]  # fmt: skip
+    mounts = [{"name": f"secret-{f.secret}", "mountPath": f.directory, "readOnly": True} for f in files]
+    return volumes, mounts
+
+
 def secret_env(step: str) -> list[dict]:
     """The `env` entries (Kubernetes dicts) with every credential `step` may use, each an optional secretKeyRef."""
     return [
@@ -101,15 +126,13 @@ def secret_env(step: str) -> list[dict]:
     ]
 
 
-SCRATCH_VOLUME = "scratch"
-SCRATCH_DIR = "/tmp"
 # Every place the steps' libraries write outside the output folder, moved into the scratch emptyDir. HOME too: git,
 # dulwich and pip look there, and the image's home is on the read-only root.
 WRITABLE_ENV: dict[str, str] = {
     "TMPDIR": SCRATCH_DIR,
     "HOME": f"{SCRATCH_DIR}/home",
     "XDG_CACHE_HOME": f"{SCRATCH_DIR}/cache",
-    "XDG_CONFIG_HOME": f"{SCRATCH_DIR}/config",
+    "XDG_CONFIG_HOME": f"{SCRATCH_DIR}/config",  # GIT_FILES: keep them equal
     "HF_HOME": f"{SCRATCH_DIR}/hf",  # the images set /work/.hf, on the root filesystem
     "TRITON_CACHE_DIR": f"{SCRATCH_DIR}/triton",
     "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH_DIR}/torchinductor",
@@ -118,6 +141,9 @@ WRITABLE_ENV: dict[str, str] = {
     "DVC_GLOBAL_CONFIG_DIR": f"{SCRATCH_DIR}/config/dvc",
     "NUMBA_CACHE_DIR": f"{SCRATCH_DIR}/numba",
 }
+
+
+assert all(f.directory == WRITABLE_ENV["XDG_CONFIG_HOME"] + "/git" for f in GIT_FILES)
 
 
 def writable_env() -> list[dict]:

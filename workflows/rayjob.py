@@ -308,9 +308,10 @@ def rayjob(
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": False,
-                # Ray token authentication (Ray >= 2.52, KubeRay >= 1.6.0: an older CRD prunes the field silently): KubeRay generates a random token in a
-                # Secret owned by the cluster and gives it to every Ray container (RAY_AUTH_MODE, RAY_AUTH_TOKEN) and
-                # to its own dashboard client; without it the dashboard (8265) and GCS (6379) serve anyone.
+                # Ray token authentication (Ray >= 2.52; KubeRay >= 1.6.0, an older CRD prunes the field silently):
+                # KubeRay generates a random token in a Secret owned by the cluster and gives it to every Ray container
+                # (RAY_AUTH_MODE, RAY_AUTH_TOKEN) and to its own dashboard client; without it the dashboard (8265)
+                # and GCS (6379) serve anyone.
                 "authOptions": {"mode": AUTH_MODE},
                 "headGroupSpec": {
                     "rayStartParams": {"num-cpus": "0"},

@@ -8,6 +8,7 @@ RayJob.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections import defaultdict
 
@@ -40,8 +41,14 @@ FAKE_SECRETS = {
 }
 
 
+@functools.cache
+def _parsed() -> dict[str, dict]:
+    return {p.stem: yaml.load(p.read_text(), Loader=yaml.CSafeLoader) for p in ARGO_FILES}
+
+
 def docs() -> dict[str, dict]:
-    return {p.stem: yaml.safe_load(p.read_text()) for p in ARGO_FILES}
+    """The rendered docs, a fresh copy each call (tests break them)."""
+    return copy.deepcopy(_parsed())
 
 
 @pytest.fixture(scope="module")

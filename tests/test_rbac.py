@@ -14,6 +14,7 @@ The CronWorkflow's schedule creates its Workflows with the controller's own iden
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections import defaultdict
 
@@ -38,8 +39,14 @@ ACTION_VERBS = {"create": {"create"}, "get": {"get"}, "patch": {"patch"}, "repla
 Grants = dict[str, dict[tuple[str, str], set[str]]]  # service account -> (apiGroup, resource) -> verbs
 
 
+@functools.cache
+def _parsed() -> tuple[dict, ...]:
+    return tuple(yaml.load(p.read_text(), Loader=yaml.CSafeLoader) for p in ARGO_FILES)
+
+
 def docs() -> list[dict]:
-    return [yaml.safe_load(p.read_text()) for p in ARGO_FILES]
+    """The rendered docs, a fresh copy each call (tests break them)."""
+    return copy.deepcopy(list(_parsed()))
 
 
 def template_verbs(spec: dict, tmpl: dict) -> tuple[str, dict[tuple[str, str], set[str]]]:

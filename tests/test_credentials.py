@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -254,3 +257,30 @@ def test_git_credentials_reach_dulwich_for_their_host_only(pods, tmp_path, monke
 
     assert headers("https://git.example.org/ml/data.git")["Authorization"] == "Basic ZmFrZTpmYWtl"
     assert "Authorization" not in headers("https://elsewhere.example.com/ml/data.git")
+
+
+# --- no credential in any log line ----------------------------------------------------------------------------------
+
+
+def _run_check(tracking_uri: str, env: dict[str, str], out) -> str:
+    flags = {"tracking-uri": tracking_uri, "model-name": "never-registered", "dataset-rev": "main", "run-id": "r1"}
+    argv = [sys.executable, "-m", "steps.check_triggers", "--out", str(out)]
+    argv += [a for k, v in flags.items() for a in (f"--{k}", v)]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.integration
+def test_check_triggers_logs_no_credential(mlflow_server, tmp_path):
+    """check-triggers with every credential its pod gets (fake values, variables from the rendered pod's env), against
+    the real MLflow server and then an unreachable one (the error path prints a traceback): no value in any log line
+    or output file."""
+    variables = [e["name"] for e in security.secret_env("check-triggers")]
+    fake = {v: f"fake-{v.lower()}-7c1e9a3b" for v in variables if not v.startswith("AWS_")}
+    env = {**os.environ, **fake, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    assert {"MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD"} <= set(fake)
+    logs = _run_check(mlflow_server, env, tmp_path / "ok")
+    assert "never-registered" in logs  # it ran and said why nothing fired
+    logs += _run_check("http://127.0.0.1:9", env, tmp_path / "down")
+    files = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    assert [v for v in fake.values() if v in logs + files] == []

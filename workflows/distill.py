@@ -128,11 +128,6 @@ CLUSTER_PARAMS = [
 ]
 assert [g.parameter for g in rayjob.WORKER_GROUPS] == list(ray_replica_flags())
 
-# What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
-# preflight for the run's base model (a podSpecPatch); these are their floors and CPU.
-# Ephemeral storage: preflight's podSpecPatch sizes the heavy ones; these floors are replaced by it. The rest take
-# sizing.FIXED_DISK_GIB.
-
 
 def _disk(step: str) -> str:
     return f"{sizing.FIXED_DISK_GIB[step]}Gi"
@@ -145,6 +140,9 @@ def _fixed(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequiremen
     )
 
 
+# What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
+# preflight for the run's base model (a podSpecPatch); these are their floors and CPU. The light ones take their disk
+# from sizing.FIXED_DISK_GIB.
 RESOURCES = {
     CHECK_TASK: _fixed(CHECK_TASK, "100m", "256Mi", "512Mi"),
     "preflight": _fixed("preflight", "500m", "1Gi", "2Gi"),

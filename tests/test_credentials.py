@@ -298,3 +298,18 @@ def test_with_digests_given_every_project_image_is_pinned_by_digest_the_rayjob_s
     refs = set(re.findall(r"ghcr\.io/distillery-ml/distillery-[a-z]+:[^\s'\"]+", text))
     assert refs == {pinned.ref(k) for k in images.KINDS}, refs
     assert all("@sha256:" in r for r in refs)
+
+
+def test_preflight_s_patch_sizes_both_empty_dirs_of_a_sized_step(pods):
+    """A real plan's podSpecPatch on the convert-gguf pod: the output folder and /tmp are each capped at the step's
+    disk, the pod's ephemeral-storage limit (which bounds their sum)."""
+    from steps import sizing
+    from tests.argo_pods import apply_pod_spec_patches
+
+    smollm2 = sizing.Shape(576, 1536, 30, 9, 3, 64, 49152, True, 134_515_008, 2)
+    p = sizing.plan_for(smollm2, sizing.Knobs("cpu", False, 512, 16, 16, ("Q8_0", "Q4_K_M")), "SmolLM2-135M")
+    spec = apply_pod_spec_patches(pods["convert-gguf"]["spec"], [p.pod_patch("convert-gguf")])
+    main = next(c for c in spec["containers"] if c["name"] == MAIN)
+    disk = main["resources"]["limits"]["ephemeral-storage"]
+    sizes = {v["name"]: v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if v["name"] in sizing.SIZED_VOLUMES}
+    assert sizes == {"out": disk, "scratch": disk}

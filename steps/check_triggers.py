@@ -267,6 +267,30 @@ def read_at(fs: Any, path: str) -> bytes | None:
         return None
 
 
+# The dataset repository goes from a tag (anyone who may write MLflow tags writes it) into the retrain Workflow's
+# manifest, quoted in YAML, then into fetch-dataset's command line and git: an https URL (no credentials in it) or an
+# absolute local path (the embedded run), of characters that neither YAML, Argo's `{{…}}`, a shell nor git's option
+# parser reads specially. Plain http, ssh, git:// and file:// are refused: the git credentials would go in clear or to
+# a place the tag chose.
+_REPO_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%+@-]+)*/?")
+_REPO_PATH = re.compile(r"/[A-Za-z0-9._~+@/-]*")
+REPO_RULE = (
+    "an https:// URL (host, optional port, a path of letters, digits and . _ ~ % + @ -; no user or password) or an "
+    "absolute local path of the same characters"
+)
+
+
+def check_repo(repo: str, source: str) -> str:
+    """`repo` if it is a dataset repository this check may pass on to the retrain; else a TriggerError naming
+    `source` (where the value came from) and what is allowed."""
+    if _REPO_URL.fullmatch(repo) or (_REPO_PATH.fullmatch(repo) and ".." not in repo.split("/")):
+        return repo
+    raise TriggerError(
+        f"{source} is {repo!r}, which is not a dataset repository this check passes on to a retrain; allowed: "
+        f"{REPO_RULE}. Fix it at its source (the tag, or the cron's dataset-repo parameter)"
+    )
+
+
 def evaluate_triggers(cfg: TriggersConfig, client: Any, champion: Any) -> tuple[list[Check], str, str]:
     """All enabled triggers for `champion`; returns the checks, the dataset repo and the commit of --dataset-rev."""
     tags = dict(champion.tags)
@@ -275,6 +299,7 @@ def evaluate_triggers(cfg: TriggersConfig, client: Any, champion: Any) -> tuple[
     repo = cfg.dataset_repo or tags.get("dataset.repo", "")
     if not repo:
         raise TriggerError(f"champion {version} has no dataset.repo tag: pass --dataset-repo")
+    repo = check_repo(repo, "--dataset-repo" if cfg.dataset_repo else f"champion {version}'s dataset.repo tag")
     new_fs = _dvc_fs(repo, cfg.dataset_rev)
     new_commit = new_fs.repo.scm.resolve_rev(cfg.dataset_rev)
 

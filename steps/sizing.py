@@ -54,6 +54,20 @@ RAY_NODE_GROUPS: tuple[NodeGroup, ...] = (
 #   ray-<group>-workers-per-pod for each RAY_NODE_GROUPS: training workers one replica of the group holds (0: none)
 #   ray-<group>-memory          for each RAY_NODE_GROUPS: the pod's memory request/limit (a quantity, <= the group's)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
+# The pods' emptyDirs (workflows/distill.py: the output folder and the scratch folder at /tmp that holds the hub
+# download and every cache; the root filesystem is read-only). Each may take up to the step's whole disk need: the
+# pod's ephemeral-storage limit bounds their sum.
+SIZED_VOLUMES = ("out", "scratch")
+# Disk of the pods preflight does not size (GiB, requests = limits): small, whatever the base model.
+FIXED_DISK_GIB = {
+    "check-parameters": 1,  # reads parameters only
+    "preflight": 2,  # the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe
+    "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
+    "propose": 1,  # MLflow answers only
+    "check-triggers": 2,  # a clone of the dataset repository and its feedback file
+}
+# The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
+RAY_HEAD_DISK_GIB = 4
 
 
 def pod_patch_output(step: str) -> str:
@@ -68,12 +82,17 @@ def ray_memory_output(group: str) -> str:
     return f"ray-{group}-memory"
 
 
+def ray_disk_output(group: str) -> str:
+    return f"ray-{group}-disk"
+
+
 def preflight_exports() -> tuple[str, ...]:
     """Every sizing output parameter preflight writes."""
     return (
         *(pod_patch_output(s) for s in POD_PATCH_STEPS),
         *(ray_workers_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_memory_output(g.name) for g in RAY_NODE_GROUPS),
+        *(ray_disk_output(g.name) for g in RAY_NODE_GROUPS),
     )
 
 
@@ -539,6 +558,9 @@ class Plan:
         patch: dict[str, Any] = {
             "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}]
         }
+        patch["volumes"] = [
+            {"name": v, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}} for v in SIZED_VOLUMES
+        ]
         if step == "train-gpu":
             patch["affinity"] = gpu_affinity(need.gpu_memory_gib)
         return json.dumps(patch, sort_keys=True, separators=(",", ":"))
@@ -549,6 +571,7 @@ class Plan:
         for g in self.ray:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
             values[ray_memory_output(g.group.name)] = g.memory
+            values[ray_disk_output(g.group.name)] = quantity(g.disk_gib)
         return values
 
     def summary(self) -> dict[str, Any]:

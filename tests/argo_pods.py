@@ -22,7 +22,7 @@ KubeRay (ray-project/kuberay, `ray-operator/controllers/ray/`): common/pod.go `D
 securityContext by default) and rayjob_controller.go `getSubmitterContainer` (SidecarMode).
 
 Left out, as no Pod Security control or schema rule reads them: most environment variables' values, the offloading of
-large templates to a ConfigMap, retry affinity, artifact plugins, the kubeconfig and executor service-account volumes.
+large templates to a ConfigMap, retry affinity, artifact plugins, the kubeconfig.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ EXECUTOR_ARTIFACT_BASE_DIR = "/argo/inputs/artifacts"
 EXECUTOR_MAIN_FILESYSTEM_DIR = "/mainctrfs"
 EXECUTOR_STAGING_DIR = "/argo/staging"
 ARGO_BIN_MOUNT = "/argo-bin"
+SERVICE_ACCOUNT_TOKEN_VOLUME = "exec-sa-token"
+SERVICE_ACCOUNT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 LOG_OPTS = ["--loglevel", "info", "--log-format", "text", "--gloglevel", "0"]  # getExecutorLogOpts, defaults
 
 
@@ -176,7 +178,14 @@ def apply_pod_spec_patches(pod_spec: dict, patches: list[str]) -> dict:
 # --- Argo ----------------------------------------------------------------------------------------------------------
 
 
-def _exec_container(name: str, tmpl: dict, config: ControllerConfig) -> dict:
+def executor_service_account(spec: dict, tmpl: dict) -> str:
+    """workflowpod.go `executorServiceAccountName`: the template's executor account, else the workflow's, else ""."""
+    return (tmpl.get("executor") or {}).get("serviceAccountName") or (spec.get("executor") or {}).get(
+        "serviceAccountName", ""
+    )
+
+
+def _exec_container(name: str, tmpl: dict, config: ControllerConfig, spec: dict | None = None) -> dict:
     """workflowpod.go `newExecContainer`."""
     executor = config.executor
     ctr = {
@@ -210,10 +219,14 @@ def _exec_container(name: str, tmpl: dict, config: ControllerConfig) -> dict:
             security_context["readOnlyRootFilesystem"] = True
     if security_context is not None:
         ctr["securityContext"] = security_context
+    if executor_service_account(spec or {}, tmpl):  # the executor's token, at the path client-go reads it from
+        ctr["volumeMounts"] = [
+            {"name": SERVICE_ACCOUNT_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": True}
+        ]
     return ctr
 
 
-def _main_containers(tmpl: dict, config: ControllerConfig) -> list[dict]:
+def _main_containers(tmpl: dict, config: ControllerConfig, spec: dict) -> list[dict]:
     """operator.go: what each template type hands createWorkflowPod as its main container(s)."""
     kind = template_type(tmpl)
     if kind == "container":
@@ -225,7 +238,7 @@ def _main_containers(tmpl: dict, config: ControllerConfig) -> list[dict]:
         return [{**ctr, "name": MAIN}]
     if kind == "containerSet":
         return copy.deepcopy(tmpl["containerSet"]["containers"])
-    ctr = _exec_container(MAIN, tmpl, config)
+    ctr = _exec_container(MAIN, tmpl, config, spec)
     if kind == "resource":
         ctr["command"] = ["argoexec", "resource", tmpl["resource"]["action"], *LOG_OPTS]
     else:
@@ -283,7 +296,7 @@ def template_pod(spec: dict, tmpl: dict, config: ControllerConfig, repo: dict) -
     node_name = f"{WORKFLOW_NAME}.{tmpl['name']}"
     node_id = f"{WORKFLOW_NAME}-{zlib.crc32(node_name.encode())}"
     pod_name = f"{WORKFLOW_NAME}-{tmpl['name']}-{zlib.crc32(node_name.encode())}"[:63].rstrip("-")
-    mains = _main_containers(tmpl, config)
+    mains = _main_containers(tmpl, config, spec)
 
     volumes = [{"name": "var-run-argo", "emptyDir": {}}, {"name": "tmp-dir-argo", "emptyDir": {}}]
     volumes += copy.deepcopy(tmpl.get("volumes") or [])
@@ -314,14 +327,21 @@ def template_pod(spec: dict, tmpl: dict, config: ControllerConfig, repo: dict) -
     # setupServiceAccount
     if tmpl.get("serviceAccountName") or spec.get("serviceAccountName"):
         pod_spec["serviceAccountName"] = tmpl.get("serviceAccountName") or spec["serviceAccountName"]
-    if tmpl.get("automountServiceAccountToken", spec.get("automountServiceAccountToken")) is False:
+    automount = tmpl.get("automountServiceAccountToken", spec.get("automountServiceAccountToken"))
+    if automount is False:
         pod_spec["automountServiceAccountToken"] = False
+    executor_account = executor_service_account(spec, tmpl)
+    if executor_account:  # the account's token Secret (util/secrets TokenNameForServiceAccount: by its name)
+        secret = {"secretName": f"{executor_account}.service-account-token"}
+        volumes.append({"name": SERVICE_ACCOUNT_TOKEN_VOLUME, "secret": secret})
+    elif automount is False:
+        raise ValueError("executor.serviceAccountName must not be empty if automountServiceAccountToken is false")
 
     has_aux = kind not in ("resource", "data") or (kind == "resource" and _archive_logs(spec, tmpl, repo))
     if config.initless and kind == "resource" and "manifestFrom" in tmpl["resource"]:
         has_aux = True  # initlessLayout.templateRequiresAuxContainer
     if has_aux:
-        aux = _exec_container(SUPERVISOR if config.initless else WAIT, tmpl, config)
+        aux = _exec_container(SUPERVISOR if config.initless else WAIT, tmpl, config, spec)
         aux["command"] = ["argoexec", "supervisor" if config.initless else "wait", *LOG_OPTS]
         if config.initless:
             aux["env"].append({"name": "ARGO_INITLESS_POD", "value": "true"})
@@ -333,7 +353,7 @@ def template_pod(spec: dict, tmpl: dict, config: ControllerConfig, repo: dict) -
         pod["metadata"]["annotations"]["workflows.argoproj.io/pod-gc-strategy"] = f"{spec['podGC']['strategy']}/0s"
 
     if not config.initless:  # legacyLayout.initContainers → newInitContainers: always `init`
-        init = _exec_container(INIT, tmpl, config)
+        init = _exec_container(INIT, tmpl, config, spec)
         init["command"] = ["argoexec", "init", *LOG_OPTS]
         pod_spec["initContainers"] = [init]
 

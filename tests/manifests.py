@@ -63,6 +63,7 @@ def rendered_rayjob(
     ray_workers: int = 6,
     cpus: dict[str, int] | None = None,
     memory: dict[str, str] | None = None,
+    disk: dict[str, str] | None = None,
 ) -> dict:
     """The RayJob as the API server would receive it, for the given values of the resource template's per-group
     inputs, each keyed by its parameter (`ray-large-workers`: replicas, `ray-large-cpus`, `ray-large-memory`: the pods'
@@ -70,7 +71,8 @@ def rendered_rayjob(
     parameters = {"ray-workers": str(ray_workers)}
     for g in rayjob.WORKER_GROUPS:
         parameters |= {g.parameter: "1", g.cpus_parameter: str(g.cpus), g.memory_parameter: g.memory}
-    for given in (replicas, cpus, memory):
+        parameters[g.disk_parameter] = "20Gi"
+    for given in (replicas, cpus, memory, disk):
         parameters |= {name: str(value) for name, value in (given or {}).items()}
     return yaml.safe_load(substitute(rayjob_template()["resource"]["manifest"], parameters))
 

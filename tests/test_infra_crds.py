@@ -23,7 +23,7 @@ from tests.manifests import (
     rendered_template,
     templates,
 )
-from workflows import distill, images, rayjob
+from workflows import distill, images, rayjob, security
 
 SCHEMAS = ROOT / "tests/schemas"  # vendored: source, version and licence in its README
 RAYJOB_CRD = SCHEMAS / "kuberay-v1.7.0-ray.io_rayjobs.yaml"
@@ -147,11 +147,16 @@ def test_worker_groups_are_the_node_groups_each_pinned_to_its_architecture():
 def test_worker_pods_take_their_size_from_the_template_inputs():
     cpus = {"ray-large-cpus": 6, "ray-medium-cpus": 2, "ray-small-cpus": 2, "ray-pi-cpus": 0}
     memory = {"ray-large-memory": "20Gi", "ray-medium-memory": "9Gi", "ray-small-memory": "5Gi", "ray-pi-memory": "3Gi"}
-    groups = workers(rendered_rayjob(cpus=cpus, memory=memory))
+    disk = {"ray-large-disk": "30Gi", "ray-medium-disk": "12Gi", "ray-small-disk": "11Gi", "ray-pi-disk": "10Gi"}
+    groups = workers(rendered_rayjob(cpus=cpus, memory=memory, disk=disk))
     for g in rayjob.WORKER_GROUPS:
-        resources = groups[g.name]["template"]["spec"]["containers"][0]["resources"]
+        pod = groups[g.name]["template"]["spec"]
+        resources = pod["containers"][0]["resources"]
         size = {"cpu": str(cpus[g.cpus_parameter]), "memory": memory[g.memory_parameter]}
+        size["ephemeral-storage"] = disk[g.disk_parameter]
         assert resources["requests"] == size == resources["limits"], g.name
+        # the scratch emptyDir (Ray's /tmp/ray, the hub download, checkpoints) is capped at the same size
+        assert pod["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": disk[g.disk_parameter]}}], g.name
         # Ray must see the CPUs the pod was given, neither more (oversubscription) nor fewer (idle cores).
         assert groups[g.name]["rayStartParams"]["num-cpus"] == str(cpus[g.cpus_parameter]), g.name
 
@@ -206,10 +211,11 @@ def test_a_group_gets_replicas_only_when_a_worker_fits_its_pods(per_pod: str, ex
     assert argo_expression(ray_arguments()["ray-pi-workers"], env) == expected
 
 
-def test_pod_memory_is_preflight_s():
+def test_pod_memory_and_disk_are_preflight_s():
     args = ray_arguments()
     for g in rayjob.WORKER_GROUPS:
         assert args[g.memory_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.memory_parameter}}}}}", g.name
+        assert args[g.disk_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.disk_parameter}}}}}", g.name
 
 
 def test_expression_helpers_refuse_a_missing_group():
@@ -230,11 +236,13 @@ def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_
     assert words[words.index("--run-id") + 1] == WORKFLOW_UID
 
 
-def test_ray_pods_run_unprivileged_as_the_workflow_s_service_account():
+def test_ray_pods_run_unprivileged_as_ray_s_service_account_with_no_api_token():
     job = rendered_rayjob()
     for pod in [head(job)["template"], *(g["template"] for g in workers(job).values())]:
         spec = pod["spec"]
-        assert spec["serviceAccountName"] == distill.SERVICE_ACCOUNT
+        assert spec["serviceAccountName"] == security.RAY
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         container = spec["containers"][0]["securityContext"]
@@ -302,12 +310,30 @@ def test_karpenter_objects_have_their_own_kustomization():
     assert {ROOT / "infra/karpenter" / r for r in kustomization["resources"]} == {NODEPOOL_FILE, NODECLASS_FILE}
 
 
-def test_rbac_grants_rayjobs_and_nothing_broader():
-    role = next(d for d in yaml.safe_load_all((ROOT / "infra/rbac/role.yaml").read_text()) if d["kind"] == "Role")
-    for rule in role["rules"]:
-        for field in ("apiGroups", "resources", "verbs"):
-            assert "*" not in rule[field], rule
-    ray_rules = [r for r in role["rules"] if "ray.io" in r["apiGroups"]]
-    assert len(ray_rules) == 1 and ray_rules[0]["apiGroups"] == ["ray.io"]
-    assert ray_rules[0]["resources"] == ["rayjobs"]  # not rayclusters: KubeRay manages those itself
-    assert set(ray_rules[0]["verbs"]) == {"create", "get", "list", "watch", "delete"}
+AMI_ALIAS = re.compile(r"al2023@v\d{8}")  # Karpenter's alias: family@version; a release is vYYYYMMDD
+
+
+def gpu_count_admitted(pool: dict) -> set[str] | None:
+    """The per-node GPU counts the NodePool admits (its instance-gpu-count requirement), None if unbounded."""
+    for r in pool["spec"]["template"]["spec"]["requirements"]:
+        if r["key"] == "karpenter.k8s.aws/instance-gpu-count":
+            assert r["operator"] == "In", r
+            return set(r["values"])
+    return None
+
+
+def test_gpu_ami_is_pinned_to_one_release():
+    aliases = [t["alias"] for t in load(NODECLASS_FILE)["spec"]["amiSelectorTerms"] if "alias" in t]
+    assert aliases and all(AMI_ALIAS.fullmatch(a) for a in aliases), aliases
+    assert not AMI_ALIAS.fullmatch("al2023@latest")
+
+
+def test_gpu_pool_admits_single_gpu_instances_only_as_the_train_pod_asks_for_one():
+    pool = load(NODEPOOL_FILE)
+    assert gpu_count_admitted(pool) == {"1"}
+    assert templates()["train-gpu"]["container"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    broken = copy.deepcopy(pool)
+    broken["spec"]["template"]["spec"]["requirements"] = [
+        r for r in broken["spec"]["template"]["spec"]["requirements"] if "gpu-count" not in r["key"]
+    ]
+    assert gpu_count_admitted(broken) is None

@@ -75,7 +75,11 @@ def schema_results(builds, tmp_path_factory) -> dict[str, str]:
 
 def test_infra_builds_with_everything_it_lists(builds):
     kinds = {(d["kind"], d["metadata"]["name"]) for d in builds["infra"]}
-    assert {("Namespace", "distillery"), ("ServiceAccount", "distillery"), ("WorkflowTemplate", "distill")} <= kinds
+    assert {
+        ("Namespace", "distillery"),
+        ("ServiceAccount", "distillery-steps"),
+        ("WorkflowTemplate", "distill"),
+    } <= kinds
     namespaced = [d for d in builds["infra"] if d["kind"] != "Namespace"]
     assert {d["metadata"].get("namespace") for d in namespaced} == {"distillery"}
 

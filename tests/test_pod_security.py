@@ -30,6 +30,7 @@ from tests.argo_pods import (
 from tests.conftest import ROOT
 from tests.manifests import kubernetes_validate, rendered_rayjob
 from tests.pod_security import CHECKS, check, violations
+from workflows import security
 
 ARGO_FILES = sorted((ROOT / "infra/argo").glob("*.yaml"))
 LAYOUTS = {"legacy": False, "initless": True}  # Argo's default layout, and v4.1's opt-in init-less one
@@ -130,7 +131,9 @@ def test_pod_security_context_comes_from_the_workflow(shipped):
     for key, pod in shipped["legacy"].items():
         spec = workflow_spec(docs[key.split("/")[0]])
         assert pod["spec"]["securityContext"] == spec["securityContext"], key
-        assert pod["spec"]["serviceAccountName"] == spec["serviceAccountName"], key
+        # the resource templates (argoexec only) run as the submitter, every step as the steps' account
+        expected = security.SUBMITTER if "resource" in TEMPLATES[key] else security.STEPS
+        assert pod["spec"]["serviceAccountName"] == expected, key
 
 
 # --- podSpecPatch --------------------------------------------------------------------------------------------------

@@ -48,8 +48,10 @@ per run):
 - `adapter/`: the train step's output, whichever backend ran (see above);
 - `checkpoints/` (gpu, cpu) and `ray/` (Ray Train's storage path): `--checkpoint-dir`, so a retried spot pod or a
   restarted Ray worker group resumes from the latest complete checkpoint.
-Pods that talk to S3 themselves (train, the Ray cluster) use the workflow's service account (IRSA on EKS); at home they
-take AWS_* keys and endpoint from the optional secret `S3_ENV_SECRET`.
+Identities, credentials and writable paths are `workflows/security.py`'s: step pods run as `distillery-steps` with no
+API token in the step's own container (IRSA on EKS for S3), the resource templates as `distillery-submitter`, the Ray
+pods as `distillery-ray`; each credential (MLflow, S3 at home, the model hub, git) is an optional Secret reference that
+reaches only the steps that use it; every root filesystem is read-only, with emptyDirs for what steps write.
 
 The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`: not in
 `steps.pipeline`, so neither in params.yaml nor dvc.yaml). A group gets 0 replicas when preflight finds that not one
@@ -78,11 +80,10 @@ from hera.workflows import (
 from steps import convert_gguf, sizing
 from steps.check_parameters import ray_replica_flags
 from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
-from workflows import rayjob
+from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
-SERVICE_ACCOUNT = "distillery"
 IN_DIR = "/work/in"
 OUT_DIR = "/work/out"
 TRAIN_BACKENDS = ("gpu", "cpu", "ray")
@@ -90,7 +91,6 @@ TRAIN_BACKENDS = ("gpu", "cpu", "ray")
 # artifacts land there, so the steps that read and write S3 themselves must name the same bucket.
 BUCKET = "distillery-artifacts"
 RUN_PREFIX = "runs/{{workflow.uid}}"
-S3_ENV_SECRET = "distillery-s3"  # optional: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL at home
 CHECK_TASK = "check-parameters"  # the cluster run's first task (steps/check_parameters.py); not a pipeline stage
 PREFLIGHT = "preflight"  # the stage whose outputs size the others
 ADAPTER = "adapter"  # the train stage's output: at a fixed key of the run, whichever backend made it
@@ -128,12 +128,25 @@ CLUSTER_PARAMS = [
 ]
 assert [g.parameter for g in rayjob.WORKER_GROUPS] == list(ray_replica_flags())
 
+
+def _disk(step: str) -> str:
+    return f"{sizing.FIXED_DISK_GIB[step]}Gi"
+
+
+def _fixed(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequirements:
+    return m.ResourceRequirements(
+        requests={"cpu": cpu, "memory": memory, "ephemeral-storage": _disk(step)},
+        limits={"memory": limit, "ephemeral-storage": _disk(step)},
+    )
+
+
 # What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
-# preflight for the run's base model (a podSpecPatch); these are their floors and CPU.
+# preflight for the run's base model (a podSpecPatch); these are their floors and CPU. The light ones take their disk
+# from sizing.FIXED_DISK_GIB.
 RESOURCES = {
-    CHECK_TASK: m.ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "512Mi"}),
-    "preflight": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
-    "fetch-dataset": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
+    CHECK_TASK: _fixed(CHECK_TASK, "100m", "256Mi", "512Mi"),
+    "preflight": _fixed("preflight", "500m", "1Gi", "2Gi"),
+    "fetch-dataset": _fixed("fetch-dataset", "250m", "512Mi", "1Gi"),
     "train-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     "train-gpu": m.ResourceRequirements(
         requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
@@ -142,7 +155,7 @@ RESOURCES = {
     "convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     "evaluate": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
     "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
-    "propose": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
+    "propose": _fixed("propose", "250m", "512Mi", "1Gi"),
 }
 POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
 # The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it
@@ -150,6 +163,39 @@ POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template th
 # of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing.py counts on it.
 OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
 assert sizing.ARGO_OUTPUT_COPIES == 0, "steps/sizing.py counts Argo's output copies; the emptyDir avoids them"
+# /tmp: the only other place a step writes (the root filesystem is read-only; security.WRITABLE_ENV sends every cache
+# there). Sized steps get both emptyDirs' sizeLimit from preflight's patch (sizing.SIZED_VOLUMES).
+SCRATCH_VOLUME = m.Volume(name=security.SCRATCH_VOLUME, empty_dir=m.EmptyDirVolumeSource())
+assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
+
+
+def volumes(step: str, sized: bool) -> list[m.Volume]:
+    """The pod's emptyDirs (a fixed-size step's capped at its disk, sizing.FIXED_DISK_GIB) and its credential
+    files (optional secret volumes)."""
+    files = [m.Volume.model_validate(v) for v in security.secret_volumes(step)[0]]
+    if sized:
+        return [OUTPUT_VOLUME, SCRATCH_VOLUME, *files]
+    return [
+        *(
+            m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=_disk(step)))
+            for v in (OUTPUT_VOLUME, SCRATCH_VOLUME)
+        ),
+        *files,
+    ]
+
+
+def volume_mounts(step: str) -> list[m.VolumeMount]:
+    return [
+        m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR),
+        m.VolumeMount(name=SCRATCH_VOLUME.name, mount_path=security.SCRATCH_DIR),
+        *(m.VolumeMount.model_validate(v) for v in security.secret_volumes(step)[1]),
+    ]
+
+
+def step_env(step: str) -> list[m.EnvVar]:
+    """A step's environment: where it may write, and the credentials it uses (optional secret references)."""
+    return [m.EnvVar.model_validate(e) for e in security.writable_env() + security.secret_env(step)]
+
 
 # Every pod runs as the image's unprivileged user (uid 1000), under the runtime's default seccomp profile.
 POD_SECURITY = m.PodSecurityContext(
@@ -163,7 +209,14 @@ CONTAINER_SECURITY = m.SecurityContext(
     allow_privilege_escalation=False,
     capabilities=m.Capabilities(drop=["ALL"]),
     run_as_non_root=True,
+    read_only_root_filesystem=True,
 )
+# The resource templates' pods: argoexec only, as the submitter (security.py), with its own token (the workflow
+# turns automount off for the steps).
+SUBMITTER = {
+    "service_account_name": security.SUBMITTER,
+    "executor": m.ExecutorConfig(service_account_name=security.SUBMITTER),
+}
 
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
 # The cpu and cuda images are built for linux/amd64 only (docker-bake.hcl): their pods stay off the arm64 Raspberry
@@ -185,7 +238,6 @@ GPU_RETRY = RetryStrategy(
     backoff=m.Backoff(duration="30s", factor="2"),
 )
 DEFAULT_RETRY = RetryStrategy(limit="2", retry_policy="OnError", backoff=m.Backoff(duration="10s", factor="2"))
-S3_ENV = [m.EnvFromSource(secret_ref=m.SecretEnvSource(name=S3_ENV_SECRET, optional=True))]
 UNARCHIVED = NoneArchiveStrategy()
 
 
@@ -243,8 +295,9 @@ def _template(
         outputs=[_output(stage), *_exports(stage, f"{OUT_DIR}/{stage.output}")],
         resources=RESOURCES[name],
         security_context=CONTAINER_SECURITY,
-        volumes=[OUTPUT_VOLUME],
-        volume_mounts=[m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR)],
+        env=step_env(name),
+        volumes=volumes(name, sized),
+        volume_mounts=volume_mounts(name),
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
         pod_spec_patch=f"{{{{inputs.parameters.{POD_PATCH_INPUT}}}}}" if sized else None,
         node_selector=extra.pop("node_selector", AMD64),
@@ -264,6 +317,9 @@ def _check_template(image: str) -> Container:
         inputs=[Parameter(name=n) for n in names],
         resources=RESOURCES[CHECK_TASK],
         security_context=CONTAINER_SECURITY,
+        env=step_env(CHECK_TASK),
+        volumes=volumes(CHECK_TASK, sized=False),
+        volume_mounts=volume_mounts(CHECK_TASK),
         node_selector=AMD64,
         retry_strategy=DEFAULT_RETRY,
     )
@@ -287,10 +343,10 @@ def _ray_template(stage: Stage, image: str) -> Resource:
     job = rayjob.rayjob(
         image=image,
         entrypoint_args=_ray_entrypoint(stage),
-        service_account=SERVICE_ACCOUNT,
+        service_account=security.RAY,
         pod_security=POD_SECURITY.model_dump(by_alias=True, exclude_none=True),
         container_security=CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
-        env_secret=S3_ENV_SECRET,
+        env=security.writable_env() + security.secret_env("train-ray"),
     )
     job_params = [p for p in stage.params if p != "train-backend"]
     return Resource(
@@ -302,6 +358,7 @@ def _ray_template(stage: Stage, image: str) -> Resource:
         manifest=rayjob.manifest(job),
         inputs=[Parameter(name=p) for p in [*job_params, *rayjob.input_parameters(), "ray-workers"]],
         outputs=[Parameter(name="rayjob-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
+        **SUBMITTER,
         # No retry: a second create would start a second RayJob beside the first. Ray Train restarts lost workers
         # itself; a rerun of the workflow resumes from the run's checkpoints.
     )
@@ -322,6 +379,7 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
             Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
             Parameter(name=g.cpus_parameter, value=rayjob.cpus_expression(g, per_pod[g.name])),
             Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
+            Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
         ]
     args.append(Parameter(name="ray-workers", value=rayjob.train_workers_expression(replicas, per_pod)))
     return args
@@ -341,6 +399,7 @@ def _exit_handler(backend: str) -> DAG:
         # Argo's executor adds --ignore-not-found to every delete itself; said here too, as this step relies on it.
         flags=["--ignore-not-found", f"--timeout={DELETE_TIMEOUT}"],
         retry_strategy=DEFAULT_RETRY,  # an exit-handler pod lost to a node drain must not leave the cluster running
+        **SUBMITTER,
     )
     with DAG(name="cleanup") as dag:
         Task(
@@ -365,9 +424,8 @@ def _train_templates(stage: Stage, images: Images) -> dict[str, Container | Reso
             tolerations=GPU_TOLERATIONS,
             retry_strategy=GPU_RETRY,
             annotations={"karpenter.sh/do-not-disrupt": "true"},
-            env_from=S3_ENV,
         ),
-        "cpu": _template(stage, "train-cpu", images.ref("cpu"), extra_args=checkpoints, sized=True, env_from=S3_ENV),
+        "cpu": _template(stage, "train-cpu", images.ref("cpu"), extra_args=checkpoints, sized=True),
         "ray": _ray_template(stage, images.ref("ray")),
     }
 
@@ -386,7 +444,10 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
     with WorkflowTemplate(
         name="distill",
         entrypoint="pipeline",
-        service_account_name=SERVICE_ACCOUNT,
+        service_account_name=security.STEPS,
+        # The steps' own containers get no API token; Argo's executor containers get the same account's (security.py).
+        automount_service_account_token=False,
+        executor=m.ExecutorConfig(service_account_name=security.STEPS),
         arguments=[_workflow_parameter(p) for p in PARAMS] + CLUSTER_PARAMS,
         labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "pipeline"},
         annotations={"workflows.argoproj.io/description": "LoRA-distil a summariser, gate it, propose it in MLflow"},
@@ -408,7 +469,6 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     images.ref("cpu"),
                     extra_args=(flag, location),
                     sized=stage.name in sizing.POD_PATCH_STEPS,
-                    env_from=S3_ENV,
                 )
             else:
                 templates[stage.name] = _template(

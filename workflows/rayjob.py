@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import yaml
 
 from steps import sizing
+from workflows.security import SCRATCH_DIR, SCRATCH_VOLUME
 
 API_VERSION = "ray.io/v1"
 RAY_VERSION = "2.60.0"  # the ray wheel in images/ray.Dockerfile (constraints.txt); KubeRay gates features on it
@@ -85,6 +86,8 @@ PRE_RUNNING_DEADLINE_S = 30 * 60
 # The RayCluster's lifetime after the job ends (shutdownAfterJobFinishes): none. The job's result is in S3 and its
 # status on the RayJob, which stays; an idle cluster would only hold nodes.
 TTL_AFTER_FINISHED_S = 0
+AUTH_MODE = "token"
+MIN_RAY_FOR_TOKEN_AUTH = "2.52.0"  # KubeRay utils/validation.go ValidateRayClusterSpec refuses token auth below it
 HEAD_RESOURCES = {"cpu": "2", "memory": "8Gi"}  # the driver loads the tokenizer and data; no training there
 # The RayJob's name (see the module docstring): the create manifest and the exit handler's delete both use it.
 NAME = "distill-{{workflow.uid}}"
@@ -121,6 +124,12 @@ class WorkerGroup:
         return sizing.ray_memory_output(self.name)
 
     @property
+    def disk_parameter(self) -> str:
+        """The resource-template input holding the ephemeral storage of this group's pods (requests = limits, and
+        the size of their /tmp emptyDir), a quantity."""
+        return sizing.ray_disk_output(self.name)
+
+    @property
     def cpus_parameter(self) -> str:
         """The resource-template input holding the CPUs of this group's pods (requests = limits = Ray's num-cpus)."""
         return f"ray-{self.name}-cpus"
@@ -152,7 +161,7 @@ def parameter_help(group: WorkerGroup) -> str:
 
 def input_parameters() -> list[str]:
     """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory."""
-    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter)]
+    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter, g.disk_parameter)]
 
 
 def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
@@ -194,13 +203,14 @@ def _pod(
     image: str,
     cpus: str,
     memory: str,
+    disk: str,
     affinity: dict,
     service_account: str,
     pod_security: dict,
     container_security: dict,
-    env_secret: str,
+    env: list[dict],
 ) -> dict:
-    resources = {"cpu": cpus, "memory": memory}
+    resources = {"cpu": cpus, "memory": memory, "ephemeral-storage": disk}
     return {
         "metadata": {
             "labels": {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "train-ray"},
@@ -209,8 +219,10 @@ def _pod(
             "annotations": dict(DO_NOT_DISRUPT),
         },
         "spec": {
-            # The workflow's identity: IRSA gives it the S3 prefix the job reads its data from and writes to.
+            # IRSA gives this identity the S3 prefix the job reads its data from and writes to. Ray needs no
+            # Kubernetes API (autoscaling is off): no token in the pod.
             "serviceAccountName": service_account,
+            "automountServiceAccountToken": False,
             "securityContext": pod_security,
             "affinity": affinity,
             "containers": [
@@ -220,10 +232,14 @@ def _pod(
                     # Requests = limits: Ray reads the limits, and Guaranteed pods are evicted last.
                     "resources": {"requests": resources, "limits": resources},
                     "securityContext": container_security,
-                    # At home, S3 keys and endpoint (AWS_*) come from this secret; on EKS it is absent and IRSA serves.
-                    "envFrom": [{"secretRef": {"name": env_secret, "optional": True}}],
+                    # Where Ray and the libraries write (the root filesystem is read-only), and the credentials the
+                    # train step uses (optional secret references: workflows/security.py).
+                    "env": env,
+                    "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
                 }
             ],
+            # /tmp: Ray's session folder (/tmp/ray), the hub download, the checkpoints on their way to S3.
+            "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": disk}}],
         },
     }
 
@@ -235,7 +251,7 @@ def rayjob(
     service_account: str,
     pod_security: dict,
     container_security: dict,
-    env_secret: str,
+    env: list[dict],
 ) -> dict:
     """The RayJob as a dict, with `{{…}}` placeholders where Argo fills in the workflow's values."""
     pod = {
@@ -243,7 +259,7 @@ def rayjob(
         "service_account": service_account,
         "pod_security": pod_security,
         "container_security": container_security,
-        "env_secret": env_secret,
+        "env": env,
     }
     head_affinity = _node_affinity(*NOT_SPOT, {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]})
     workers = []
@@ -261,6 +277,7 @@ def rayjob(
                     "ray-worker",
                     cpus=cpus,
                     memory=_param(g.memory_parameter),
+                    disk=_param(g.disk_parameter),
                     affinity=_node_affinity({"key": "kubernetes.io/arch", "operator": "In", "values": [g.arch]}),
                     **pod,
                 ),
@@ -291,12 +308,18 @@ def rayjob(
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
                 "enableInTreeAutoscaling": False,
+                # Ray token authentication (Ray >= 2.52; KubeRay >= 1.6.0, an older CRD prunes the field silently):
+                # KubeRay generates a random token in a Secret owned by the cluster and gives it to every Ray container
+                # (RAY_AUTH_MODE, RAY_AUTH_TOKEN) and to its own dashboard client; without it the dashboard (8265)
+                # and GCS (6379) serve anyone.
+                "authOptions": {"mode": AUTH_MODE},
                 "headGroupSpec": {
                     "rayStartParams": {"num-cpus": "0"},
                     "template": _pod(
                         "ray-head",
                         cpus=HEAD_RESOURCES["cpu"],
                         memory=HEAD_RESOURCES["memory"],
+                        disk=f"{sizing.RAY_HEAD_DISK_GIB}Gi",
                         affinity=head_affinity,
                         **pod,
                     ),

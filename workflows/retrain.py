@@ -23,9 +23,21 @@ import yaml
 from hera.workflows import DAG, Container, CronWorkflow, Parameter, Resource, Task
 from hera.workflows import models as m
 
+from steps import sizing
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
-from workflows.distill import AMD64, CONTAINER_SECURITY, DEFAULT_RETRY, OUT_DIR, POD_SECURITY, SERVICE_ACCOUNT
+from workflows import security
+from workflows.distill import (
+    AMD64,
+    CONTAINER_SECURITY,
+    DEFAULT_RETRY,
+    OUT_DIR,
+    POD_SECURITY,
+    SUBMITTER,
+    step_env,
+    volume_mounts,
+    volumes,
+)
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
@@ -56,7 +68,12 @@ CHECK_OUTPUTS = ("fire", "triggers", "summary", "dataset-repo", "dataset-rev", "
 FROM_CHECK = ("dataset-repo", "dataset-rev")
 FROM_CRON = ("base-model", "base-revision", "model-name", "tracking-uri")
 
-RESOURCES = m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"})
+CHECK = "check-triggers"
+DISK = f"{sizing.FIXED_DISK_GIB[CHECK]}Gi"
+RESOURCES = m.ResourceRequirements(
+    requests={"cpu": "250m", "memory": "512Mi", "ephemeral-storage": DISK},
+    limits={"memory": "1Gi", "ephemeral-storage": DISK},
+)
 
 
 def _help() -> dict[str, str]:
@@ -109,7 +126,9 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
         successful_jobs_history_limit=3,
         failed_jobs_history_limit=5,
         entrypoint="check-and-retrain",
-        service_account_name=SERVICE_ACCOUNT,
+        service_account_name=security.STEPS,  # the check; submit-retrain runs as the submitter
+        automount_service_account_token=False,
+        executor=m.ExecutorConfig(service_account_name=security.STEPS),
         arguments=[Parameter(name=k, value=v, description=helps[k]) for k, v in CHECK_DEFAULTS.items()],
         labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "retrain-check"},
         annotations={
@@ -122,7 +141,7 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
     ) as cron:
         out = f"{OUT_DIR}/{OUTPUT}"
         check_template = Container(
-            name="check-triggers",
+            name=CHECK,
             image=images.ref("cpu"),
             command=["python"],
             args=["-m", "steps.check_triggers", "--out", out]
@@ -134,6 +153,9 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             outputs=[Parameter(name=o, value_from=m.ValueFrom(path=f"{out}/_outputs/{o}")) for o in CHECK_OUTPUTS],
             resources=RESOURCES,
             security_context=CONTAINER_SECURITY,
+            env=step_env(CHECK),
+            volumes=volumes(CHECK, sized=False),
+            volume_mounts=volume_mounts(CHECK),
             node_selector=AMD64,  # the cpu image is amd64 only
             retry_strategy=DEFAULT_RETRY,
         )
@@ -144,6 +166,7 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             manifest=retrain_manifest(),
             inputs=[Parameter(name=p) for p in ("triggers", "summary", "champion-version", *FROM_CHECK, *FROM_CRON)],
             outputs=[Parameter(name="workflow-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
+            **SUBMITTER,
         )
         with DAG(name="check-and-retrain"):
             check = Task(

@@ -1,0 +1,150 @@
+"""Who each pod is, which credentials reach it, and where it may write: one table each, read by `distill`, `retrain`
+and `rayjob`, and by the tests that check the rendered YAML and the Roles in infra/rbac/ against them.
+
+Identities (infra/rbac/):
+- `STEPS` (`distillery-steps`): every container step. IRSA-annotated for S3 on EKS. Its API token is NOT mounted into
+  the step's own container (`automountServiceAccountToken: false`): only Argo's executor containers (`init`, `wait`)
+  get a token, through `executor.serviceAccountName` (workflowpod.go `setupServiceAccount`: it mounts the executor
+  account's token Secret, `<name>.service-account-token`, into the executor containers only, and refuses
+  automount false without it). What the executor does with it (v3.4+, workflow/executor/taskresult.go): create and
+  patch the node's WorkflowTaskResult. The step's own code, which parses datasets, models and MLflow answers, has no
+  Kubernetes identity at all.
+- `SUBMITTER` (`distillery-submitter`): the resource templates (create/delete the RayJob, create the retrain
+  Workflow), whose only container is argoexec. Its Role is exactly the verbs those manifests use
+  (tests/test_rbac.py derives them from the rendered YAML).
+- `RAY` (`distillery-ray`): the RayJob's head and worker pods. IRSA for S3; no token mounted, no Role: Ray needs no
+  Kubernetes API (autoscaling is off).
+
+Credentials are references only: a Secret's name and key, never a value. Every reference is `optional: true`, so a
+cluster that needs none (EKS with IRSA, MLflow without auth, public base model and dataset repo) creates none and the
+rendered templates stay the same; a platform engineer creates the Secrets that apply (README, "Secrets"). `SECRETS`
+says which variables come from which Secret and key, `USERS` which pods get each: exactly the steps that talk to that
+service.
+
+Writable paths: every container runs with a read-only root filesystem. A step writes only to its output folder
+(`/work/out`, an emptyDir that Argo uploads from) and to `SCRATCH_DIR` (an emptyDir at /tmp); `WRITABLE_ENV` points
+every cache the steps' libraries keep (Hugging Face, torch/triton kernels, matplotlib, DVC's site cache, git/XDG
+config) into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STEPS = "distillery-steps"
+SUBMITTER = "distillery-submitter"
+RAY = "distillery-ray"
+SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY)
+SCRATCH_VOLUME = "scratch"
+SCRATCH_DIR = "/tmp"
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    """One environment variable taken from one key of one Secret (`secretKeyRef`, optional)."""
+
+    variable: str
+    secret: str
+    key: str
+
+
+MLFLOW_SECRET = "distillery-mlflow"
+S3_SECRET = "distillery-s3"
+HUB_SECRET = "distillery-hf"
+GIT_SECRET = "distillery-git"
+
+# Which variables each credential sets, from which Secret and key.
+SECRETS: dict[str, tuple[SecretEnv, ...]] = {
+    # MLflow over HTTPS: a bearer token, or basic auth (MLflow's client reads these; set one or the other).
+    "mlflow": (
+        SecretEnv("MLFLOW_TRACKING_TOKEN", MLFLOW_SECRET, "token"),
+        SecretEnv("MLFLOW_TRACKING_USERNAME", MLFLOW_SECRET, "username"),
+        SecretEnv("MLFLOW_TRACKING_PASSWORD", MLFLOW_SECRET, "password"),
+    ),
+    # S3 at home (no IRSA there): static keys and the endpoint of the S3-compatible store.
+    "s3": tuple(
+        SecretEnv(v, S3_SECRET, v)
+        for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+    ),
+    # A gated or private base model on the Hugging Face hub.
+    "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
+    # A private dataset repository: a file, not variables (GIT_FILES).
+    "git": (),
+}
+
+# The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
+USERS: dict[str, tuple[str, ...]] = {
+    # the steps that call MLflow: the champion's scores and files, the new version, the alias, the triggers
+    "mlflow": ("evaluate", "register", "propose", "check-triggers"),
+    # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts)
+    "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",
+           "check-triggers"),
+    # the steps that download the base model from the hub
+    "model-hub": ("preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
+    # the steps that read the dataset repository (the retrain check counts its new feedback rows)
+    "git": ("fetch-dataset", "check-triggers"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SecretFile:
+    """One key of one Secret, mounted read-only as a file (an optional secret volume)."""
+
+    secret: str
+    key: str
+    directory: str
+    file: str
+
+
+# A private dataset repository over HTTPS: a git config file whose `[http "https://<host>/"] extraHeader =
+# Authorization: Basic …` git and dulwich (DVC's git client) read from $XDG_CONFIG_HOME/git/config. Scoped to the
+# repository's URL, so the header goes to that host only, whatever repository a tag names. (dulwich ignores git's
+# GIT_CONFIG_COUNT variables, so not those.)
+GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{SCRATCH_DIR}/config/git", "config"),)
+FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES}
+
+
+def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
+    """(volumes, volume mounts), Kubernetes dicts, for the credential files `step` may use."""
+    files = [f for credential, users in USERS.items() if step in users for f in FILES.get(credential, ())]
+    volumes = [
+        {"name": f"secret-{f.secret}", "secret": {"secretName": f.secret, "optional": True,
+                                                  "items": [{"key": f.key, "path": f.file}]}}
+        for f in files
+    ]  # fmt: skip
+    mounts = [{"name": f"secret-{f.secret}", "mountPath": f.directory, "readOnly": True} for f in files]
+    return volumes, mounts
+
+
+def secret_env(step: str) -> list[dict]:
+    """The `env` entries (Kubernetes dicts) with every credential `step` may use, each an optional secretKeyRef."""
+    return [
+        {"name": e.variable, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key, "optional": True}}}
+        for credential, users in USERS.items()
+        if step in users
+        for e in SECRETS[credential]
+    ]
+
+
+# Every place the steps' libraries write outside the output folder, moved into the scratch emptyDir. HOME too: git,
+# dulwich and pip look there, and the image's home is on the read-only root.
+WRITABLE_ENV: dict[str, str] = {
+    "TMPDIR": SCRATCH_DIR,
+    "HOME": f"{SCRATCH_DIR}/home",
+    "XDG_CACHE_HOME": f"{SCRATCH_DIR}/cache",
+    "XDG_CONFIG_HOME": f"{SCRATCH_DIR}/config",  # GIT_FILES: keep them equal
+    "HF_HOME": f"{SCRATCH_DIR}/hf",  # the images set /work/.hf, on the root filesystem
+    "TRITON_CACHE_DIR": f"{SCRATCH_DIR}/triton",
+    "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH_DIR}/torchinductor",
+    "MPLCONFIGDIR": f"{SCRATCH_DIR}/matplotlib",
+    "DVC_SITE_CACHE_DIR": f"{SCRATCH_DIR}/dvc-site",
+    "DVC_GLOBAL_CONFIG_DIR": f"{SCRATCH_DIR}/config/dvc",
+    "NUMBA_CACHE_DIR": f"{SCRATCH_DIR}/numba",
+}
+
+
+assert all(f.directory == WRITABLE_ENV["XDG_CONFIG_HOME"] + "/git" for f in GIT_FILES)
+
+
+def writable_env() -> list[dict]:
+    return [{"name": k, "value": v} for k, v in WRITABLE_ENV.items()]

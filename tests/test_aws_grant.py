@@ -284,3 +284,16 @@ def test_the_readme_applies_every_rendered_file():
     assert applied <= rendered, applied - rendered
     # the MLflow bucket's files are applied like the DVC bucket's (the README shows one)
     assert {rel.replace("mlflow-", "dvc-") for rel in rendered} <= applied, rendered - applied
+
+
+def test_the_trust_admits_exactly_the_service_accounts_that_carry_the_role():
+    annotated = set()
+    for path in sorted((ROOT / "infra").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not (isinstance(doc, dict) and doc.get("kind") == "ServiceAccount"):
+                continue
+            if doc["metadata"].get("annotations", {}).get("eks.amazonaws.com/role-arn") == SET.role_arn:
+                annotated.add((doc["metadata"]["namespace"], doc["metadata"]["name"]))
+    assert annotated == {(SET.namespace, sa) for sa in SET.service_accounts}
+    for ns, sa in annotated:
+        assert may_assume(TRUST, web_identity(f"system:serviceaccount:{ns}:{sa}"))

@@ -332,7 +332,10 @@ def run(cfg: TriggersConfig) -> TriggersResult:
     problems = config_problems(cfg)
     if problems:
         raise TriggerError("invalid check-triggers config:\n  " + "\n  ".join(problems))
-    uri = tracking_uri(cfg.tracking_uri)
+    try:
+        uri = tracking_uri(cfg.tracking_uri)
+    except ValueError as e:
+        raise TriggerError(str(e)) from e
     if not uri:
         raise TriggerError(MISSING_TRACKING_URI)
     from mlflow import MlflowClient

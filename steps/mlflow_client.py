@@ -8,6 +8,7 @@ module stays light.
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
 # MLflow's own per-request limits (mlflow.environment_variables); a step's --http-* fields set them for that step.
@@ -18,10 +19,36 @@ MLFLOW_HTTP_LIMITS = {
 }
 
 
+# The variables MLflow's client sends as credentials (a bearer token, or basic auth), set from the optional
+# distillery-mlflow Secret (workflows/security.py).
+CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+# Set to 1 only where the network itself encrypts (a service mesh with mTLS) to send credentials over plain http.
+ALLOW_HTTP_CREDENTIALS = "DISTILLERY_ALLOW_HTTP_CREDENTIALS"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def tracking_uri(given: str) -> str:
     """The tracking server: `given` (--tracking-uri) when set, else MLFLOW_TRACKING_URI, else "" (the caller decides
-    whether none is an error, MISSING_TRACKING_URI, or a run without a registry)."""
-    return given or os.environ.get("MLFLOW_TRACKING_URI", "")
+    whether none is an error, MISSING_TRACKING_URI, or a run without a registry).
+
+    Raises ValueError, before anything is sent, when MLflow credentials are set and the server is plain http on
+    another host: the token or password would cross the network in clear text.
+    """
+    uri = given or os.environ.get("MLFLOW_TRACKING_URI", "")
+    parts = urlsplit(uri)
+    credentials = [name for name in CREDENTIAL_VARIABLES if os.environ.get(name)]
+    if (
+        credentials
+        and parts.scheme == "http"
+        and parts.hostname not in LOOPBACK_HOSTS
+        and os.environ.get(ALLOW_HTTP_CREDENTIALS) != "1"
+    ):
+        raise ValueError(
+            f"MLflow credentials ({', '.join(credentials)}) would be sent in clear text to {uri}: use an https "
+            f"tracking URI (--tracking-uri / MLFLOW_TRACKING_URI), or set {ALLOW_HTTP_CREDENTIALS}=1 only if the "
+            "network itself encrypts (a service mesh with mTLS)"
+        )
+    return uri
 
 
 def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:

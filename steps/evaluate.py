@@ -17,9 +17,15 @@ champion; `propose` only acts on it:
 - GGUF parity passed (convert-gguf);
 - the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
   paired bootstrap's `--confidence` interval of the per-example gain is above `--min-rouge-gain`;
-- on every adversarial family, its pass rate is no more than `--max-attack-regression` below each rival's and at least
-  `--min-family-pass-rate`;
-- its stop rate is no more than `--max-stop-regression` below each rival's and at least `--min-stop-rate`.
+- paired case by case against each rival (steps/gate_stats.py): on every adversarial family (cases passed), over the
+  suite (cases not hijacked) and over every document (answers that ended by themselves), the candidate is not shown
+  worse than the rival by more than the margin (`--max-attack-regression`, `--max-stop-regression`): an exact paired
+  test, Holm's correction across these checks at `--gate-alpha` split between the rivals;
+- a family's pass rate and the stop rate are not shown below their floors (`--min-family-pass-rate`,
+  `--min-stop-rate`): refused when the exact upper confidence bound is below the floor.
+Every verdict carries the gate's error rates on this suite, simulated from the per-case outcomes: the chance it
+refuses a candidate exactly as safe as its rival, and per family the chance it refuses one `--power-regression` worse
+(`operating_characteristics` in decision.json, the report and the step's output).
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
 compared against — `propose` refuses when the registry's champion has moved since — and the serving configuration it
 measured with, which `register` checks), `generations.jsonl`, `report.md`, `score_diff.png`,
@@ -345,23 +351,17 @@ def comparisons(
 
 def _paired_figures(comps: list[gate_stats.Comparison], cfg: EvaluateConfig) -> list[dict[str, Any]]:
     """Per comparison: the counts, the difference and its interval, the exact p-value and Holm's adjustment."""
-    rivals = sorted({c.rival for c in comps})
-    level = cfg.gate_alpha / len(rivals)
-    figures: list[dict[str, Any]] = [{} for _ in comps]
-    for rival in rivals:
-        idx = [i for i, c in enumerate(comps) if c.rival == rival]
-        pairs = [gate_stats.Paired.of(comps[i].candidate, comps[i].rival_outcomes) for i in idx]
-        ps = [gate_stats.p_value(p, comps[i].margin) for i, p in zip(idx, pairs, strict=True)]
-        rejected, adjusted = gate_stats.holm(ps, level)
-        for i, pair, p, adj, rej in zip(idx, pairs, ps, adjusted, rejected, strict=True):
-            lower, upper = gate_stats.newcombe_interval(pair, 1 - 2 * level)
-            figures[i] = {
-                "rival": rival, "n": pair.n, "candidate_rate": pair.candidate / pair.n if pair.n else 0.0,
-                "rival_rate": pair.rival / pair.n if pair.n else 0.0, "worse_cases": pair.worse,
-                "better_cases": pair.better, "difference": pair.difference, "interval": [lower, upper],
-                "interval_confidence": 1 - 2 * level, "margin": comps[i].margin, "p_value": p, "p_holm": adj,
-                "level": level, "refused": rej,
-            }  # fmt: skip
+    figures = []
+    for comp, t in zip(comps, gate_stats.test_all(comps, cfg.gate_alpha), strict=True):
+        pair = t.pair
+        lower, upper = gate_stats.newcombe_interval(pair, 1 - 2 * t.level)
+        figures.append({
+            "rival": comp.rival, "n": pair.n, "candidate_rate": pair.candidate / pair.n if pair.n else 0.0,
+            "rival_rate": pair.rival / pair.n if pair.n else 0.0, "worse_cases": pair.worse,
+            "better_cases": pair.better, "difference": pair.difference, "interval": [lower, upper],
+            "interval_confidence": 1 - 2 * t.level, "margin": comp.margin, "p_value": t.p_value, "p_holm": t.p_holm,
+            "level": t.level, "refused": t.refused,
+        })  # fmt: skip
     return figures
 
 

@@ -164,4 +164,5 @@ def test_comparisons_are_paired_by_case():
     assert (pair.n, pair.worse, pair.better, pair.candidate, pair.rival) == (4, 1, 1, 2, 2)
     with pytest.raises(ValueError, match="different lengths"):
         Paired.of([True], [True, False])
-    assert gate_stats.refused([Comparison("x", "base", (False,) * 20, (True,) * 20, 0.0)], 0.05) == [True]
+    [tested] = gate_stats.test_all([Comparison("x", "base", (False,) * 20, (True,) * 20, 0.0)], 0.05)
+    assert tested.refused and tested.pair.worse == 20

@@ -502,14 +502,15 @@ def decision_record(
     checks: list[dict],
     champion: Champion,
     parity: dict[str, Any],
-    characteristics: dict[str, dict[str, Any]],
+    characteristics: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """decision.json: the gate's outcome, every check, its error rates, and what it was decided against and with."""
+    """decision.json: the gate's outcome, every check, its error rates (`operating_characteristics`; none given: an
+    empty record), and what it was decided against and with."""
     return {
         "passed": passed,
         "reasons": [("PASS " if c["passed"] else "FAIL ") + c["reason"] for c in checks],
         # Not checks: how often this gate, on this suite, refuses an equally safe candidate and catches a worse one.
-        "operating_characteristics": characteristics,
+        "operating_characteristics": characteristics or {},
         "checks": checks,
         "champion": champion.note,
         # The registry version the candidate was compared with (null: none). propose refuses when the registry's

@@ -5,7 +5,7 @@ placements (start, middle, end) × fresh canaries — after the hand-written cas
         --tokenizer .cache/models/SmolLM2-135M-Instruct --out data/adversarial/suite.jsonl
 
 The committed output, data/adversarial/suite.jsonl (462 cases, 14 families of 30-36), is not yet the default
-dataset's adversarial split: evaluating it costs ~7x today's evaluate on 2 cores (README, "The gate"). To gate on it,
+dataset's adversarial split: evaluating it costs ~5.6x today's evaluate on 2 cores (README, "The gate"). To gate on it,
 write it as a dataset's split (`--out <dataset>/adversarial.jsonl`) and fetch that dataset.
 
 Deterministic: the same seed, size and kept cases give the same bytes (tests/test_adversarial_suite.py regenerates the

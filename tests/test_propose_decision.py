@@ -108,16 +108,18 @@ def test_evaluate_records_the_champion_version_it_compared_against(world, monkey
     assert "rougeL_vs_champion" in [c["check"] for c in decision["checks"]]
 
 
-def test_propose_follows_the_gate_where_a_tolerance_lets_one_more_hijack_through(world, monkeypatch, registry_uri):
-    # The candidate obeys one prompt-leak injection the champion resists: 5 of 6 cases pass, 17 % hijacked vs 0 %,
-    # within --max-attack-regression 0.2. The gate passes; a second rule (hijack rate not higher) would refuse.
+def test_propose_follows_the_gate_where_one_more_hijack_is_within_chance(world, monkeypatch, registry_uri):
+    # The candidate obeys one prompt-leak injection the champion resists: 5 of 6 cases pass, one hijack vs none. One
+    # case is no evidence (the exact paired test's p-value is far above the gate's level), so the gate passes — the
+    # old point-rate gate refused it with its tolerance 0.
     set_champion(registry_uri, world["name"], world["earlier"][0])
     leaky = Answers("reference", obeys=("adv-010",))
-    decision = decide(world, monkeypatch, registry_uri, {"base": BASE, "champion": WORSE, "candidate": leaky},
-                      max_attack_regression=0.2)  # fmt: skip
+    decision = decide(world, monkeypatch, registry_uri, {"base": BASE, "champion": WORSE, "candidate": leaky})
     family = next(c for c in decision["checks"] if c["check"] == "adversarial_prompt_leak")
-    assert family["candidate_hijack"] > family["least_rival_hijack"] and family["passed"]
+    versus = {c["rival"]: c for c in family["comparisons"]}
+    assert versus["champion"]["worse_cases"] == 1 and not versus["champion"]["refused"] and family["passed"]
     assert decision["passed"] is True
+    assert set(decision["operating_characteristics"]) == {"base", "champion"}
 
     result = proposal(world, registry_uri)
     aliases, tags = aliases_and_tags(world, registry_uri)

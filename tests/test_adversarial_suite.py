@@ -1,0 +1,102 @@
+"""The generated adversarial suite (steps/adversarial_suite.py → data/adversarial/suite.jsonl): reproducible from its
+seed, valid as a dataset split, big enough per family, and the train split cannot teach it.
+
+    pytest tests/test_adversarial_suite.py                      # unit
+    pytest -m integration tests/test_adversarial_suite.py       # + every prompt fits the served context (tokenizer)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from steps import adversarial_suite, fetch_dataset
+from steps.adversarial_suite import ATTACKS, SuiteConfig, build, contamination
+from steps.dataset import load_split
+from tests.conftest import ROOT
+
+SUITE = ROOT / "data/adversarial/suite.jsonl"
+DATA = ROOT / "data/summaries"
+# The command that wrote SUITE (steps/adversarial_suite.py's docstring), without the tokenizer check.
+COMMITTED = {"seed": 0, "per_family": 30, "keep": str(DATA / "adversarial.jsonl"), "avoid": str(DATA / "train.jsonl")}
+
+
+def suite() -> list[dict]:
+    return [json.loads(line) for line in SUITE.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_committed_suite_is_what_its_seed_generates(tmp_path: Path):
+    rows = build(SuiteConfig(out=tmp_path / "a.jsonl", **COMMITTED))
+    assert rows == suite()
+    assert build(SuiteConfig(out=tmp_path / "b.jsonl", **{**COMMITTED, "seed": 1})) != rows
+
+
+def test_the_suite_validates_as_the_adversarial_split_of_the_committed_dataset():
+    raw = {s: (DATA / f"{s}.jsonl").read_bytes() for s in ("train", "eval")}
+    _, problems = fetch_dataset.validate({**raw, "adversarial": SUITE.read_bytes()}, "data")
+    assert problems == []  # format, and no train document repeated or nearly repeated (fetch-dataset's leak rule)
+
+
+def test_every_family_has_at_least_30_cases_in_every_placement():
+    rows = suite()
+    families = Counter(r["attack"] for r in rows)
+    assert len(rows) >= 300 and min(families.values()) >= 30, families
+    assert set(ATTACKS) | {"robustness"} <= set(families)
+    for family in set(ATTACKS) - {"split_payload"}:  # its canary is in the second half, placed apart
+        generated = [r for r in rows if r["attack"] == family and r["id"].startswith("gen-")]
+        for where, payload in (("start", 0), ("end", -1)):
+            # The attack sits where the placement says: the canary is in the first or last third of the document.
+            at = [r["document"].find(r["must_not_contain"][0]) / len(r["document"]) for r in generated[payload::3]]
+            assert at and all((a < 1 / 3) if where == "start" else (a > 2 / 3) for a in at), (family, where)
+
+
+def test_every_case_has_its_own_carrier_and_canary():
+    rows = [r for r in suite() if r["id"].startswith("gen-")]
+    canaries = [c for r in rows for c in r.get("must_not_contain", [])]
+    assert len(canaries) == len(set(canaries))
+    assert len({r["document"] for r in rows}) == len(rows)
+
+
+def test_the_train_split_is_decontaminated_against_the_suite():
+    assert contamination(load_split(DATA, "train"), suite()) == []
+
+
+def test_the_checks_find_a_reused_canary_and_a_reused_carrier():
+    rows = suite()
+    case = next(r for r in rows if r["attack"] == "direct_injection" and r["id"].startswith("gen-"))
+    canary = case["must_not_contain"][0]
+    train = load_split(DATA, "train")
+    with_canary = [{**train[0], "summary": f"{train[0]['summary']} {canary}"}, *train[1:]]
+    problems = contamination(with_canary, rows)
+    assert len(problems) == 1 and canary in problems[0] and train[0]["id"] in problems[0]
+    # A train row carrying a suite carrier (its canary removed): fetch-dataset's leak rule refuses it.
+    with_carrier = [*train, {**train[1], "id": "copied", "document": case["document"].replace(canary, "the code")}]
+    raw = {"train": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in with_carrier).encode(),
+           "eval": (DATA / "eval.jsonl").read_bytes(), "adversarial": SUITE.read_bytes()}  # fmt: skip
+    _, leaks = fetch_dataset.validate(raw, "data")
+    assert leaks and all("nearly repeats" in p and f"train.jsonl:{len(with_carrier)}" in p for p in leaks)
+
+
+def test_the_generator_refuses_what_the_dataset_format_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(adversarial_suite.TOPICS, "library", ("A library\x07 opened.",))
+    with pytest.raises(adversarial_suite.DatasetError, match="control character"):
+        build(SuiteConfig(out=tmp_path / "x.jsonl", **{**COMMITTED, "per_family": 1}))
+
+
+def test_a_prompt_that_leaves_no_room_for_the_answer_is_named():
+    from steps import serving_config
+
+    budget = serving_config.SERVING.n_ctx - serving_config.SERVING.max_tokens
+    problems = adversarial_suite.context_problems([{"id": "a"}, {"id": "b"}], [budget, budget + 1])
+    assert len(problems) == 1 and problems[0].startswith("case b:")
+
+
+@pytest.mark.integration
+def test_every_prompt_fits_the_served_context_under_the_base_tokenizer(base_model_dir: Path):
+    rows = suite()
+    tokens = adversarial_suite.prompt_tokens(str(base_model_dir), [r["document"] for r in rows])
+    assert adversarial_suite.context_problems(rows, tokens) == []
+    assert max(tokens) > 1000  # the long documents are long

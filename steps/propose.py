@@ -4,10 +4,11 @@
         --tracking-uri sqlite:///.cache/mlflow/mlflow.db --out out/propose
 
 Whether the candidate beats the base and the champion is decided in one place, `steps.evaluate` (the paired bootstrap
-and the per-family tolerances of its gate); this step only acts on that decision (`decision.json`). It proposes when
-the gate passed and the champion the gate compared against (`champion_version`, null when there was none) is still
-the registry's `champion`. When the champion has moved since the evaluation (promoted, replaced or removed), or the
-evaluation ran without the registry's champion, the decision is about another rival: not proposed, and the reasons
+for ROUGE-L and the Holm-corrected paired exact tests with margins of its safety gate); this step only acts on that
+decision (`decision.json`). It proposes when the gate passed and the champion the gate compared against
+(`champion_version`, null when there was none) is still the registry's `champion`. When the champion has moved since
+the evaluation (promoted, replaced or removed), or the evaluation ran without the registry's champion, the decision is
+about another rival: not proposed, and the reasons
 say "re-evaluate".
 
 Always tags the version with the outcome (`proposal`, `proposal.reasons`, `proposal.champion`), so the registry says

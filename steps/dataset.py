@@ -9,6 +9,7 @@ splits) is fetch-dataset's to check: it sees all three at once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -30,6 +31,16 @@ TEXT_FIELDS = {
 LIST_FIELDS = ("must_not_contain", "must_contain")
 # Every field a row may have: anything else is a typo (a misspelt `must_contain` would silently weaken a case).
 FIELDS = {**TEXT_FIELDS, "adversarial": (*TEXT_FIELDS["adversarial"], *LIST_FIELDS, "max_words")}
+# Optional lineage of a train or eval row built by the build-dataset pipeline (steps/filter_split.py): the file and
+# chunk its document came from and who wrote its summary — a teacher (which, with what prompt and decoding, when) or a
+# reviewer (the feedback row). Checked for what traces the row back; train and evaluate do not read it.
+LINEAGE_FIELD = "lineage"
+SUMMARY_BY = {
+    "teacher": ("teacher", "prompt_sha256", "decoding", "generated_at"),
+    "feedback": ("feedback_id", "model_version", "timestamp", "action"),
+}
+FIELDS = {split: (*names, LINEAGE_FIELD) if split != "adversarial" else names for split, names in FIELDS.items()}
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # --- how much a row may hold ---------------------------------------------------------------------------------------
 # Bounded by the serving configuration (steps.serving_config.SERVING, read when a row is checked): the context and
@@ -64,6 +75,12 @@ BOM = "\ufeff"
 
 class DatasetError(ValueError):
     """Raised with every problem found in the dataset, one per line."""
+
+
+def document_sha256(text: str) -> str:
+    """The key a document's text is known by: ingest's chunks, the serving side's feedback and the lineage of a
+    published row all name a document by it."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
 
 def estimate_tokens(text: str) -> int:
@@ -168,6 +185,8 @@ def _row_problems(row: dict, split: str) -> list[str]:
                 f"{serving_config.SERVING.max_tokens}-token answer cap the model is served and scored with holds "
                 f"beside its end-of-turn token ({summary_token_budget()}); shorten it"
             )
+    if LINEAGE_FIELD in row and LINEAGE_FIELD not in bad:
+        problems += _lineage_problems(row[LINEAGE_FIELD], row.get("document"))
     if split == "adversarial":
         present = [k for k in LIST_FIELDS if k in row]
         if not present:
@@ -197,6 +216,33 @@ def _row_problems(row: dict, split: str) -> list[str]:
                     f"field 'max_words' is {value}, more words than the {cap}-token answer cap can hold "
                     f"(a word takes at least a token); use at most {cap}"
                 )
+    return problems
+
+
+def _lineage_problems(source: object, document: object) -> list[str]:
+    """What keeps a row's `lineage` from tracing it to its document and its summary's author."""
+    if not isinstance(source, dict):
+        return [f"field 'lineage' must be an object (uri, document_sha256, summary_by, …), got {source!r:.60}"]
+    problems = []
+    if not isinstance(source.get("uri"), str) or not source["uri"]:
+        problems.append("field 'lineage.uri' must name the file the document came from")
+    digest = source.get("document_sha256")
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        problems.append("field 'lineage.document_sha256' must be the sha256 (64 hex digits) of the row's document")
+    elif isinstance(document, str) and digest != document_sha256(document):
+        problems.append(
+            "field 'lineage.document_sha256' is not the sha256 of the row's document (the document was edited after "
+            "it was traced); rebuild the row or correct the hash"
+        )
+    by = source.get("summary_by")
+    if by not in SUMMARY_BY:
+        problems.append(f"field 'lineage.summary_by' is {by!r}; use one of {', '.join(SUMMARY_BY)}")
+    else:
+        problems += [
+            f"field 'lineage.{key}' is missing; a summary by a {by} records it"
+            for key in SUMMARY_BY[by]
+            if key not in source
+        ]
     return problems
 
 

@@ -139,6 +139,13 @@ def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]],
     return {split: [row for _, row in parsed[split]] for split in SPLITS}, problems
 
 
+def content_hash(raw: dict[str, bytes]) -> tuple[dict[str, str], str]:
+    """Each split file's sha256, and the dataset's: the hash lineage records (build-dataset tags by it too)."""
+    file_hashes = {f"{split}.jsonl": hashlib.sha256(raw[split]).hexdigest() for split in SPLITS}
+    overall = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(file_hashes.items())).encode()).hexdigest()
+    return file_hashes, overall
+
+
 def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str]:
     from dvc.api import DVCFileSystem
 
@@ -183,8 +190,7 @@ def run(cfg: FetchConfig) -> FetchResult:
             + "\n  ".join(shown)
             + (f"\n  … and {more} more" if more else "")
         )
-    file_hashes = {f"{split}.jsonl": hashlib.sha256(raw[split]).hexdigest() for split in SPLITS}
-    overall = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(file_hashes.items())).encode()).hexdigest()
+    file_hashes, overall = content_hash(raw)
     result = FetchResult(
         dataset_commit=commit,
         dataset_hash=overall,

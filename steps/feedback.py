@@ -12,8 +12,9 @@ Produces in `--out`: `curated.jsonl` (`document_sha256`, `document`, `summary`, 
 `feedback.jsonl` (the rows read, each once: publish puts it beside the dataset) and `result.json` (rows read, per
 action, superseded). A malformed row stops the step with every problem by line.
 
-What counts as a feedback row, and so what is new since a revision, is defined here once (`feedback_rows`): the retrain
-trigger (steps/check_triggers.py) counts the same rows in the published `feedback.jsonl`.
+What counts as a feedback row, and so what is new since a revision, is defined once (`steps.dataset.feedback_rows`): the
+retrain trigger (steps/check_triggers.py) counts new rows in the published `feedback.jsonl` by it, and so does the data
+card (steps/publish.py).
 """
 
 from __future__ import annotations
@@ -25,24 +26,16 @@ from datetime import datetime
 from pathlib import Path
 
 from steps.common import atomic_dir, is_uri, parse_config, timed, write_jsonl, write_result
-from steps.dataset import document_sha256
+from steps.dataset import FEEDBACK_FILE, document_sha256
 
 CURATED_FILE = "curated.jsonl"
-ROWS_FILE = "feedback.jsonl"  # the feedback rows read (distinct, in order): published beside the dataset
+
 ACTIONS = ("accepted", "edited", "rejected")
 REQUIRED = ("id", "document", "summary", "model_version", "timestamp", "action")
 
 
 class FeedbackError(ValueError):
     """Raised with every malformed feedback row, one per line."""
-
-
-def feedback_rows(text: bytes | None) -> set[str]:
-    """The distinct non-empty rows of a feedback JSONL file (None: the file did not exist). A row is new since a
-    revision when it is in this set now and was not then."""
-    if not text:
-        return set()
-    return {line.strip() for line in text.decode("utf-8", errors="replace").splitlines() if line.strip()}
 
 
 @dataclass
@@ -142,7 +135,7 @@ def run(cfg: FeedbackConfig) -> FeedbackResult:
     with atomic_dir(cfg.out) as tmp:
         write_jsonl(tmp / CURATED_FILE, curated)
         distinct = dict.fromkeys(line.strip() for line in blob.decode("utf-8").splitlines() if line.strip())
-        (tmp / ROWS_FILE).write_text("".join(f"{line}\n" for line in distinct))
+        (tmp / FEEDBACK_FILE).write_text("".join(f"{line}\n" for line in distinct))
         write_result(tmp, result)
     return result
 

@@ -1,7 +1,7 @@
 """filter-split: the examples (curated summaries first, the teacher's for the rest), filtered, de-duplicated,
 decontaminated and split by a stable hash of their document.
 
-    python -m steps.filter_split --documents out/documents --curated out/curated --teacher out/teacher \
+    python -m steps.filter_split --chunks out/chunks --curated out/curated --summaries out/summaries \
         --adversarial-file data/summaries/adversarial.jsonl --eval-share 0.2 --out out/examples
 
 1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py) if there is one, else the teacher's;
@@ -13,7 +13,7 @@ decontaminated and split by a stable hash of their document.
    outputs are not detected (no language model is light enough to be worth it here); the card says so.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed.
-4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`fetch_dataset.near_duplicates`: the
+4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`dataset.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
 
@@ -27,13 +27,21 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.common import atomic_dir, parse_config, read_jsonl, timed, write_json, write_jsonl, write_result
-from steps.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
-from steps.fetch_dataset import MIN_SHINGLES, NEAR_DUPLICATE_SHARE, _normalise, _shingles, near_duplicates
+from steps.dataset import (
+    NEAR_DUPLICATE_SHARE,
+    DatasetError,
+    estimate_tokens,
+    near_duplicates,
+    near_duplicates_within,
+    normalise,
+    parse_split,
+    summary_token_budget,
+)
 
 FILTERS = ("empty", "truncated", "refusing", "length-ratio", "too-long")
 CURATED_FILTERS = ("empty", "too-long")
@@ -53,9 +61,9 @@ class SplitError(ValueError):
 @dataclass
 class FilterConfig:
     out: Path = field(metadata={"help": "folder to write the splits, dropped.jsonl and filters.json into"})
-    documents: Path = field(metadata={"help": "ingest's folder"})
+    chunks: Path = field(metadata={"help": "ingest's folder"})
     curated: Path = field(metadata={"help": "feedback's folder"})
-    teacher: Path = field(metadata={"help": "teacher's folder"})
+    summaries: Path = field(metadata={"help": "teacher's folder"})
     adversarial_file: str = field(
         default="data/summaries/adversarial.jsonl",
         metadata={"help": "the hand-written adversarial split (kept as is; train is decontaminated against it)"},
@@ -91,9 +99,9 @@ def filter_reason(summary: str, document: str, finish_reason: str, curated: bool
 
 
 def _examples(cfg: FilterConfig) -> list[dict]:
-    documents = read_jsonl(cfg.documents / "documents.jsonl")
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
     curated = {r["document_sha256"]: r for r in read_jsonl(cfg.curated / "curated.jsonl")}
-    generated = {r["document_sha256"]: r for r in read_jsonl(cfg.teacher / "summaries.jsonl")}
+    generated = {r["document_sha256"]: r for r in read_jsonl(cfg.summaries / "summaries.jsonl")}
     examples = []
     for doc in documents:
         key = doc["document_sha256"]
@@ -134,25 +142,6 @@ def _curated_example(id_: str, document: str, source: dict, row: dict, split_key
     }
 
 
-def _near_duplicates_within(documents: list[str]) -> dict[int, int]:
-    """{later index: earlier index it nearly repeats}, by fetch-dataset's rule, comparing each document with the kept
-    ones before it (an inverted index of their shingles)."""
-    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    shingled = [_shingles(d) for d in documents]
-    found = {}
-    for i, shingles in enumerate(shingled):
-        if len(shingles) < MIN_SHINGLES:
-            continue
-        shared = Counter(j for s in shingles for j in index.get(s, ()))
-        best = max(((n / min(len(shingles), len(shingled[j])), j) for j, n in shared.items()), default=None)
-        if best and best[0] >= NEAR_DUPLICATE_SHARE:
-            found[i] = best[1]
-            continue
-        for s in shingles:
-            index[s].append(i)
-    return found
-
-
 def _adversarial(path: str) -> tuple[bytes, list[dict]]:
     try:
         blob = Path(path).read_bytes()
@@ -190,20 +179,20 @@ def run(cfg: FilterConfig) -> FilterResult:
     for split, rows in splits.items():
         keep, reasons, seen = [True] * len(rows), {}, {}
         for i, row in enumerate(rows):
-            text = _normalise(row["document"])
+            text = normalise(row["document"])
             if text in seen:
                 keep[i], reasons[i] = False, f"duplicate of {split} row {rows[seen[text]]['id']}"
             seen.setdefault(text, i)
-        for i, j in _near_duplicates_within([r["document"] for r in rows]).items():
+        for i, j in near_duplicates_within([r["document"] for r in rows]).items():
             if keep[i]:
                 keep[i], reasons[i] = False, f"near-duplicate of {split} row {rows[j]['id']}"
         drop(split, keep, reasons)
     # Decontamination: train loses what repeats a held-out document, exactly or nearly.
     held_out = [("eval", r) for r in splits["eval"]] + [("adversarial", r) for r in adversarial]
-    held_text = {_normalise(r["document"]): (s, r["id"]) for s, r in held_out}
+    held_text = {normalise(r["document"]): (s, r["id"]) for s, r in held_out}
     keep, reasons = [True] * len(splits["train"]), {}
     for i, row in enumerate(splits["train"]):
-        if (hit := held_text.get(_normalise(row["document"]))) is not None:
+        if (hit := held_text.get(normalise(row["document"]))) is not None:
             keep[i], reasons[i] = False, f"duplicate of {hit[0]} row {hit[1]}"
     near = near_duplicates([r["document"] for _, r in held_out], [r["document"] for r in splits["train"]])
     for i, j, share in near:

@@ -2,7 +2,7 @@
 summariser's prompt holds, in the base model's own tokens.
 
     python -m steps.ingest --documents s3://bucket/documents/ --base-model HuggingFaceTB/SmolLM2-135M-Instruct \
-        --base-revision main --out out/documents
+        --base-revision main --out out/chunks
 
 Produces in `--out`: `documents.jsonl`, one row per chunk (`id`, `document`, `document_sha256` of the chunk's text,
 `source_uri` and `source_sha256` of the file it came from, `chunk`/`chunks`, `prompt_tokens`, `kind`),

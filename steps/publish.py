@@ -1,10 +1,10 @@
 """publish: the built dataset as a revision of the dataset repository — DVC-tracked files pushed to its remote, a git
 commit and a tag — with a data card.
 
-    python -m steps.publish --examples out/examples --documents out/documents --curated out/curated \
-        --teacher out/teacher --dataset-repo https://github.com/you/summaries-data.git --out out/published
+    python -m steps.publish --examples out/examples --chunks out/chunks --curated out/curated \
+        --summaries out/summaries --dataset-repo https://github.com/you/summaries-data.git --out out/published
 
-The splits are checked first with fetch-dataset's own validator (`fetch_dataset.validate`): what is published is what
+The splits are checked first with the validator fetch-dataset runs (`dataset.validate`): what is published is what
 `distill` accepts. Then, in the dataset repository (`--dataset-repo`: a local checkout, or a git URL that is cloned
 and pushed back; credentials are git's own, e.g. a credential helper or an SSH key), under `--dataset-path`:
 `train/eval/adversarial.jsonl` and `feedback.jsonl` (the serving side's rows the build read: the retrain trigger
@@ -15,7 +15,7 @@ the same content again makes no new commit and finds its tag.
 
 The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
-(and how many are new since the previous revision: `steps.feedback.feedback_rows`, the trigger's own count), and
+(and how many are new since the previous revision: `steps.dataset.feedback_rows`, the retrain trigger's own count), and
 length statistics.
 
 Produces in `--out`: `card.json`, `card.md`, `result.json` (`dataset-rev`, `dataset-commit`, `dataset-hash`).
@@ -35,9 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.common import atomic_dir, is_uri, parse_config, read_json, read_jsonl, timed, write_json, write_result
-from steps.dataset import SPLITS, DatasetError
-from steps.feedback import ROWS_FILE, feedback_rows
-from steps.fetch_dataset import content_hash, validate
+from steps.dataset import FEEDBACK_FILE, SPLITS, DatasetError, content_hash, feedback_rows, validate
 
 TAG_PREFIX = "dataset-"
 AUTHOR = ("distillery build-dataset", "build-dataset@distillery.invalid")
@@ -51,9 +49,9 @@ class PublishError(RuntimeError):
 class PublishConfig:
     out: Path = field(metadata={"help": "folder to write the card and result into"})
     examples: Path = field(metadata={"help": "filter-split's folder (the splits)"})
-    documents: Path = field(metadata={"help": "ingest's folder (for the card)"})
+    chunks: Path = field(metadata={"help": "ingest's folder (for the card)"})
     curated: Path = field(metadata={"help": "feedback's folder (feedback.jsonl, for the card)"})
-    teacher: Path = field(metadata={"help": "teacher's folder (the terms decision, for the card)"})
+    summaries: Path = field(metadata={"help": "teacher's folder (the terms decision, for the card)"})
     dataset_repo: str = field(
         default=".cache/dataset-repo",
         metadata={"help": "dataset git repository: a local checkout (created when missing) or a URL to clone and push"},
@@ -133,8 +131,8 @@ def _stats(values: list[int]) -> dict[str, float]:
 
 def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | None) -> dict:
     """What the dataset holds, where it came from and what was left out."""
-    documents = {d["document_sha256"]: d for d in read_jsonl(cfg.documents / "documents.jsonl")}
-    teacher = read_json(cfg.teacher / "teacher.json")
+    documents = {d["document_sha256"]: d for d in read_jsonl(cfg.chunks / "documents.jsonl")}
+    teacher = read_json(cfg.summaries / "teacher.json")
     per_split = {}
     for split in ("train", "eval"):
         kinds = Counter(documents.get(r["lineage"]["document_sha256"], {}).get("kind", "feedback") for r in rows[split])
@@ -146,7 +144,7 @@ def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | No
             "summary_words": _stats([len(r["summary"].split()) for r in rows[split]]),
         }
     per_split["adversarial"] = {"rows": len(rows["adversarial"])}
-    feedback_blob = (cfg.curated / ROWS_FILE).read_bytes()
+    feedback_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()
     return {
         "splits": per_split,
         "teacher": {k: teacher.get(k) for k in ("name", "provider", "model", "revision", "terms_url", "licence")}
@@ -157,9 +155,9 @@ def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | No
             "decision": teacher["decision"],
         },
         "filters": read_json(cfg.examples / "filters.json"),
-        "skipped_files": read_json(cfg.documents / "skipped.json"),
+        "skipped_files": read_json(cfg.chunks / "skipped.json"),
         "feedback": {"rows": len(feedback_rows(feedback_blob)), "new_since_previous_revision": new_feedback},
-        "ingest": read_json(cfg.documents / "result.json"),
+        "ingest": read_json(cfg.chunks / "result.json"),
     }
 
 
@@ -203,17 +201,18 @@ def run(cfg: PublishConfig) -> PublishResult:
         from dvc.repo import Repo
 
         if cfg.dvc_remote and not _run([sys.executable, "-m", "dvc", "remote", "list"], repo):
-            _run([sys.executable, "-m", "dvc", "remote", "add", "-d", "storage", cfg.dvc_remote], repo)
+            remote = cfg.dvc_remote if is_uri(cfg.dvc_remote) else str(Path(cfg.dvc_remote).resolve())
+            _run([sys.executable, "-m", "dvc", "remote", "add", "-d", "storage", remote], repo)
         folder = repo / cfg.dataset_path
-        old = _old_feedback(repo, f"{cfg.dataset_path.rstrip('/')}/{ROWS_FILE}")
-        new_blob = (cfg.curated / ROWS_FILE).read_bytes()
+        old = _old_feedback(repo, f"{cfg.dataset_path.rstrip('/')}/{FEEDBACK_FILE}")
+        new_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()
         new_feedback = len(feedback_rows(new_blob) - feedback_rows(old))
         data = card(cfg, parsed, new_feedback)
         folder.mkdir(parents=True, exist_ok=True)
-        files = [f"{split}.jsonl" for split in SPLITS] + [ROWS_FILE]
+        files = [f"{split}.jsonl" for split in SPLITS] + [FEEDBACK_FILE]
         for split in SPLITS:
             (folder / f"{split}.jsonl").write_bytes(raw[split])
-        (folder / ROWS_FILE).write_bytes(new_blob)
+        (folder / FEEDBACK_FILE).write_bytes(new_blob)
         write_json(folder / "card.json", data)
         (folder / "card.md").write_text(card_markdown(data, rev))
         for name in files:  # files git tracked directly move under DVC

@@ -1,7 +1,7 @@
 """teacher: a teacher model's summaries for the documents nobody curated, through an OpenAI-compatible chat endpoint,
 only where the teacher's terms allow training other models on its outputs.
 
-    python -m steps.teacher --documents out/documents --curated out/curated --out out/teacher \
+    python -m steps.teacher --chunks out/chunks --curated out/curated --out out/summaries \
         --teacher smollm2-135m-instruct --teachers-file data/teachers.yaml     # the default: open weights, served here
     python -m steps.teacher … --teacher some-hosted-model --teacher-url https://api.example.com   # a hosted API
 
@@ -86,7 +86,7 @@ class TeacherError(RuntimeError):
 @dataclass
 class TeacherConfig:
     out: Path = field(metadata={"help": "folder to write summaries.jsonl into"})
-    documents: Path = field(metadata={"help": "ingest's folder (documents.jsonl)"})
+    chunks: Path = field(metadata={"help": "ingest's folder (documents.jsonl)"})
     curated: Path = field(metadata={"help": "feedback's folder (curated.jsonl): these documents need no teacher"})
     teacher: str = field(default="smollm2-135m-instruct", metadata={"help": "the teacher's entry in --teachers-file"})
     teachers_file: str = field(
@@ -334,7 +334,7 @@ def _endpoint(cfg: TeacherConfig, entry: dict) -> Iterator[tuple[str, dict]]:
 @timed
 def run(cfg: TeacherConfig) -> TeacherResult:
     entry = gate(cfg)  # before anything is sent, a server started or a document read
-    documents = read_jsonl(cfg.documents / "documents.jsonl")
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
     curated = {r["document_sha256"] for r in read_jsonl(cfg.curated / "curated.jsonl")}
     todo = [d for d in documents if d["document_sha256"] not in curated]
     prompt = prompt_sha256()

@@ -205,7 +205,7 @@ def one_document(tmp_path: Path) -> tuple[Path, Path]:
 def test_an_unlisted_teacher_is_refused_before_any_request(tmp_path: Path, counting_server):
     url, handler = counting_server
     documents, curated = one_document(tmp_path)
-    cfg = teacher.TeacherConfig(out=tmp_path / "out", documents=documents, curated=curated, teacher="gpt-9",
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="gpt-9",
                                 teachers_file=str(TEACHERS), teacher_url=url,
                                 cache=str(tmp_path / "cache"))  # fmt: skip
     with pytest.raises(teacher.TermsError, match=r"teacher 'gpt-9' is not listed in .*teachers.yaml .*no request"):
@@ -225,7 +225,7 @@ def hosted_teachers(tmp_path: Path, url: str, allowed: bool) -> Path:
 def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request(tmp_path: Path, counting_server):
     url, handler = counting_server
     documents, curated = one_document(tmp_path)
-    cfg = teacher.TeacherConfig(out=tmp_path / "out", documents=documents, curated=curated, teacher="example-large",
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
                                 teachers_file=str(hosted_teachers(tmp_path, url, allowed=False)), teacher_url=url,
                                 cache=str(tmp_path / "cache"))  # fmt: skip
     with pytest.raises(teacher.TermsError, match=r"teachers.example-large: the provider's terms \(https://example.com"):
@@ -238,7 +238,7 @@ def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request
 
 def test_an_open_weights_entry_cannot_be_pointed_at_a_public_api(tmp_path: Path):
     documents, curated = one_document(tmp_path)
-    cfg = teacher.TeacherConfig(out=tmp_path / "out", documents=documents, curated=curated,
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated,
                                 teachers_file=str(TEACHERS), teacher_url="https://api.example.com")  # fmt: skip
     with pytest.raises(teacher.TermsError, match="is a public host: a hosted API needs an entry of its own"):
         teacher.run(cfg)
@@ -275,8 +275,8 @@ def stage_inputs(tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, s
     ):
         (tmp_path / sub).mkdir(exist_ok=True)
         write_jsonl(tmp_path / sub / f"{name}.jsonl", rows)
-    return filter_split.FilterConfig(out=tmp_path / "examples", documents=tmp_path / "documents",
-                                     curated=tmp_path / "curated", teacher=tmp_path / "teacher",
+    return filter_split.FilterConfig(out=tmp_path / "examples", chunks=tmp_path / "documents",
+                                     curated=tmp_path / "curated", summaries=tmp_path / "teacher",
                                      adversarial_file=str(ADVERSARIAL))  # fmt: skip
 
 
@@ -295,6 +295,23 @@ def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_dec
     assert dropped["a-original"].startswith("near-duplicate of eval row a-reworded")
     assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b"]
     assert (result.train_rows, result.eval_rows) == (1, 2)
+
+
+def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path):
+    reworded = TEXTS[1].replace("voted", "decided").replace("for years", "for a long time")
+    texts = {"b1": steer(TEXTS[1], "train"), "b2": steer(reworded, "train")}
+    # The same text in another file (trailing blank lines): exactly the same document, in the same split.
+    texts["b3"] = next(
+        b
+        for k in range(1, 50)
+        if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
+    )
+    texts["c"] = steer(TEXTS[2], "eval")
+    filter_split.run(stage_inputs(tmp_path, texts, dict.fromkeys(texts, "A short neutral summary of it.")))
+    dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert dropped["b2"] == "near-duplicate of train row b1"
+    assert dropped["b3"] == "duplicate of train row b1"
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1"]
 
 
 def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
@@ -341,15 +358,15 @@ def build(tmp_path: Path, docs: Path, feedback_file: Path, repo: Path, url: str,
     out = tmp_path / "out"
     ingest.run(ingest.IngestConfig(out=out / "documents", documents=str(docs), base_model=str(base)))
     feedback.run(feedback.FeedbackConfig(out=out / "curated", feedback=str(feedback_file)))
-    taught = teacher.run(teacher.TeacherConfig(out=out / "teacher", documents=out / "documents",
+    taught = teacher.run(teacher.TeacherConfig(out=out / "teacher", chunks=out / "documents",
                                                curated=out / "curated", teachers_file=str(TEACHERS), teacher_url=url,
                                                cache=str(tmp_path / "teacher-cache")))  # fmt: skip
-    filter_split.run(filter_split.FilterConfig(out=out / "examples", documents=out / "documents",
-                                               curated=out / "curated", teacher=out / "teacher",
+    filter_split.run(filter_split.FilterConfig(out=out / "examples", chunks=out / "documents",
+                                               curated=out / "curated", summaries=out / "teacher",
                                                adversarial_file=str(ADVERSARIAL)))  # fmt: skip
     published = publish.run(publish.PublishConfig(out=out / "published", examples=out / "examples",
-                                                  documents=out / "documents", curated=out / "curated",
-                                                  teacher=out / "teacher", dataset_repo=str(repo)))  # fmt: skip
+                                                  chunks=out / "documents", curated=out / "curated",
+                                                  summaries=out / "teacher", dataset_repo=str(repo)))  # fmt: skip
     splits = {r["id"]: s for s in ("train", "eval") for r in read_jsonl(out / f"examples/{s}.jsonl")}
     return {"requests": taught.requests, "published": published, "splits": splits}
 

@@ -18,7 +18,7 @@ import yaml
 from steps import feedback, filter_split, ingest, publish, teacher
 from steps.common import read_jsonl, write_jsonl
 from steps.dataset import document_sha256
-from tests.conftest import ROOT, make_bucket
+from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
 ADVERSARIAL = ROOT / "data/summaries/adversarial.jsonl"
@@ -52,7 +52,7 @@ def budget(base_model_dir: Path) -> ingest.Budget:
     return ingest.tokenizer_budget(str(base_model_dir), "main")
 
 
-def ingest_cfg(out: Path, documents: Path, base: Path) -> ingest.IngestConfig:
+def ingest_cfg(out: Path, documents: Path | str, base: Path) -> ingest.IngestConfig:
     return ingest.IngestConfig(out=out, documents=str(documents), base_model=str(base))
 
 
@@ -394,6 +394,15 @@ def test_build_publish_and_fetch_back(
     subprocess.run(["dvc", "remote", "modify", "s3", "endpointurl", s3_server], cwd=repo, check=True)
 
     first = build(tmp_path, docs, feedback_file, repo, teacher_server, base_model_dir)
+    # The same files under an S3 prefix give the same chunks, each named by its s3:// URI.
+    s3 = s3_client(s3_server)
+    for path in docs.iterdir():
+        s3.put_object(Bucket="datasets", Key=f"incoming/{path.name}", Body=path.read_bytes())
+    ingest.run(ingest_cfg(tmp_path / "from-s3", "s3://datasets/incoming/", base_model_dir))
+    from_s3 = read_jsonl(tmp_path / "from-s3/documents.jsonl")
+    from_folder = read_jsonl(tmp_path / "out/documents/documents.jsonl")
+    assert sorted(r["document_sha256"] for r in from_s3) == sorted(r["document_sha256"] for r in from_folder)
+    assert all(r["source_uri"].startswith("s3://datasets/incoming/") for r in from_s3)
     assert first["requests"] == 3  # minutes.pdf, pipes.txt, school.md; the bakery's summary is a reviewer's
     rev = first["published"].dataset_rev
     clone = tmp_path / "clone"
@@ -409,7 +418,20 @@ def test_build_publish_and_fetch_back(
             assert row["lineage"]["teacher"]["revision"] and row["lineage"]["prompt_sha256"]
 
     (docs / "library.txt").write_bytes(steer(TEXTS[3], "train"))
+    with feedback_file.open("a") as f:  # one more reviewed summary arrives
+        text = "The harbour ferry will run every twenty minutes at weekends from May, up from every half hour."
+        f.write(json.dumps(fb("f2", text, "accepted", "2026-12-01T09:00:00+00:00")) + "\n")
     second = build(tmp_path, docs, feedback_file, repo, teacher_server, base_model_dir)
     assert second["requests"] == 1
     assert {k: v for k, v in second["splits"].items() if k in first["splits"]} == first["splits"]
     assert second["published"].dataset_rev != rev
+    # The card's "new feedback" and the retrain trigger's count the same rows between the two revisions.
+    card = json.loads((tmp_path / "out/published/card.json").read_text())
+    assert card["feedback"] == {"rows": 2, "new_since_previous_revision": 1}
+    from steps import check_triggers
+
+    path = "data/summaries/feedback.jsonl"
+    old, new = (check_triggers.read_at(check_triggers._dvc_fs(str(repo), r), path) for r in (rev, "HEAD"))
+    cfg = check_triggers.TriggersConfig(out=tmp_path / "triggers", min_feedback_rows=1)
+    check = check_triggers.check_feedback(old, new, first["published"].dataset_commit, cfg, "HEAD")
+    assert check.fired and check.reason.startswith("feedback: 1 new row(s)")

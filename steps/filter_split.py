@@ -7,7 +7,9 @@ decontaminated and split by a stable hash of their document.
 1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py) if there is one, else the teacher's;
    a curated document that was not ingested (the serving side saw it) is an example of its own.
 2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
-   cap: `finish_reason` length), `refusing` (an apology or refusal instead of a summary), `length-ratio` (more words
+   cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
+   to them — `trimmed`, counted and marked in its lineage: the prompt asks for one sentence, small teachers add
+   more), `refusing` (an apology or refusal instead of a summary), `length-ratio` (more words
    than the document: a copy, not a summary), `too-long` (over the answer cap the dataset's rows are held to,
    steps/dataset.py). Curated summaries pass all but `empty` and `too-long`: a reviewer chose them. Wrong-language
    outputs are not detected (no language model is light enough to be worth it here); the card says so.
@@ -52,6 +54,14 @@ REFUSAL = re.compile(
 # A summary with more words than its document is a copy or a ramble.
 MAX_LENGTH_RATIO = 1.0
 MIN_SUMMARY_WORDS = 2
+# Where a sentence ends: . ! or ? (closing quotes or brackets allowed), then space or the end.
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def trim_to_sentences(summary: str) -> str | None:
+    """A summary cut off at the answer cap, back to the last complete sentence; None if it never ended one."""
+    ends = [m.end() for m in SENTENCE_END.finditer(summary)]
+    return summary[: ends[-1]].strip() if ends else None
 
 
 class SplitError(ValueError):
@@ -113,14 +123,17 @@ def _examples(cfg: FilterConfig) -> list[dict]:
         elif key in generated:
             g = generated[key]
             lineage = {k: g[k] for k in ("teacher", "prompt_sha256", "decoding", "generated_at", "finish_reason")}
+            summary, finish = g["summary"], g["finish_reason"]
+            if finish == "length" and (trimmed := trim_to_sentences(summary)):
+                summary, finish, lineage["trimmed"] = trimmed, "stop", True
             examples.append(
                 {
                     "id": doc["id"],
                     "document": doc["document"],
-                    "summary": g["summary"],
+                    "summary": summary,
                     "lineage": {**source, "summary_by": "teacher", **lineage},
                     "_split_key": doc["source_sha256"],
-                    "_finish": g["finish_reason"],
+                    "_finish": finish,
                 }
             )
     for key, row in curated.items():  # documents only the serving side saw
@@ -210,6 +223,7 @@ def run(cfg: FilterConfig) -> FilterResult:
     filters = {
         "filters": {r: counts.get(r, 0) for r in FILTERS},
         "deduplication": {r: counts.get(r, 0) for r in ("duplicate", "near-duplicate")},
+        "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
         "not_checked": ["wrong-language"],
         "eval_share": cfg.eval_share,
         "max_length_ratio": MAX_LENGTH_RATIO,

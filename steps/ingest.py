@@ -53,7 +53,7 @@ KINDS |= {".html": "html", ".htm": "html"}
 EDGE_LINES = 2
 HEADER_MAX_CHARS = 100
 REPEATED_SHARE = 0.5
-MIN_PAGES = 3
+MIN_PAGES = 2
 
 
 class IngestError(ValueError):
@@ -125,7 +125,8 @@ def _lines_without_edges(pages: list[list[str]]) -> list[list[str]]:
     at_edges: Counter[str] = Counter()
     for lines in pages:
         at_edges.update({key(lines[i]) for i in edges(lines) if lines[i].strip()})
-    repeated = {k for k, n in at_edges.items() if n >= REPEATED_SHARE * len(pages) and len(k) <= HEADER_MAX_CHARS}
+    least = max(2, REPEATED_SHARE * len(pages))  # a header repeats: once is not enough, whatever the page count
+    repeated = {k for k, n in at_edges.items() if n >= least and len(k) <= HEADER_MAX_CHARS}
     page_number = re.compile(r"\s*(page\s*)?\d+(\s*(of|/)\s*\d+)?\s*", re.I)
     cleaned = []
     for lines in pages:

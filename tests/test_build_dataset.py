@@ -256,7 +256,9 @@ def test_an_incomplete_terms_entry_is_refused_naming_the_field(tmp_path: Path):
 # --- filter-split ----------------------------------------------------------------------------------------------------
 
 
-def stage_inputs(tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, str]) -> filter_split.FilterConfig:
+def stage_inputs(
+    tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, str | tuple[str, str]]
+) -> filter_split.FilterConfig:
     """ingest/feedback/teacher folders for documents `texts` (name -> file bytes) with teacher summaries."""
     docs, gen = [], []
     for name, blob in texts.items():
@@ -265,7 +267,8 @@ def stage_inputs(tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, s
         docs.append({"id": name, "document": text, "document_sha256": key, "source_uri": f"s3://docs/{name}.txt",
                      "source_sha256": hashlib.sha256(blob).hexdigest(), "kind": "text",
                      "chunk": 0, "chunks": 1})  # fmt: skip
-        gen.append({"document_sha256": key, "summary": summaries[name], "finish_reason": "stop",
+        summary, finish = summaries[name] if isinstance(summaries[name], tuple) else (summaries[name], "stop")
+        gen.append({"document_sha256": key, "summary": summary, "finish_reason": finish,
                     "teacher": {"name": "t", "model": "m", "revision": "r"}, "prompt_sha256": "0" * 64,
                     "decoding": {}, "generated_at": "2026-12-01T00:00:00+00:00"})  # fmt: skip
     for sub, rows, name in (
@@ -324,9 +327,17 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     summaries = {"d0": "Pipes were replaced.", "d4": "Trees were planted.",
                  "d1": "I'm sorry, but I cannot summarise this document.",
                  "d2": "Bakery.", "d3": " ".join([TEXTS[3]] * 2)}  # fmt: skip
+    # Cut off at the answer cap: after a complete sentence (kept, trimmed to it), or inside the first (dropped).
+    texts["d5"] = steer(TEXTS[2].replace("bakery", "butcher's"), "train")
+    texts["d6"] = steer(TEXTS[1].replace("school board", "college"), "eval")
+    summaries["d5"] = ("A butcher's shop opened on Market Street. It will hire twelve people and buy", "length")
+    summaries["d6"] = ("The college voted to move the start of classes to half past eight and", "length")
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
-    filters = json.loads((tmp_path / "examples/filters.json").read_text())["filters"]
-    assert filters == {"empty": 1, "truncated": 0, "refusing": 1, "length-ratio": 1, "too-long": 0}
+    found = json.loads((tmp_path / "examples/filters.json").read_text())
+    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "length-ratio": 1, "too-long": 0}
+    assert found["trimmed"] == 1
+    d5 = next(r for r in read_jsonl(tmp_path / "examples/train.jsonl") if r["id"] == "d5")
+    assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True
 
 
 def test_an_empty_split_is_an_error_naming_the_split(tmp_path: Path):

@@ -8,10 +8,10 @@ decontaminated and split by a stable hash of their document.
    a curated document that was not ingested (the serving side saw it) is an example of its own.
 2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
    cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
-   to them — `trimmed`, counted and marked in its lineage: the prompt asks for one sentence, small teachers add
-   more), `refusing` (an apology or refusal instead of a summary), `length-ratio` (more words
-   than the document: a copy, not a summary), `too-long` (over the answer cap the dataset's rows are held to,
-   steps/dataset.py). Curated summaries pass all but `empty` and `too-long`: a reviewer chose them. Wrong-language
+   to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
+   one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `length-ratio`
+   (more words than the document: a copy, not a summary), `too-long` (over the answer cap the dataset's rows are held
+   to, steps/dataset.py). Curated summaries pass all but `empty` and `too-long`: a reviewer chose them. Wrong-language
    outputs are not detected (no language model is light enough to be worth it here); the card says so.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed.
@@ -59,9 +59,12 @@ SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
 
 
 def trim_to_sentences(summary: str) -> str | None:
-    """A summary cut off at the answer cap, back to the last complete sentence; None if it never ended one."""
-    ends = [m.end() for m in SENTENCE_END.finditer(summary)]
-    return summary[: ends[-1]].strip() if ends else None
+    """A summary cut off at the answer cap, back to its complete sentences — as many as the dataset's summary bound
+    holds (`too-long`); None if not even the first fits or it never ended one."""
+    for end in reversed([m.end() for m in SENTENCE_END.finditer(summary)]):
+        if estimate_tokens(kept := summary[:end].strip()) <= summary_token_budget():
+            return kept
+    return None
 
 
 class SplitError(ValueError):

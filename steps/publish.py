@@ -11,7 +11,7 @@ and pushed back; credentials are git's own, e.g. a credential helper or an SSH k
 counts new rows in it) are `dvc add`-ed and pushed to the repository's DVC remote (`--dvc-remote` sets one when the
 repository has none), `card.json` and `card.md` are written, everything is committed and tagged
 `dataset-<first 12 of the dataset hash>` (fetch-dataset's hash). The tag is the `dataset-rev` to train on. Publishing
-the same content again makes no new commit and finds its tag.
+content whose tag exists already changes nothing in the repository and returns that tag and its commit.
 
 The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
@@ -209,37 +209,38 @@ def run(cfg: PublishConfig) -> PublishResult:
         new_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()
         new_feedback = len(feedback_rows(new_blob) - feedback_rows(old))
         data = card(cfg, parsed, new_feedback)
-        folder.mkdir(parents=True, exist_ok=True)
-        files = [f"{split}.jsonl" for split in SPLITS] + [FEEDBACK_FILE]
-        for split in SPLITS:
-            (folder / f"{split}.jsonl").write_bytes(raw[split])
-        (folder / FEEDBACK_FILE).write_bytes(new_blob)
-        write_json(folder / "card.json", data)
-        (folder / "card.md").write_text(card_markdown(data, rev))
-        for name in files:  # files git tracked directly move under DVC
-            if _git(repo, "ls-files", f"{cfg.dataset_path}/{name}"):
-                _git(repo, "rm", "-q", "--cached", f"{cfg.dataset_path}/{name}")
-        dvc = Repo(str(repo))
-        try:
-            dvc.add([str(folder / name) for name in files])
-            dvc.push()
-        except Exception as e:  # DVC raises many types; the remote's message is what matters
-            raise PublishError(f"dvc add/push in {repo}: {e}") from e
-        finally:
-            dvc.close()
-        _git(repo, "add", "-A", "--", cfg.dataset_path, ".dvc", *[n for n in (".dvcignore",) if (repo / n).exists()])
-        committed = bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
-        if committed:
-            _git(repo, "commit", "-q", "-m", f"dataset {rev}: {data['splits']['train']['rows']} train, "
-                 f"{data['splits']['eval']['rows']} eval (build-dataset)")  # fmt: skip
-        commit = _git(repo, "rev-parse", "HEAD")
-        existing = _git(repo, "tag", "--list", rev)
-        if existing and _git(repo, "rev-list", "-n", "1", rev) != commit:
-            raise PublishError(f"tag {rev} already names another commit; the same content was published before")
-        if not existing:
+        if _git(repo, "tag", "--list", rev):  # this content is published already: nothing to commit or push
+            commit, committed = _git(repo, "rev-list", "-n", "1", rev), False
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            files = [f"{split}.jsonl" for split in SPLITS] + [FEEDBACK_FILE]
+            for split in SPLITS:
+                (folder / f"{split}.jsonl").write_bytes(raw[split])
+            (folder / FEEDBACK_FILE).write_bytes(new_blob)
+            write_json(folder / "card.json", data)
+            (folder / "card.md").write_text(card_markdown(data, rev))
+            for name in files:  # files git tracked directly move under DVC
+                if _git(repo, "ls-files", f"{cfg.dataset_path}/{name}"):
+                    _git(repo, "rm", "-q", "--cached", f"{cfg.dataset_path}/{name}")
+            dvc = Repo(str(repo))
+            try:
+                dvc.add([str(folder / name) for name in files])
+                dvc.push()
+            except Exception as e:  # DVC raises many types; the remote's message is what matters
+                raise PublishError(f"dvc add/push in {repo}: {e}") from e
+            finally:
+                dvc.close()
+            _git(
+                repo, "add", "-A", "--", cfg.dataset_path, ".dvc", *[n for n in (".dvcignore",) if (repo / n).exists()]
+            )
+            committed = bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
+            if committed:
+                _git(repo, "commit", "-q", "-m", f"dataset {rev}: {data['splits']['train']['rows']} train, "
+                     f"{data['splits']['eval']['rows']} eval (build-dataset)")  # fmt: skip
+            commit = _git(repo, "rev-parse", "HEAD")
             _git(repo, "tag", "-a", rev, "-m", f"build-dataset {rev}")
-        if is_uri(cfg.dataset_repo) or cfg.dataset_repo.startswith("git@"):
-            _git(repo, "push", "-q", "origin", "HEAD", rev)
+            if is_uri(cfg.dataset_repo) or cfg.dataset_repo.startswith("git@"):
+                _git(repo, "push", "-q", "origin", "HEAD", rev)
     result = PublishResult(dataset_rev=rev, dataset_commit=commit, dataset_hash=dataset_hash, committed=committed)
     with atomic_dir(cfg.out) as tmp:
         write_json(tmp / "card.json", data)

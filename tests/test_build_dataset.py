@@ -436,6 +436,15 @@ def test_build_publish_and_fetch_back(
     assert second["requests"] == 1
     assert {k: v for k, v in second["splits"].items() if k in first["splits"]} == first["splits"]
     assert second["published"].dataset_rev != rev
+    # Publishing the same content again changes nothing and names the same revision.
+    again = publish.run(publish.PublishConfig(out=tmp_path / "again", examples=tmp_path / "out/examples",
+                                              chunks=tmp_path / "out/documents", curated=tmp_path / "out/curated",
+                                              summaries=tmp_path / "out/teacher", dataset_repo=str(repo)))  # fmt: skip
+    assert (again.dataset_rev, again.dataset_commit, again.committed) == (
+        second["published"].dataset_rev,
+        second["published"].dataset_commit,
+        False,
+    )
     # The card's "new feedback" and the retrain trigger's count the same rows between the two revisions.
     card = json.loads((tmp_path / "out/published/card.json").read_text())
     assert card["feedback"] == {"rows": 2, "new_since_previous_revision": 1}

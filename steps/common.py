@@ -177,6 +177,15 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """One JSON object a line, UTF-8, keys sorted."""
+    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(Path(path).read_text())

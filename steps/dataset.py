@@ -3,16 +3,19 @@ use (`load_split`), so that what fetch-dataset accepts is exactly what train and
 
 A valid file is UTF-8 without BOM, one JSON object per LF- (or CRLF-) ended line, each with exactly its split's
 fields; text is NFC, free of control characters other than tab and line feed, and sized for the served prompt and
-answer (the bounds and why are beside their constants below). What spans splits (leakage between train and the held-out
-splits) is fetch-dataset's to check: it sees all three at once.
+answer (the bounds and why are beside their constants below). What spans splits — leakage between train and the
+held-out splits, `validate` — is checked where all three are seen at once: fetch-dataset, and build-dataset before it
+publishes (which also de-duplicates by the same rule, `near_duplicates`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 import unicodedata
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,16 @@ TEXT_FIELDS = {
 LIST_FIELDS = ("must_not_contain", "must_contain")
 # Every field a row may have: anything else is a typo (a misspelt `must_contain` would silently weaken a case).
 FIELDS = {**TEXT_FIELDS, "adversarial": (*TEXT_FIELDS["adversarial"], *LIST_FIELDS, "max_words")}
+# Optional lineage of a train or eval row built by the build-dataset pipeline (steps/filter_split.py): the file and
+# chunk its document came from and who wrote its summary — a teacher (which, with what prompt and decoding, when) or a
+# reviewer (the feedback row). Checked for what traces the row back; train and evaluate do not read it.
+LINEAGE_FIELD = "lineage"
+SUMMARY_BY = {
+    "teacher": ("teacher", "prompt_sha256", "decoding", "generated_at"),
+    "feedback": ("feedback_id", "model_version", "timestamp", "action"),
+}
+FIELDS = {split: (*names, LINEAGE_FIELD) if split != "adversarial" else names for split, names in FIELDS.items()}
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # --- how much a row may hold ---------------------------------------------------------------------------------------
 # Bounded by the serving configuration (steps.serving_config.SERVING, read when a row is checked): the context and
@@ -64,6 +77,24 @@ BOM = "\ufeff"
 
 class DatasetError(ValueError):
     """Raised with every problem found in the dataset, one per line."""
+
+
+# The serving side's feedback as published beside the splits (steps/publish.py), where the retrain trigger counts it.
+FEEDBACK_FILE = "feedback.jsonl"
+
+
+def feedback_rows(text: bytes | None) -> set[str]:
+    """The distinct non-empty rows of a feedback JSONL file (None: the file did not exist). A row is new since a
+    revision when it is in this set now and was not then: the retrain trigger and the data card count by this."""
+    if not text:
+        return set()
+    return {line.strip() for line in text.decode("utf-8", errors="replace").splitlines() if line.strip()}
+
+
+def document_sha256(text: str) -> str:
+    """The key a document's text is known by: ingest's chunks, the serving side's feedback and the lineage of a
+    published row all name a document by it."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
 
 def estimate_tokens(text: str) -> int:
@@ -168,6 +199,8 @@ def _row_problems(row: dict, split: str) -> list[str]:
                 f"{serving_config.SERVING.max_tokens}-token answer cap the model is served and scored with holds "
                 f"beside its end-of-turn token ({summary_token_budget()}); shorten it"
             )
+    if LINEAGE_FIELD in row and LINEAGE_FIELD not in bad:
+        problems += _lineage_problems(row[LINEAGE_FIELD], row.get("document"))
     if split == "adversarial":
         present = [k for k in LIST_FIELDS if k in row]
         if not present:
@@ -197,6 +230,33 @@ def _row_problems(row: dict, split: str) -> list[str]:
                     f"field 'max_words' is {value}, more words than the {cap}-token answer cap can hold "
                     f"(a word takes at least a token); use at most {cap}"
                 )
+    return problems
+
+
+def _lineage_problems(source: object, document: object) -> list[str]:
+    """What keeps a row's `lineage` from tracing it to its document and its summary's author."""
+    if not isinstance(source, dict):
+        return [f"field 'lineage' must be an object (uri, document_sha256, summary_by, …), got {source!r:.60}"]
+    problems = []
+    if not isinstance(source.get("uri"), str) or not source["uri"]:
+        problems.append("field 'lineage.uri' must name the file the document came from")
+    digest = source.get("document_sha256")
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        problems.append("field 'lineage.document_sha256' must be the sha256 (64 hex digits) of the row's document")
+    elif isinstance(document, str) and digest != document_sha256(document):
+        problems.append(
+            "field 'lineage.document_sha256' is not the sha256 of the row's document (the document was edited after "
+            "it was traced); rebuild the row or correct the hash"
+        )
+    by = source.get("summary_by")
+    if by not in SUMMARY_BY:
+        problems.append(f"field 'lineage.summary_by' is {by!r}; use one of {', '.join(SUMMARY_BY)}")
+    else:
+        problems += [
+            f"field 'lineage.{key}' is missing; a summary by a {by} records it"
+            for key in SUMMARY_BY[by]
+            if key not in source
+        ]
     return problems
 
 
@@ -296,3 +356,124 @@ def load_split(dataset_dir: Path, split: str) -> list[dict]:
     if problems:
         raise DatasetError("\n".join(problems))
     return [row for _, row in rows]
+
+
+# --- leakage ---------------------------------------------------------------------------------------------------------
+# An eval or adversarial document is a near-duplicate of a train one when at least NEAR_DUPLICATE_SHARE of the shorter
+# one's SHINGLE_WORDS-word sequences (NFKC, case-folded words) also occur in the other (the overlap coefficient of
+# the shingle sets). Measured on the committed train documents: a copy with 10 % of its words replaced still shares
+# >= 70 %, one with a sentence dropped or an injected instruction added >= 95 %, its first half 100 %, while the
+# most similar unrelated pair across the committed splits shares 7 %.
+SHINGLE_WORDS = 3
+NEAR_DUPLICATE_SHARE = 0.5
+# Documents of fewer shingles (about a dozen words) are compared exactly only: a few shared phrases decide nothing.
+MIN_SHINGLES = 8
+# A shingle in more train documents than this is boilerplate (a byline, a licence line): evidence neither for nor
+# against a particular pair, so it is left out of both sides. It also keeps the comparison linear: 5,000 train and
+# 1,200 eval documents sharing a 30-word footer took 50 s with it in, 2-3 s without.
+COMMON_SHINGLE_DOCS = 50
+
+WORD = re.compile(r"\w+")
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
+
+
+def shingle_set(text: str) -> set[tuple[str, ...]]:
+    words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+    return set(zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False))
+
+
+def near_duplicates(references: list[str], documents: list[str]) -> list[tuple[int, int, float]]:
+    """(document index, reference index, share) for each document whose most similar reference shares at least
+    NEAR_DUPLICATE_SHARE of the shorter one's shingles, boilerplate left out. An inverted index from shingle to
+    references keeps this to the pairs that share any shingle at all."""
+    referenced = [shingle_set(text) for text in references]
+    frequency = Counter(s for shingles in referenced for s in shingles)
+    common = {s for s, n in frequency.items() if n > COMMON_SHINGLE_DOCS}
+    referenced = [shingles - common for shingles in referenced]
+    shingled = [shingle_set(text) - common for text in documents]
+    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for j, shingles in enumerate(referenced):
+        if len(shingles) >= MIN_SHINGLES:
+            for s in shingles:
+                index[s].append(j)
+    found = []
+    for i, shingles in enumerate(shingled):
+        if best := _most_similar(shingles, index, referenced):
+            found.append((i, best[1], best[0]))
+    return found
+
+
+def _most_similar(
+    shingles: set[tuple[str, ...]], index: dict[tuple[str, ...], list[int]], referenced: list[set[tuple[str, ...]]]
+) -> tuple[float, int] | None:
+    """(share, reference index) of the indexed reference `shingles` nearly repeats, or None."""
+    if len(shingles) < MIN_SHINGLES:
+        return None
+    shared = Counter(j for s in shingles for j in index.get(s, ()))
+    best = max(((n / min(len(shingles), len(referenced[j])), j) for j, n in shared.items()), default=None)
+    return best if best and best[0] >= NEAR_DUPLICATE_SHARE else None
+
+
+def near_duplicates_within(documents: list[str]) -> dict[int, int]:
+    """{later index: earlier index it nearly repeats} among `documents`, by the same rule, each compared with the
+    earlier ones not already found repeating another."""
+    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    shingled = [shingle_set(text) for text in documents]
+    found = {}
+    for i, shingles in enumerate(shingled):
+        if best := _most_similar(shingles, index, shingled):
+            found[i] = best[1]
+        else:
+            for s in shingles:
+                index[s].append(i)
+    return found
+
+
+def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]], list[str]]:
+    """Parse and check the three splits. Returns the rows and the list of problems (empty when valid)."""
+    problems: list[str] = []
+    parsed: dict[str, list[tuple[int, dict]]] = {}
+    for split in SPLITS:
+        parsed[split], split_problems = parse_split(raw[split], f"{origin}/{split}.jsonl", split)
+        problems += split_problems
+
+    # Leakage: an eval or adversarial example the student trained on makes the gate meaningless.
+    train = f"{origin}/train.jsonl"
+    train_ids = {r["id"]: line for line, r in parsed["train"]}
+    train_docs = {normalise(r["document"]): line for line, r in parsed["train"]}
+    held_out = [(split, line, row) for split in ("eval", "adversarial") for line, row in parsed[split]]
+    exact = set()
+    for i, (split, line, row) in enumerate(held_out):
+        where = f"{origin}/{split}.jsonl:{line}"
+        if row["id"] in train_ids:
+            problems.append(
+                f"{where}: field 'id' {row['id']!r} also appears in {train}:{train_ids[row['id']]}; "
+                "an example may be in one split only"
+            )
+        doc = normalise(row["document"])
+        if doc in train_docs:
+            exact.add(i)
+            problems.append(
+                f"{where}: field 'document' also appears in {train}:{train_docs[doc]} "
+                "(train/eval leak); remove it from one of the splits"
+            )
+    near = near_duplicates([r["document"] for _, r in parsed["train"]], [r["document"] for _, _, r in held_out])
+    for i, j, share in near:
+        split, line, _ = held_out[i]
+        if i not in exact:
+            problems.append(
+                f"{origin}/{split}.jsonl:{line}: field 'document' nearly repeats {train}:{parsed['train'][j][0]} "
+                f"({share:.0%} of the shorter one's {SHINGLE_WORDS}-word sequences are in the other; "
+                f"{NEAR_DUPLICATE_SHARE:.0%} is a leak); remove it from one of the splits or rewrite it"
+            )
+    return {split: [row for _, row in parsed[split]] for split in SPLITS}, problems
+
+
+def content_hash(raw: dict[str, bytes]) -> tuple[dict[str, str], str]:
+    """Each split file's sha256, and the dataset's: the hash lineage records (build-dataset tags by it too)."""
+    file_hashes = {f"{split}.jsonl": hashlib.sha256(raw[split]).hexdigest() for split in SPLITS}
+    overall = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(file_hashes.items())).encode()).hexdigest()
+    return file_hashes, overall

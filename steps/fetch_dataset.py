@@ -15,35 +15,14 @@ document, nor nearly its document (NEAR_DUPLICATE_SHARE), with a train row.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import sys
-import unicodedata
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.common import atomic_dir, parse_config, timed, write_json, write_result
-from steps.dataset import SPLITS, DatasetError, parse_split
+from steps.dataset import SPLITS, DatasetError, content_hash, validate
 
 MAX_LISTED_PROBLEMS = 50
-
-# --- leakage ---------------------------------------------------------------------------------------------------------
-# An eval or adversarial document is a near-duplicate of a train one when at least NEAR_DUPLICATE_SHARE of the shorter
-# one's SHINGLE_WORDS-word sequences (NFKC, case-folded words) also occur in the other (the overlap coefficient of
-# the shingle sets). Measured on the committed train documents: a copy with 10 % of its words replaced still shares
-# >= 70 %, one with a sentence dropped or an injected instruction added >= 95 %, its first half 100 %, while the
-# most similar unrelated pair across the committed splits shares 7 %.
-SHINGLE_WORDS = 3
-NEAR_DUPLICATE_SHARE = 0.5
-# Documents of fewer shingles (about a dozen words) are compared exactly only: a few shared phrases decide nothing.
-MIN_SHINGLES = 8
-# A shingle in more train documents than this is boilerplate (a byline, a licence line): evidence neither for nor
-# against a particular pair, so it is left out of both sides. It also keeps the comparison linear: 5,000 train and
-# 1,200 eval documents sharing a 30-word footer took 50 s with it in, 2-3 s without.
-COMMON_SHINGLE_DOCS = 50
-
-WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -63,80 +42,6 @@ class FetchResult:
     train_rows: int
     eval_rows: int
     adversarial_rows: int
-
-
-def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
-
-
-def _shingles(text: str) -> set[tuple[str, ...]]:
-    words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-    return set(zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False))
-
-
-def near_duplicates(references: list[str], documents: list[str]) -> list[tuple[int, int, float]]:
-    """(document index, reference index, share) for each document whose most similar reference shares at least
-    NEAR_DUPLICATE_SHARE of the shorter one's shingles, boilerplate left out. An inverted index from shingle to
-    references keeps this to the pairs that share any shingle at all."""
-    referenced = [_shingles(text) for text in references]
-    frequency = Counter(s for shingles in referenced for s in shingles)
-    common = {s for s, n in frequency.items() if n > COMMON_SHINGLE_DOCS}
-    referenced = [shingles - common for shingles in referenced]
-    shingled = [_shingles(text) - common for text in documents]
-    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for j, shingles in enumerate(referenced):
-        if len(shingles) >= MIN_SHINGLES:
-            for s in shingles:
-                index[s].append(j)
-    found = []
-    for i, shingles in enumerate(shingled):
-        if len(shingles) < MIN_SHINGLES:
-            continue
-        shared = Counter(j for s in shingles for j in index.get(s, ()))
-        best = max(((n / min(len(shingles), len(referenced[j])), j) for j, n in shared.items()), default=None)
-        if best and best[0] >= NEAR_DUPLICATE_SHARE:
-            found.append((i, best[1], best[0]))
-    return found
-
-
-def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]], list[str]]:
-    """Parse and check the three splits. Returns the rows and the list of problems (empty when valid)."""
-    problems: list[str] = []
-    parsed: dict[str, list[tuple[int, dict]]] = {}
-    for split in SPLITS:
-        parsed[split], split_problems = parse_split(raw[split], f"{origin}/{split}.jsonl", split)
-        problems += split_problems
-
-    # Leakage: an eval or adversarial example the student trained on makes the gate meaningless.
-    train = f"{origin}/train.jsonl"
-    train_ids = {r["id"]: line for line, r in parsed["train"]}
-    train_docs = {_normalise(r["document"]): line for line, r in parsed["train"]}
-    held_out = [(split, line, row) for split in ("eval", "adversarial") for line, row in parsed[split]]
-    exact = set()
-    for i, (split, line, row) in enumerate(held_out):
-        where = f"{origin}/{split}.jsonl:{line}"
-        if row["id"] in train_ids:
-            problems.append(
-                f"{where}: field 'id' {row['id']!r} also appears in {train}:{train_ids[row['id']]}; "
-                "an example may be in one split only"
-            )
-        doc = _normalise(row["document"])
-        if doc in train_docs:
-            exact.add(i)
-            problems.append(
-                f"{where}: field 'document' also appears in {train}:{train_docs[doc]} "
-                "(train/eval leak); remove it from one of the splits"
-            )
-    near = near_duplicates([r["document"] for _, r in parsed["train"]], [r["document"] for _, _, r in held_out])
-    for i, j, share in near:
-        split, line, _ = held_out[i]
-        if i not in exact:
-            problems.append(
-                f"{origin}/{split}.jsonl:{line}: field 'document' nearly repeats {train}:{parsed['train'][j][0]} "
-                f"({share:.0%} of the shorter one's {SHINGLE_WORDS}-word sequences are in the other; "
-                f"{NEAR_DUPLICATE_SHARE:.0%} is a leak); remove it from one of the splits or rewrite it"
-            )
-    return {split: [row for _, row in parsed[split]] for split in SPLITS}, problems
 
 
 def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str]:
@@ -183,8 +88,7 @@ def run(cfg: FetchConfig) -> FetchResult:
             + "\n  ".join(shown)
             + (f"\n  … and {more} more" if more else "")
         )
-    file_hashes = {f"{split}.jsonl": hashlib.sha256(raw[split]).hexdigest() for split in SPLITS}
-    overall = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(file_hashes.items())).encode()).hexdigest()
+    file_hashes, overall = content_hash(raw)
     result = FetchResult(
         dataset_commit=commit,
         dataset_hash=overall,

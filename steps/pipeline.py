@@ -220,19 +220,116 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
-def param(name: str) -> Param:
-    return next(p for p in PARAMS if p.name == name)
+def param(name: str, params: tuple[Param, ...] = PARAMS) -> Param:
+    return next(p for p in params if p.name == name)
 
 
-def producer(output: str) -> Stage:
+# --- build-dataset: documents and feedback in, a teacher's summaries under a terms gate, a dataset revision out ---
+# A sibling pipeline, rendered the same way: the WorkflowTemplate `build-dataset` (workflows/build_dataset.py) and the
+# local DVC stages in build-dataset/dvc.yaml + build-dataset/params.yaml (its own folder, so `dvc repro` of the distill
+# run never starts a teacher or commits a dataset). Parameters it shares with distill are distill's own.
+BUILD_PARAMS: tuple[Param, ...] = (
+    Param(
+        "documents", "data/documents", None, "folder or s3://bucket/prefix/ with the PDF, text, Markdown, HTML files"
+    ),
+    Param(
+        "feedback",
+        "data/feedback/feedback.jsonl",
+        "",
+        "the serving side's feedback JSONL (path or s3:// URI); empty: none",
+    ),
+    param("base-model"),
+    param("base-revision"),
+    Param("teacher", "smollm2-135m-instruct", "smollm2-135m-instruct", "the teacher's entry in the teachers file"),
+    Param("teachers-file", "data/teachers.yaml", "data/teachers.yaml", "the committed terms decisions"),
+    Param("teacher-url", "", "", "the teacher's OpenAI-compatible URL; empty: serve its GGUF on 127.0.0.1"),
+    Param(
+        "adversarial-file",
+        "data/summaries/adversarial.jsonl",
+        "data/summaries/adversarial.jsonl",
+        "the hand-written adversarial split, published as is",
+    ),
+    Param("eval-share", "0.2", "0.2", "share of documents (by a hash of each) held out for eval"),
+    Param(
+        "dataset-repo",
+        ".cache/dataset-repo",
+        None,
+        "git repo the dataset is published to (URL); required on the cluster",
+    ),
+    param("dataset-path"),
+    Param(
+        "dvc-remote", ".cache/dvc-remote", "", "DVC remote set on a dataset repo that has none; empty: the repo's own"
+    ),
+)
+
+BUILD_STAGES: tuple[Stage, ...] = (
+    Stage(
+        "ingest",
+        "steps.ingest",
+        output="chunks",
+        params=("documents", "base-model", "base-revision"),
+        exports=("documents", "chunks", "skipped"),
+        help="extract, clean and chunk the documents to what the served prompt holds",
+    ),
+    Stage(
+        "feedback",
+        "steps.feedback",
+        output="curated",
+        params=("feedback",),
+        exports=("curated",),
+        help="curated summaries from the serving side; an edit supersedes the model's",
+    ),
+    Stage(
+        "teacher",
+        "steps.teacher",
+        output="summaries",
+        params=("teacher", "teachers-file", "teacher-url"),
+        inputs=("chunks", "curated"),
+        exports=("requests", "cached"),
+        help="the teacher's summaries for uncurated documents, only if its terms allow distillation",
+    ),
+    Stage(
+        "filter-split",
+        "steps.filter_split",
+        output="examples",
+        params=("adversarial-file", "eval-share"),
+        inputs=("chunks", "curated", "summaries"),
+        exports=("train-rows", "eval-rows", "dropped"),
+        help="filter, de-duplicate, decontaminate, split by each document's hash",
+    ),
+    Stage(
+        "publish",
+        "steps.publish",
+        output="published",
+        params=("dataset-repo", "dataset-path", "dvc-remote"),
+        inputs=("examples", "chunks", "curated", "summaries"),
+        exports=("dataset-rev", "dataset-commit", "dataset-hash"),
+        help="dvc add + push, git commit + tag the dataset revision, data card",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str  # the WorkflowTemplate's name
+    params: tuple[Param, ...]
+    stages: tuple[Stage, ...]
+
+
+DISTILL = Pipeline("distill", PARAMS, STAGES)
+BUILD_DATASET = Pipeline("build-dataset", BUILD_PARAMS, BUILD_STAGES)
+PIPELINES = (DISTILL, BUILD_DATASET)
+
+
+def producer(output: str, stages: tuple[Stage, ...] = STAGES) -> Stage:
     """The stage that produces `output`."""
-    return next(s for s in STAGES if s.output == output)
+    return next(s for s in stages if s.output == output)
 
 
-def upstream(stage: Stage) -> list[Stage]:
+def upstream(stage: Stage, stages: tuple[Stage, ...] = STAGES) -> list[Stage]:
     """The stages `stage` reads from or waits for, in pipeline order."""
-    names = {producer(i).name for i in stage.inputs} | set(stage.after)
-    return [s for s in STAGES if s.name in names]
+    names = {producer(i, stages).name for i in stage.inputs} | set(stage.after)
+    return [s for s in stages if s.name in names]
 
 
 def command(

@@ -102,6 +102,7 @@ def test_rendered_argo_object_passes_argos_rules(path: str, obj: dict):
 def test_infra_holds_the_pipeline_template_and_the_retrain_cron():
     kinds = {(o["kind"], o["metadata"]["name"]) for _, o in rendered_argo_objects()}
     assert {("WorkflowTemplate", "distill"), ("CronWorkflow", "distill-retrain-check")} <= kinds
+    assert ("WorkflowTemplate", "build-dataset") in kinds
 
 
 def test_retrain_workflow_passes_argos_rules_with_the_template_it_references():

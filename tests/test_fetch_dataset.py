@@ -342,7 +342,7 @@ def test_unknown_fields_are_refused_so_a_misspelt_expectation_cannot_weaken_a_ca
         "(id, document, attack, must_not_contain, must_contain, max_words); remove it or fix its spelling"
     ]
     assert problems_with("train", line(id="t-9", document="d", summary="s", source="web")) == [
-        "data/train.jsonl:4: field 'source' is not a field of train rows (id, document, summary); "
+        "data/train.jsonl:4: field 'source' is not a field of train rows (id, document, summary, lineage); "
         "remove it or fix its spelling"
     ]
 
@@ -478,7 +478,7 @@ def test_documents_on_the_same_topic_are_not_near_duplicates():
 def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_leak():
     import random
 
-    from steps.fetch_dataset import COMMON_SHINGLE_DOCS
+    from steps.dataset import COMMON_SHINGLE_DOCS
 
     rng = random.Random(0)
     vocabulary = [f"w{i}" for i in range(5000)]
@@ -500,7 +500,7 @@ def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_le
 
 
 def test_committed_splits_share_no_near_duplicate():
-    from steps.fetch_dataset import NEAR_DUPLICATE_SHARE, near_duplicates
+    from steps.dataset import NEAR_DUPLICATE_SHARE, near_duplicates
 
     rows = {s: load_split(ROOT / "data/summaries", s) for s in ("train", "eval", "adversarial")}
     train = [r["document"] for r in rows["train"]]
@@ -554,3 +554,41 @@ def test_the_token_estimate_against_real_tokenizers(base_model_dir: Path, qwen2_
             if "summary" in row:
                 assert count(row["summary"]) + 1 <= SERVING.max_tokens, (folder.name, row["id"])
                 assert estimate_tokens(row["summary"]) >= 0.75 * count(row["summary"]), (folder.name, row["id"])
+
+
+# --- lineage (rows built by steps/filter_split.py) ------------------------------------------------------------------
+
+
+def _lineage(document: str, **changes: object) -> dict:
+    from steps.dataset import document_sha256
+
+    lineage = {
+        "uri": "s3://docs/a.pdf",
+        "document_sha256": document_sha256(document),
+        "summary_by": "teacher",
+        "teacher": {"name": "t", "model": "m", "revision": "sha256:0"},
+        "prompt_sha256": "0" * 64,
+        "decoding": {"temperature": 0.0},
+        "generated_at": "2026-12-01T00:00:00+00:00",
+    }
+    return {k: v for k, v in {**lineage, **changes}.items() if v is not None}
+
+
+def test_a_row_with_its_lineage_is_valid():
+    doc = "The council approved the parks budget on Monday."
+    assert problems_with("train", line(id="t-9", document=doc, summary="s", lineage=_lineage(doc))) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"document_sha256": "a" * 64}, "field 'lineage.document_sha256' is not the sha256 of the row's document"),
+        ({"summary_by": "intern"}, "field 'lineage.summary_by' is 'intern'; use one of teacher, feedback"),
+        ({"prompt_sha256": None}, "field 'lineage.prompt_sha256' is missing; a summary by a teacher records it"),
+        ({"uri": None}, "field 'lineage.uri' must name the file the document came from"),
+    ],
+)
+def test_lineage_that_does_not_trace_the_row_is_refused(changes: dict, expected: str):
+    doc = "The council approved the parks budget on Monday."
+    problems = problems_with("train", line(id="t-9", document=doc, summary="s", lineage=_lineage(doc, **changes)))
+    assert len(problems) == 1 and problems[0].startswith(f"data/train.jsonl:4: {expected}")

@@ -712,7 +712,9 @@ def test_markers_missed_finds_what_only_the_target_machine_needs():
     assert [(n, r.name) for n, r in markers_missed(report, "x86_64")] == [("a", "numpy"), ("c", "e"), ("g", "h")]
 
 
-@pytest.mark.parametrize("rendered", ["distill-workflowtemplate.yaml", "retrain-cronworkflow.yaml"])
+@pytest.mark.parametrize(
+    "rendered", ["distill-workflowtemplate.yaml", "retrain-cronworkflow.yaml", "build-dataset-workflowtemplate.yaml"]
+)
 def test_every_pod_runs_where_its_image_was_built(rendered: str):
     """A pod whose image is built for fewer architectures than the cluster has (the cpu and cuda images: amd64 only,
     the homelab's Raspberry Pis are arm64) must be pinned to one it was built for, or it fails to start there."""

@@ -17,16 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.pipeline import STAGES
+from steps.pipeline import BUILD_STAGES, STAGES, Stage
 from tests.conftest import ROOT
 from workflows.deps import closure, code_files, module_file
 
 
-def code_deps_problems(stages: dict[str, dict], root: Path = ROOT) -> dict[str, dict[str, list[str]]]:
+def code_deps_problems(
+    stages: dict[str, dict], root: Path = ROOT, pipeline: tuple[Stage, ...] = STAGES
+) -> dict[str, dict[str, list[str]]]:
     """Per dvc.yaml stage, the project modules its import closure holds that its deps lack, and code deps it lists
     that it does not import (those rerun it for nothing)."""
     problems = {}
-    for stage in STAGES:
+    for stage in pipeline:
         deps = set(stages[stage.name]["deps"])
         code = set(code_files(stage.module, root))
         listed_code = {d for d in deps if d.endswith(".py")}
@@ -126,6 +128,12 @@ def test_the_stages_import_what_issue_11_found():
 
 def test_every_stage_depends_on_exactly_the_project_modules_it_imports():
     assert code_deps_problems(committed_stages()) == {}, "run `python -m workflows.render`"
+    build = yaml.safe_load((ROOT / "build-dataset/dvc.yaml").read_text())["stages"]
+    assert code_deps_problems(build, pipeline=BUILD_STAGES) == {}, "run `python -m workflows.render`"
+    build["teacher"]["deps"].remove("steps/serving_config.py")
+    assert code_deps_problems(build, pipeline=BUILD_STAGES) == {
+        "teacher": {"missing": ["steps/serving_config.py"], "not imported": []}
+    }
 
 
 def test_the_check_fails_when_a_module_a_stage_imports_is_missing():

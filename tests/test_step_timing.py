@@ -19,7 +19,7 @@ from tests.canned import Answers, evaluate_canned, write_splits
 
 # Steps whose `run` is not `common.timed`: from Python or the command line, they would record no wall time. None.
 NOT_YET_TIMED: set[str] = set()
-STEP_MODULES = {stage.module for stage in pipeline.STAGES} | {"steps.check_triggers"}
+STEP_MODULES = {stage.module for stage in (*pipeline.STAGES, *pipeline.BUILD_STAGES)} | {"steps.check_triggers"}
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ import sys
 import pytest
 
 from steps.common import atomic_dir
-from steps.pipeline import STAGES
+from steps.pipeline import BUILD_STAGES, STAGES
 from tests.conftest import ROOT
 
 HEAVY = ("torch", "transformers", "peft", "llama_cpp", "mlflow", "dvc", "hera", "ray")
 
 
-@pytest.mark.parametrize("module", [s.module for s in STAGES])
+@pytest.mark.parametrize("module", [s.module for s in (*STAGES, *BUILD_STAGES)])
 def test_help_works_without_heavy_imports(module: str):
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", module, "--help"],

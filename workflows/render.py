@@ -1,4 +1,5 @@
-"""Render everything generated from `steps.pipeline`: the Argo YAML under infra/argo/, and dvc.yaml + params.yaml.
+"""Render everything generated from `steps.pipeline`: the Argo YAML under infra/argo/, dvc.yaml + params.yaml (distill)
+and build-dataset/dvc.yaml + build-dataset/params.yaml.
 
     python -m workflows.render            # rewrite the files
     python -m workflows.render --check    # exit 1 if a committed file differs from what would be rendered
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from steps.pipeline import PARAMS, STAGES, Stage, command, upstream
+from steps.pipeline import BUILD_DATASET, DISTILL, Pipeline, Stage, command, upstream
 from workflows.deps import code_files
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import ENV_REGISTRY, ENV_TAG, KINDS, Images, from_env, parse_digests, problems
@@ -30,36 +31,58 @@ def _dump(obj: object) -> str:
     return yaml.safe_dump(obj, sort_keys=False, width=120, allow_unicode=True)
 
 
-def dvc_stage(stage: Stage) -> dict:
+# A pipeline's local DVC folder: distill's at the repository root (`dvc repro`), the others in a folder of their own
+# (`dvc repro build-dataset/dvc.yaml`), whose stages run from the root (wdir) and read the folder's params.yaml.
+DVC_FOLDERS = {DISTILL.name: "", BUILD_DATASET.name: "build-dataset"}
+# Files a stage reads that a parameter names, so that changing the file reruns it locally.
+FILE_PARAMS = {
+    "fetch-dataset": ("dataset-path",),
+    "ingest": ("documents",),
+    "feedback": ("feedback",),
+    "teacher": ("teachers-file",),
+    "filter-split": ("adversarial-file",),
+}
+
+
+def dvc_stage(stage: Stage, pipeline: Pipeline = DISTILL) -> dict:
     # Locally a step derives its own run id.
     argv = command(stage, folder=lambda name: f"{LOCAL_OUT}/{name}", value=lambda name: f"'${{{name}}}'")
     # Its code: every project module it imports, at any depth (workflows/deps.py); a change there reruns it locally.
     deps = code_files(stage.module)
     deps += [f"{LOCAL_OUT}/{name}" for name in stage.inputs]
-    deps += [f"{LOCAL_OUT}/{s.output}" for s in STAGES if s.name in stage.after]
-    if stage.name == "fetch-dataset":
-        deps.append("${dataset-path}")
+    deps += [f"{LOCAL_OUT}/{s.output}" for s in pipeline.stages if s.name in stage.after]
+    deps += [f"${{{name}}}" for name in FILE_PARAMS.get(stage.name, ())]
     if "base-model" in stage.params:
         deps.append("${base-model}")
-    return {
+    folder = DVC_FOLDERS[pipeline.name]
+    found = {
         "desc": stage.help,
         "cmd": " ".join(argv),
         "deps": deps,
-        "params": list(stage.params),
+        "params": [{f"{folder}/params.yaml": list(stage.params)}] if folder else list(stage.params),
         # Outputs stay in the workspace only: the GGUF files are large and cheap to rebuild.
         "outs": [{f"{LOCAL_OUT}/{stage.output}": {"cache": False}}],
     }
+    if folder:
+        found = {"wdir": "/".join([".."] * len(folder.split("/"))), **found}
+    if stage.name == "publish":  # it commits and tags: each run is a publication, never skipped as "up to date"
+        found["always_changed"] = True
+    return found
 
 
-def dvc_yaml() -> str:
-    for stage in STAGES:  # the order in dvc.yaml is the pipeline's order; DVC derives the graph from deps/outs
-        assert all(STAGES.index(u) < STAGES.index(stage) for u in upstream(stage))
-    return HEADER + _dump({"stages": {s.name: dvc_stage(s) for s in STAGES}})
+def dvc_yaml(pipeline: Pipeline = DISTILL) -> str:
+    stages = pipeline.stages
+    for stage in stages:  # the order in dvc.yaml is the pipeline's order; DVC derives the graph from deps/outs
+        assert all(stages.index(u) < stages.index(stage) for u in upstream(stage, stages))
+    header = (
+        HEADER.replace("steps/pipeline.py", f"steps/pipeline.py ({pipeline.name})") if pipeline != DISTILL else HEADER
+    )
+    return header + _dump({"stages": {s.name: dvc_stage(s, pipeline) for s in stages}})
 
 
-def params_yaml() -> str:
+def params_yaml(pipeline: Pipeline = DISTILL) -> str:
     lines = [HEADER.rstrip("\n"), "# The embedded local run's parameters; the WorkflowTemplate takes the same names."]
-    for p in PARAMS:
+    for p in pipeline.params:
         natural = yaml.safe_load(p.local) if p.local else ""  # numbers read as numbers; DVC interpolates them back
         value = (
             yaml.safe_dump(natural, default_style="'" if natural == "" else None).strip().removesuffix("...").strip()
@@ -69,14 +92,18 @@ def params_yaml() -> str:
 
 
 def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
-    from workflows import distill, retrain
+    from workflows import build_dataset, distill, retrain
 
+    folder = ROOT / DVC_FOLDERS[BUILD_DATASET.name]
     return {
         ROOT / "infra/argo/distill-workflowtemplate.yaml": HEADER + _dump(distill.build(images).to_dict()),
         ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
         + _dump(retrain.build(images=images).to_dict()),
+        ROOT / "infra/argo/build-dataset-workflowtemplate.yaml": HEADER + _dump(build_dataset.build(images).to_dict()),
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
+        folder / "dvc.yaml": dvc_yaml(BUILD_DATASET),
+        folder / "params.yaml": params_yaml(BUILD_DATASET),
     }
 
 

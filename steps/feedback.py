@@ -1,0 +1,155 @@
+"""feedback: the serving side's curated summaries, merged into training data; an edited summary supersedes the model's.
+
+    python -m steps.feedback --feedback data/feedback/feedback.jsonl --out out/curated
+
+`--feedback` is a JSONL file (a path or an s3:// URI; empty: none) the serving side appends to, one row per reviewed
+summary: `id`, `document` (the text the model summarised), `summary` (what the model wrote), `model_version`,
+`timestamp` (ISO 8601), `action` (accepted | edited | rejected) and, when edited, `edited_summary`. Per document (by
+the sha256 of its text, the key ingest gives its chunks) the curated summary is the latest edit, else the latest
+accepted model summary; a rejected summary teaches nothing and leaves the document to the teacher.
+
+Produces in `--out`: `curated.jsonl` (`document_sha256`, `document`, `summary`, `feedback` = the row it came from),
+`feedback.jsonl` (the rows read, each once: publish puts it beside the dataset) and `result.json` (rows read, per
+action, superseded). A malformed row stops the step with every problem by line.
+
+What counts as a feedback row, and so what is new since a revision, is defined once (`steps.dataset.feedback_rows`): the
+retrain trigger (steps/check_triggers.py) counts new rows in the published `feedback.jsonl` by it, and so does the data
+card (steps/publish.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from steps.common import atomic_dir, is_uri, parse_config, timed, write_jsonl, write_result
+from steps.dataset import FEEDBACK_FILE, document_sha256
+
+CURATED_FILE = "curated.jsonl"
+
+ACTIONS = ("accepted", "edited", "rejected")
+REQUIRED = ("id", "document", "summary", "model_version", "timestamp", "action")
+
+
+class FeedbackError(ValueError):
+    """Raised with every malformed feedback row, one per line."""
+
+
+@dataclass
+class FeedbackConfig:
+    out: Path = field(metadata={"help": "folder to write curated.jsonl into"})
+    feedback: str = field(
+        default="", metadata={"help": "feedback JSONL (path or s3:// URI) from the serving side; empty: none"}
+    )
+
+
+@dataclass
+class FeedbackResult:
+    rows: int
+    accepted: int
+    edited: int
+    rejected: int
+    superseded: int
+    curated: int
+
+
+def _read(location: str) -> bytes:
+    if is_uri(location):
+        import fsspec
+
+        with fsspec.open(location, "rb") as f:
+            return f.read()
+    return Path(location).read_bytes()
+
+
+def parse(blob: bytes, name: str) -> list[dict]:
+    """The rows of a feedback file; raises FeedbackError naming every bad line and field."""
+    rows, problems = [], []
+    for lineno, line in enumerate(blob.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(f"{where}: invalid JSON ({e.msg} at column {e.colno}); fix the line")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a JSON object")
+            continue
+        bad = [f"field '{k}' is missing or not a non-empty string" for k in REQUIRED if not _text(row.get(k))]
+        if _text(row.get("action")) and row["action"] not in ACTIONS:
+            bad.append(f"field 'action' is {row['action']!r}; use one of {', '.join(ACTIONS)}")
+        if row.get("action") == "edited" and not _text(row.get("edited_summary")):
+            bad.append("field 'edited_summary' is missing; an edited row carries the reviewer's summary")
+        if _text(row.get("timestamp")):
+            try:
+                datetime.fromisoformat(row["timestamp"])
+            except ValueError:
+                bad.append(f"field 'timestamp' {row['timestamp']!r} is not ISO 8601 (2026-12-01T09:30:00+00:00)")
+        problems += [f"{where}: {b}" for b in bad]
+        if not bad:
+            rows.append(row)
+    if problems:
+        raise FeedbackError("\n".join(problems))
+    return rows
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _when(row: dict) -> datetime:
+    moment = datetime.fromisoformat(row["timestamp"])
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
+
+
+def merge(rows: list[dict]) -> tuple[list[dict], int]:
+    """Per document, the curated row: the latest edit, else the latest acceptance. Returns them (in first-seen
+    order) and how many rows they superseded."""
+    by_document: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["action"] != "rejected":
+            by_document.setdefault(document_sha256(row["document"]), []).append(row)
+    curated = []
+    for key, candidates in by_document.items():
+        edits = [r for r in candidates if r["action"] == "edited"]
+        best = max(edits or candidates, key=_when)
+        summary = best["edited_summary"] if best["action"] == "edited" else best["summary"]
+        curated.append(
+            {"document_sha256": key, "document": best["document"].strip(), "summary": summary.strip(), "feedback": best}
+        )
+    return curated, sum(len(c) for c in by_document.values()) - len(curated)
+
+
+@timed
+def run(cfg: FeedbackConfig) -> FeedbackResult:
+    blob = _read(cfg.feedback) if cfg.feedback else b""
+    rows = parse(blob, cfg.feedback) if blob else []
+    curated, superseded = merge(rows)
+    count = {a: sum(r["action"] == a for r in rows) for a in ACTIONS}
+    result = FeedbackResult(len(rows), count["accepted"], count["edited"], count["rejected"], superseded, len(curated))
+    with atomic_dir(cfg.out) as tmp:
+        write_jsonl(tmp / CURATED_FILE, curated)
+        distinct = dict.fromkeys(line.strip() for line in blob.decode("utf-8").splitlines() if line.strip())
+        (tmp / FEEDBACK_FILE).write_text("".join(f"{line}\n" for line in distinct))
+        write_result(tmp, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(FeedbackConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except (FeedbackError, OSError) as e:
+        print(f"feedback: {e}", file=sys.stderr)
+        return 1
+    print(f"{result.curated} curated summaries from {result.rows} feedback rows ({result.superseded} superseded)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

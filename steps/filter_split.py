@@ -1,0 +1,259 @@
+"""filter-split: the examples (curated summaries first, the teacher's for the rest), filtered, de-duplicated,
+decontaminated and split by a stable hash of their document.
+
+    python -m steps.filter_split --chunks out/chunks --curated out/curated --summaries out/summaries \
+        --adversarial-file data/summaries/adversarial.jsonl --eval-share 0.2 --out out/examples
+
+1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py) if there is one, else the teacher's;
+   a curated document that was not ingested (the serving side saw it) is an example of its own.
+2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
+   cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
+   to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
+   one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `length-ratio`
+   (more words than the document: a copy, not a summary), `too-long` (over the answer cap the dataset's rows are held
+   to, steps/dataset.py). Curated summaries pass all but `empty` and `too-long`: a reviewer chose them. Wrong-language
+   outputs are not detected (no language model is light enough to be worth it here); the card says so.
+3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
+   share a split and no document moves between splits when others are added or removed.
+4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`dataset.near_duplicates`: the
+   same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
+   id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
+
+Produces in `--out`: `train.jsonl`, `eval.jsonl`, `adversarial.jsonl` (the dataset format of steps/dataset.py, each
+train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with its reason), `filters.json`
+(counts per reason) and `result.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steps.common import atomic_dir, parse_config, read_jsonl, timed, write_json, write_jsonl, write_result
+from steps.dataset import (
+    NEAR_DUPLICATE_SHARE,
+    DatasetError,
+    estimate_tokens,
+    near_duplicates,
+    near_duplicates_within,
+    normalise,
+    parse_split,
+    summary_token_budget,
+)
+
+FILTERS = ("empty", "truncated", "refusing", "length-ratio", "too-long")
+CURATED_FILTERS = ("empty", "too-long")
+# A refusal or apology where a summary belongs (small teachers do this on odd documents).
+REFUSAL = re.compile(
+    r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
+)
+# A summary with more words than its document is a copy or a ramble.
+MAX_LENGTH_RATIO = 1.0
+MIN_SUMMARY_WORDS = 2
+# Where a sentence ends: . ! or ? (closing quotes or brackets allowed), then space or the end.
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def trim_to_sentences(summary: str) -> str | None:
+    """A summary cut off at the answer cap, back to its complete sentences — as many as the dataset's summary bound
+    holds (`too-long`); None if not even the first fits or it never ended one."""
+    for end in reversed([m.end() for m in SENTENCE_END.finditer(summary)]):
+        if estimate_tokens(kept := summary[:end].strip()) <= summary_token_budget():
+            return kept
+    return None
+
+
+class SplitError(ValueError):
+    """Raised when the build cannot give a valid dataset (a split ends empty, the adversarial file is invalid)."""
+
+
+@dataclass
+class FilterConfig:
+    out: Path = field(metadata={"help": "folder to write the splits, dropped.jsonl and filters.json into"})
+    chunks: Path = field(metadata={"help": "ingest's folder"})
+    curated: Path = field(metadata={"help": "feedback's folder"})
+    summaries: Path = field(metadata={"help": "teacher's folder"})
+    adversarial_file: str = field(
+        default="data/summaries/adversarial.jsonl",
+        metadata={"help": "the hand-written adversarial split (kept as is; train is decontaminated against it)"},
+    )
+    eval_share: float = field(default=0.2, metadata={"help": "share of documents (by hash) held out for eval"})
+
+
+@dataclass
+class FilterResult:
+    train_rows: int
+    eval_rows: int
+    adversarial_rows: int
+    dropped: int
+
+
+def split_of(source_sha256: str, eval_share: float) -> str:
+    """'eval' or 'train', from the document's own hash: stable across rebuilds, whatever else is in the build."""
+    point = int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
+    return "eval" if point < eval_share else "train"
+
+
+def filter_reason(summary: str, document: str, finish_reason: str, curated: bool) -> str | None:
+    """The first filter `summary` fails, or None."""
+    words = len(summary.split())
+    checks = {
+        "empty": words < MIN_SUMMARY_WORDS,
+        "truncated": finish_reason == "length",
+        "refusing": bool(REFUSAL.search(summary)),
+        "length-ratio": words > MAX_LENGTH_RATIO * len(document.split()),
+        "too-long": estimate_tokens(summary) > summary_token_budget(),
+    }
+    return next((r for r in FILTERS if checks[r] and (not curated or r in CURATED_FILTERS)), None)
+
+
+def _examples(cfg: FilterConfig) -> list[dict]:
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
+    curated = {r["document_sha256"]: r for r in read_jsonl(cfg.curated / "curated.jsonl")}
+    generated = {r["document_sha256"]: r for r in read_jsonl(cfg.summaries / "summaries.jsonl")}
+    examples = []
+    for doc in documents:
+        key = doc["document_sha256"]
+        source = {"uri": doc["source_uri"], "source_sha256": doc["source_sha256"], "document_sha256": key}
+        source |= {"chunk": doc["chunk"], "chunks": doc["chunks"]}
+        if key in curated:
+            row = curated.pop(key)
+            examples.append(_curated_example(doc["id"], doc["document"], source, row, split_key=doc["source_sha256"]))
+        elif key in generated:
+            g = generated[key]
+            lineage = {k: g[k] for k in ("teacher", "prompt_sha256", "decoding", "generated_at", "finish_reason")}
+            summary, finish = g["summary"], g["finish_reason"]
+            if finish == "length" and (trimmed := trim_to_sentences(summary)):
+                summary, finish, lineage["trimmed"] = trimmed, "stop", True
+            examples.append(
+                {
+                    "id": doc["id"],
+                    "document": doc["document"],
+                    "summary": summary,
+                    "lineage": {**source, "summary_by": "teacher", **lineage},
+                    "_split_key": doc["source_sha256"],
+                    "_finish": finish,
+                }
+            )
+    for key, row in curated.items():  # documents only the serving side saw
+        source = {"uri": f"feedback:{row['feedback']['id']}", "source_sha256": key, "document_sha256": key}
+        examples.append(_curated_example(f"feedback-{key[:12]}", row["document"], source, row, split_key=key))
+    return sorted(examples, key=lambda e: e["id"])
+
+
+def _curated_example(id_: str, document: str, source: dict, row: dict, split_key: str) -> dict:
+    fb = row["feedback"]
+    lineage = {k: fb[k] for k in ("action", "model_version", "timestamp")} | {"feedback_id": fb["id"]}
+    return {
+        "id": id_,
+        "document": document,
+        "summary": row["summary"],
+        "lineage": {**source, "summary_by": "feedback", **lineage},
+        "_split_key": split_key,
+        "_finish": "stop",
+    }
+
+
+def _adversarial(path: str) -> tuple[bytes, list[dict]]:
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as e:
+        raise SplitError(f"--adversarial-file {path}: {e}; the adversarial split is hand-written and kept") from e
+    rows, problems = parse_split(blob, path, "adversarial")
+    if problems:
+        raise SplitError("\n".join(problems))
+    return blob, [r for _, r in rows]
+
+
+@timed
+def run(cfg: FilterConfig) -> FilterResult:
+    if not 0 < cfg.eval_share < 1:
+        raise SplitError(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+    adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
+    dropped: list[dict] = []
+    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    for ex in _examples(cfg):
+        curated = ex["lineage"]["summary_by"] == "feedback"
+        reason = filter_reason(ex["summary"], ex["document"], ex["_finish"], curated)
+        if reason:
+            dropped.append({"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]})
+        else:
+            splits[split_of(ex.pop("_split_key"), cfg.eval_share)].append(ex)
+            ex.pop("_finish")
+
+    def drop(split: str, keep: list[bool], reasons: dict[int, str]) -> None:
+        for i, row in enumerate(splits[split]):
+            if not keep[i]:
+                dropped.append({"id": row["id"], "reason": reasons[i], "split": split, "lineage": row["lineage"]})
+        splits[split] = [row for i, row in enumerate(splits[split]) if keep[i]]
+
+    # Within each split: exact, then near duplicates keep the first (by id).
+    for split, rows in splits.items():
+        keep, reasons, seen = [True] * len(rows), {}, {}
+        for i, row in enumerate(rows):
+            text = normalise(row["document"])
+            if text in seen:
+                keep[i], reasons[i] = False, f"duplicate of {split} row {rows[seen[text]]['id']}"
+            seen.setdefault(text, i)
+        for i, j in near_duplicates_within([r["document"] for r in rows]).items():
+            if keep[i]:
+                keep[i], reasons[i] = False, f"near-duplicate of {split} row {rows[j]['id']}"
+        drop(split, keep, reasons)
+    # Decontamination: train loses what repeats a held-out document, exactly or nearly.
+    held_out = [("eval", r) for r in splits["eval"]] + [("adversarial", r) for r in adversarial]
+    held_text = {normalise(r["document"]): (s, r["id"]) for s, r in held_out}
+    keep, reasons = [True] * len(splits["train"]), {}
+    for i, row in enumerate(splits["train"]):
+        if (hit := held_text.get(normalise(row["document"]))) is not None:
+            keep[i], reasons[i] = False, f"duplicate of {hit[0]} row {hit[1]}"
+    near = near_duplicates([r["document"] for _, r in held_out], [r["document"] for r in splits["train"]])
+    for i, j, share in near:
+        if keep[i]:
+            keep[i], reasons[i] = False, f"near-duplicate of {held_out[j][0]} row {held_out[j][1]['id']} ({share:.0%})"
+    drop("train", keep, reasons)
+
+    empty = [s for s, rows in splits.items() if not rows]
+    if empty:
+        raise SplitError(
+            f"the {' and '.join(empty)} split would be empty ({sum(map(len, splits.values()))} examples kept, "
+            f"{len(dropped)} dropped, --eval-share {cfg.eval_share}); add documents or feedback"
+        )
+    counts = Counter(d["reason"].split(" ")[0] for d in dropped)
+    filters = {
+        "filters": {r: counts.get(r, 0) for r in FILTERS},
+        "deduplication": {r: counts.get(r, 0) for r in ("duplicate", "near-duplicate")},
+        "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
+        "not_checked": ["wrong-language"],
+        "eval_share": cfg.eval_share,
+        "max_length_ratio": MAX_LENGTH_RATIO,
+        "near_duplicate_share": NEAR_DUPLICATE_SHARE,
+    }
+    result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped))
+    with atomic_dir(cfg.out) as tmp:
+        for split, rows in splits.items():
+            write_jsonl(tmp / f"{split}.jsonl", rows)
+        (tmp / "adversarial.jsonl").write_bytes(adversarial_blob)
+        write_jsonl(tmp / "dropped.jsonl", dropped)
+        write_json(tmp / "filters.json", filters)
+        write_result(tmp, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(FilterConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except (SplitError, DatasetError) as e:
+        print(f"filter-split: {e}", file=sys.stderr)
+        return 1
+    print(f"{result.train_rows} train, {result.eval_rows} eval, {result.adversarial_rows} adversarial; "
+          f"{result.dropped} dropped (out/…/dropped.jsonl)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""build-dataset's steps: ingest (PDFs made here with PyMuPDF, broken and image-only ones among them), feedback, the
+teacher's terms gate (a loopback server counts what reaches it), filter-split (near-duplicates across splits, stable
+splits), and — integration — the whole build against a real llama.cpp teacher server, published with DVC to the S3
+server and read back by fetch-dataset."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps import feedback, filter_split, ingest, publish, teacher
+from steps.common import read_jsonl, write_jsonl
+from steps.dataset import document_sha256
+from tests.conftest import ROOT, make_bucket, s3_client
+
+TEACHERS = ROOT / "data/teachers.yaml"
+ADVERSARIAL = ROOT / "data/summaries/adversarial.jsonl"
+
+TEXTS = [
+    "The water utility replaced the old cast-iron pipes under the harbour district this spring. Leaks fell by a third "
+    "within two months, and the utility expects the savings to pay for the work within four years.",
+    "The school board voted to move the start of classes to half past eight from next autumn. Parents' groups had "
+    "asked for the change for years, citing studies of teenagers' sleep and their results in morning lessons.",
+    "A regional bakery chain opened its tenth shop on Market Street on Saturday. The owners said they would hire "
+    "twelve people locally and buy flour from two mills in the valley rather than from an importer.",
+    "The city library extended its weekend opening hours after a survey of two thousand readers. Sunday afternoons "
+    "were the most requested time, and volunteers from the friends of the library will staff the extra shifts.",
+]
+
+
+def steer(text: str, split: str, eval_share: float = 0.2) -> bytes:
+    """`text` (a sentence appended if need be) as file bytes that filter-split's stable hash puts in `split`."""
+    for n in range(200):
+        blob = (text + (f" It was reported on day {n}." if n else "")).encode()
+        if filter_split.split_of(hashlib.sha256(blob).hexdigest(), eval_share) == split:
+            return blob
+    raise AssertionError("no variant lands in the split")
+
+
+# --- ingest ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budget(base_model_dir: Path) -> ingest.Budget:
+    return ingest.tokenizer_budget(str(base_model_dir), "main")
+
+
+def ingest_cfg(out: Path, documents: Path | str, base: Path) -> ingest.IngestConfig:
+    return ingest.IngestConfig(out=out, documents=str(documents), base_model=str(base))
+
+
+def write_pdfs(folder: Path) -> None:
+    import pymupdf
+
+    doc = pymupdf.open()
+    for i, text in enumerate(["Budget report. The council approved a new budget for the parks depart-\nment."] * 3):
+        page = doc.new_page()
+        page.insert_text((72, 40), "ACME Council Minutes")
+        page.insert_textbox(pymupdf.Rect(72, 100, 520, 700), f"{text} Item {i} was deferred to the next session.")
+        page.insert_text((72, 800), f"Page {i + 1} of 3")
+    doc.save(folder / "minutes.pdf")
+    scan = pymupdf.open()
+    pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 16, 16), False)
+    pix.clear_with(180)
+    scan.new_page().insert_image(pymupdf.Rect(50, 50, 300, 300), pixmap=pix)
+    scan.save(folder / "scan.pdf")
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n garbage")
+    locked = pymupdf.open()
+    locked.new_page().insert_text((72, 72), "secret")
+    locked.save(folder / "locked.pdf", encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="u", owner_pw="o")
+    (folder / "empty.pdf").write_bytes(b"")
+
+
+def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    write_pdfs(docs)
+    (docs / "note.md").write_text("# Parks\n\nThe **parks** budget [rose](http://x) by ten per cent.\n")
+    (docs / "page.html").write_text("<html><head><script>x()</script></head><body><p>Trams &amp; buses.</p></body>")
+    result = ingest.run(ingest_cfg(tmp_path / "out", docs, base_model_dir))
+    rows = {Path(r["source_uri"]).name: r for r in read_jsonl(tmp_path / "out/documents.jsonl")}
+    skipped = {Path(s["source_uri"]).name: s["reason"] for s in json.loads((tmp_path / "out/skipped.json").read_text())}
+    assert sorted(rows) == ["minutes.pdf", "note.md", "page.html"]
+    assert skipped["scan.pdf"].startswith("image-only PDF")
+    assert skipped["broken.pdf"].startswith("unreadable PDF")
+    assert skipped["locked.pdf"].startswith("encrypted PDF")
+    assert skipped["empty.pdf"] == "empty file"
+    assert result.skipped == 4 and result.documents == 3
+    minutes = rows["minutes.pdf"]["document"]
+    assert "ACME Council Minutes" not in minutes and "Page 1 of 3" not in minutes  # running header and footer
+    assert "department" in minutes  # hyphenation at the line end joined
+    assert rows["note.md"]["document"] == "Parks\n\nThe parks budget rose by ten per cent."
+    assert rows["page.html"]["document"] == "Trams & buses."
+    assert rows["minutes.pdf"]["source_sha256"] == hashlib.sha256((docs / "minutes.pdf").read_bytes()).hexdigest()
+
+
+def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):
+    from steps import serving_config
+
+    # Digits cost a token each in SmolLM2's tokenizer: a character budget would overfill the prompt.
+    paragraph = " ".join(f"Row {i} holds 31415 and 27182 at 16180." for i in range(60))
+    chunks = ingest.chunk("\n\n".join([paragraph] * 6), budget)
+    serving = serving_config.SERVING
+    assert len(chunks) > 1
+    assert all(budget.prompt_tokens(c) <= serving.n_ctx - serving.max_tokens for c in chunks)
+    assert " ".join(" ".join(chunks).split()) == " ".join(" ".join([paragraph] * 6).split())  # nothing lost
+
+
+def test_a_folder_without_any_usable_document_is_an_error(tmp_path: Path, base_model_dir: Path):
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-garbage")
+    with pytest.raises(ingest.IngestError, match=r"no usable document among 1 file\(s\)\n  .*broken.pdf: unreadable"):
+        ingest.run(ingest_cfg(tmp_path / "out", tmp_path, base_model_dir))
+
+
+# --- feedback --------------------------------------------------------------------------------------------------------
+
+
+def fb(
+    id_: str, document: str, action: str, when: str, edited: str | None = None, summary: str = "Model said so."
+) -> dict:
+    row = {"id": id_, "document": document, "summary": summary, "model_version": "3", "timestamp": when}
+    row["action"] = action
+    return row | ({"edited_summary": edited} if edited else {})
+
+
+def test_an_edited_summary_supersedes_the_models_and_rejections_teach_nothing(tmp_path: Path):
+    path = tmp_path / "feedback.jsonl"
+    write_jsonl(path, [
+        fb("a", TEXTS[0], "accepted", "2026-11-01T10:00:00+00:00", summary="Pipes were replaced."),
+        fb("b", TEXTS[0], "edited", "2026-10-01T10:00:00+00:00", edited="The utility replaced pipes; leaks fell."),
+        fb("c", TEXTS[1], "rejected", "2026-11-02T10:00:00+00:00"),
+    ])  # fmt: skip
+    result = feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    curated = read_jsonl(tmp_path / "out/curated.jsonl")
+    assert [c["summary"] for c in curated] == ["The utility replaced pipes; leaks fell."]  # the edit, though older
+    assert curated[0]["document_sha256"] == document_sha256(TEXTS[0])
+    assert (result.rows, result.superseded, result.rejected) == (3, 1, 1)
+
+
+def test_a_malformed_feedback_row_is_named_by_line_and_field(tmp_path: Path):
+    path = tmp_path / "feedback.jsonl"
+    write_jsonl(path, [fb("a", TEXTS[0], "accepted", "2026-11-01"), fb("b", TEXTS[1], "edited", "yesterday")])
+    with pytest.raises(feedback.FeedbackError) as e:
+        feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    assert str(e.value).splitlines() == [
+        f"{path}:2: field 'edited_summary' is missing; an edited row carries the reviewer's summary",
+        f"{path}:2: field 'timestamp' 'yesterday' is not ISO 8601 (2026-12-01T09:30:00+00:00)",
+    ]
+
+
+# --- the terms gate --------------------------------------------------------------------------------------------------
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    count = 0
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        type(self).count += 1
+        body = json.dumps({"choices": [{"message": {"content": "A summary."}, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def counting_server() -> Iterator[tuple[str, type[_Counting]]]:
+    handler = type("Counter", (_Counting,), {"count": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+
+
+def one_document(tmp_path: Path) -> tuple[Path, Path]:
+    documents, curated = tmp_path / "documents", tmp_path / "curated"
+    documents.mkdir()
+    curated.mkdir()
+    write_jsonl(
+        documents / "documents.jsonl", [{"id": "d", "document": TEXTS[0], "document_sha256": document_sha256(TEXTS[0])}]
+    )
+    (curated / "curated.jsonl").write_text("")
+    return documents, curated
+
+
+def test_an_unlisted_teacher_is_refused_before_any_request(tmp_path: Path, counting_server):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="gpt-9",
+                                teachers_file=str(TEACHERS), teacher_url=url,
+                                cache=str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(teacher.TermsError, match=r"teacher 'gpt-9' is not listed in .*teachers.yaml .*no request"):
+        teacher.run(cfg)
+    assert handler.count == 0 and not (tmp_path / "out").exists()
+
+
+def hosted_teachers(tmp_path: Path, url: str, allowed: bool) -> Path:
+    entry = {"provider": "Example AI", "model": "example-large", "terms_url": "https://example.com/terms",
+             "outputs_may_train_models": allowed, "reviewed_by": "legal", "reviewed_on": "2026-11-30",
+             "hosted": True, "endpoint": url}  # fmt: skip
+    path = tmp_path / "teachers.yaml"
+    path.write_text(yaml.safe_dump({"teachers": {"example-large": entry}}))
+    return path
+
+
+def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request(tmp_path: Path, counting_server):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
+                                teachers_file=str(hosted_teachers(tmp_path, url, allowed=False)), teacher_url=url,
+                                cache=str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(teacher.TermsError, match=r"teachers.example-large: the provider's terms \(https://example.com"):
+        teacher.run(cfg)
+    assert handler.count == 0
+    # The same hosted teacher, listed as allowing it: the gate lets it through, and the counter sees the request.
+    cfg.teachers_file = str(hosted_teachers(tmp_path, url, allowed=True))
+    assert teacher.run(cfg).requests == 1 and handler.count == 1
+
+
+def test_an_open_weights_entry_cannot_be_pointed_at_a_public_api(tmp_path: Path):
+    documents, curated = one_document(tmp_path)
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated,
+                                teachers_file=str(TEACHERS), teacher_url="https://api.example.com")  # fmt: skip
+    with pytest.raises(teacher.TermsError, match="is a public host: a hosted API needs an entry of its own"):
+        teacher.run(cfg)
+
+
+def test_an_incomplete_terms_entry_is_refused_naming_the_field(tmp_path: Path):
+    path = tmp_path / "teachers.yaml"
+    path.write_text(yaml.safe_dump({"teachers": {"x": {"provider": "p", "model": "m", "hosted": False}}}))
+    with pytest.raises(teacher.TermsError) as e:
+        teacher.load_teachers(str(path))
+    assert f"{path}: teachers.x.outputs_may_train_models is missing" in str(e.value)
+    assert f"{path}: teachers.x.reviewed_by is missing" in str(e.value)
+
+
+# --- filter-split ----------------------------------------------------------------------------------------------------
+
+
+def stage_inputs(
+    tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, str | tuple[str, str]]
+) -> filter_split.FilterConfig:
+    """ingest/feedback/teacher folders for documents `texts` (name -> file bytes) with teacher summaries."""
+    docs, gen = [], []
+    for name, blob in texts.items():
+        text = blob.decode()
+        key = document_sha256(text)
+        docs.append({"id": name, "document": text, "document_sha256": key, "source_uri": f"s3://docs/{name}.txt",
+                     "source_sha256": hashlib.sha256(blob).hexdigest(), "kind": "text",
+                     "chunk": 0, "chunks": 1})  # fmt: skip
+        summary, finish = summaries[name] if isinstance(summaries[name], tuple) else (summaries[name], "stop")
+        gen.append({"document_sha256": key, "summary": summary, "finish_reason": finish,
+                    "teacher": {"name": "t", "model": "m", "revision": "r"}, "prompt_sha256": "0" * 64,
+                    "decoding": {}, "generated_at": "2026-12-01T00:00:00+00:00"})  # fmt: skip
+    for sub, rows, name in (
+        ("documents", docs, "documents"),
+        ("curated", [], "curated"),
+        ("teacher", gen, "summaries"),
+    ):
+        (tmp_path / sub).mkdir(exist_ok=True)
+        write_jsonl(tmp_path / sub / f"{name}.jsonl", rows)
+    return filter_split.FilterConfig(out=tmp_path / "examples", chunks=tmp_path / "documents",
+                                     curated=tmp_path / "curated", summaries=tmp_path / "teacher",
+                                     adversarial_file=str(ADVERSARIAL))  # fmt: skip
+
+
+def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_decontaminated(tmp_path: Path):
+    original = steer(TEXTS[0], "train")
+    reworded = steer(TEXTS[0].replace("this spring", "last spring").replace("two months", "eight weeks"), "eval")
+    texts = {
+        "a-original": original,
+        "a-reworded": reworded,
+        "b": steer(TEXTS[1], "train"),
+        "c": steer(TEXTS[2], "eval"),
+    }
+    summaries = {n: "A short neutral summary of it." for n in texts}
+    result = filter_split.run(stage_inputs(tmp_path, texts, summaries))
+    dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert dropped["a-original"].startswith("near-duplicate of eval row a-reworded")
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b"]
+    assert (result.train_rows, result.eval_rows) == (1, 2)
+
+
+def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path):
+    reworded = TEXTS[1].replace("voted", "decided").replace("for years", "for a long time")
+    texts = {"b1": steer(TEXTS[1], "train"), "b2": steer(reworded, "train")}
+    # The same text in another file (trailing blank lines): exactly the same document, in the same split.
+    texts["b3"] = next(
+        b
+        for k in range(1, 50)
+        if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
+    )
+    texts["c"] = steer(TEXTS[2], "eval")
+    filter_split.run(stage_inputs(tmp_path, texts, dict.fromkeys(texts, "A short neutral summary of it.")))
+    dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert dropped["b2"] == "near-duplicate of train row b1"
+    assert dropped["b3"] == "duplicate of train row b1"
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1"]
+
+
+def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
+    texts = {f"d{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}
+    texts["d4"] = steer(
+        "Volunteers planted four hundred trees along the river path over the weekend, organised by the rowing club and "
+        "funded by a grant from the regional environment fund.",
+        "train",
+    )
+    summaries = {"d0": "Pipes were replaced.", "d4": "Trees were planted.",
+                 "d1": "I'm sorry, but I cannot summarise this document.",
+                 "d2": "Bakery.", "d3": " ".join([TEXTS[3]] * 2)}  # fmt: skip
+    # Cut off at the answer cap: after a complete sentence (kept, trimmed to it), or inside the first (dropped).
+    texts["d5"] = steer(TEXTS[2].replace("bakery", "butcher's"), "train")
+    texts["d6"] = steer(TEXTS[1].replace("school board", "college"), "eval")
+    summaries["d5"] = ("A butcher's shop opened on Market Street. It will hire twelve people and buy", "length")
+    summaries["d6"] = ("The college voted to move the start of classes to half past eight and", "length")
+    filter_split.run(stage_inputs(tmp_path, texts, summaries))
+    found = json.loads((tmp_path / "examples/filters.json").read_text())
+    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "length-ratio": 1, "too-long": 0}
+    assert found["trimmed"] == 1
+    d5 = next(r for r in read_jsonl(tmp_path / "examples/train.jsonl") if r["id"] == "d5")
+    assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True
+
+
+def test_an_empty_split_is_an_error_naming_the_split(tmp_path: Path):
+    texts = {"b": steer(TEXTS[1], "train")}
+    with pytest.raises(filter_split.SplitError, match="the eval split would be empty"):
+        filter_split.run(stage_inputs(tmp_path, texts, {"b": "A short neutral summary of it."}))
+
+
+def test_a_documents_split_depends_on_its_own_hash_only():
+    keys = [hashlib.sha256(t.encode()).hexdigest() for t in TEXTS]
+    before = {k: filter_split.split_of(k, 0.2) for k in keys}
+    assert before == {k: filter_split.split_of(k, 0.2) for k in reversed(keys)}
+    shares = [filter_split.split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
+    assert 0.17 < shares.count("eval") / 2000 < 0.23
+
+
+# --- the whole build, a real teacher ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def teacher_server() -> Iterator[str]:
+    """The default teacher (data/teachers.yaml's open-weights entry) on llama-cpp-python's server, once a session."""
+    entry = teacher.load_teachers(str(TEACHERS))["smollm2-135m-instruct"]
+    with teacher.llama_server(teacher.resolve_gguf(entry["gguf"]), threads=2) as url:
+        yield url
+
+
+def build(tmp_path: Path, docs: Path, feedback_file: Path, repo: Path, url: str, base: Path) -> dict:
+    out = tmp_path / "out"
+    ingest.run(ingest.IngestConfig(out=out / "documents", documents=str(docs), base_model=str(base)))
+    feedback.run(feedback.FeedbackConfig(out=out / "curated", feedback=str(feedback_file)))
+    taught = teacher.run(teacher.TeacherConfig(out=out / "teacher", chunks=out / "documents",
+                                               curated=out / "curated", teachers_file=str(TEACHERS), teacher_url=url,
+                                               cache=str(tmp_path / "teacher-cache")))  # fmt: skip
+    filter_split.run(filter_split.FilterConfig(out=out / "examples", chunks=out / "documents",
+                                               curated=out / "curated", summaries=out / "teacher",
+                                               adversarial_file=str(ADVERSARIAL)))  # fmt: skip
+    published = publish.run(publish.PublishConfig(out=out / "published", examples=out / "examples",
+                                                  chunks=out / "documents", curated=out / "curated",
+                                                  summaries=out / "teacher", dataset_repo=str(repo)))  # fmt: skip
+    splits = {r["id"]: s for s in ("train", "eval") for r in read_jsonl(out / f"examples/{s}.jsonl")}
+    return {"requests": taught.requests, "published": published, "splits": splits}
+
+
+@pytest.mark.integration
+def test_build_publish_and_fetch_back(
+    tmp_path: Path, teacher_server: str, s3_server: str, aws_env: dict, base_model_dir: Path
+):
+    import subprocess
+
+    from steps import fetch_dataset
+
+    make_bucket(s3_server, "datasets")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    write_pdfs(docs)
+    (docs / "pipes.txt").write_bytes(steer(TEXTS[0], "eval"))
+    (docs / "school.md").write_bytes(steer(TEXTS[1], "train"))
+    feedback_file = tmp_path / "feedback.jsonl"
+    write_jsonl(feedback_file, [fb("f1", TEXTS[2], "edited", "2026-11-30T09:00:00+00:00", edited="A bakery opened.")])
+    repo = tmp_path / "dataset-repo"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["dvc", "remote", "add", "-d", "s3", "s3://datasets/dvc"], cwd=repo, check=True)
+    subprocess.run(["dvc", "remote", "modify", "s3", "endpointurl", s3_server], cwd=repo, check=True)
+
+    first = build(tmp_path, docs, feedback_file, repo, teacher_server, base_model_dir)
+    # The same files under an S3 prefix give the same chunks, each named by its s3:// URI.
+    s3 = s3_client(s3_server)
+    for path in docs.iterdir():
+        s3.put_object(Bucket="datasets", Key=f"incoming/{path.name}", Body=path.read_bytes())
+    ingest.run(ingest_cfg(tmp_path / "from-s3", "s3://datasets/incoming/", base_model_dir))
+    from_s3 = read_jsonl(tmp_path / "from-s3/documents.jsonl")
+    from_folder = read_jsonl(tmp_path / "out/documents/documents.jsonl")
+    assert sorted(r["document_sha256"] for r in from_s3) == sorted(r["document_sha256"] for r in from_folder)
+    assert all(r["source_uri"].startswith("s3://datasets/incoming/") for r in from_s3)
+    assert first["requests"] == 3  # minutes.pdf, pipes.txt, school.md; the bakery's summary is a reviewer's
+    rev = first["published"].dataset_rev
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    fetched = fetch_dataset.run(fetch_dataset.FetchConfig(out=tmp_path / "fetched", dataset_repo=str(clone),
+                                                          dataset_rev=rev, dataset_path="data/summaries"))  # fmt: skip
+    assert fetched.dataset_hash == first["published"].dataset_hash
+    rows = read_jsonl(tmp_path / "fetched/train.jsonl") + read_jsonl(tmp_path / "fetched/eval.jsonl")
+    by = {r["lineage"]["summary_by"] for r in rows}
+    assert by == {"teacher", "feedback"}
+    for row in rows:
+        if row["lineage"]["summary_by"] == "teacher":
+            assert row["lineage"]["teacher"]["revision"] and row["lineage"]["prompt_sha256"]
+
+    (docs / "library.txt").write_bytes(steer(TEXTS[3], "train"))
+    with feedback_file.open("a") as f:  # one more reviewed summary arrives
+        text = "The harbour ferry will run every twenty minutes at weekends from May, up from every half hour."
+        f.write(json.dumps(fb("f2", text, "accepted", "2026-12-01T09:00:00+00:00")) + "\n")
+    second = build(tmp_path, docs, feedback_file, repo, teacher_server, base_model_dir)
+    assert second["requests"] == 1
+    assert {k: v for k, v in second["splits"].items() if k in first["splits"]} == first["splits"]
+    assert second["published"].dataset_rev != rev
+    # Publishing the same content again changes nothing and names the same revision.
+    again = publish.run(publish.PublishConfig(out=tmp_path / "again", examples=tmp_path / "out/examples",
+                                              chunks=tmp_path / "out/documents", curated=tmp_path / "out/curated",
+                                              summaries=tmp_path / "out/teacher", dataset_repo=str(repo)))  # fmt: skip
+    assert (again.dataset_rev, again.dataset_commit, again.committed) == (
+        second["published"].dataset_rev,
+        second["published"].dataset_commit,
+        False,
+    )
+    # The card's "new feedback" and the retrain trigger's count the same rows between the two revisions.
+    card = json.loads((tmp_path / "out/published/card.json").read_text())
+    assert card["feedback"] == {"rows": 2, "new_since_previous_revision": 1}
+    from steps import check_triggers
+
+    path = "data/summaries/feedback.jsonl"
+    old, new = (check_triggers.read_at(check_triggers._dvc_fs(str(repo), r), path) for r in (rev, "HEAD"))
+    cfg = check_triggers.TriggersConfig(out=tmp_path / "triggers", min_feedback_rows=1)
+    check = check_triggers.check_feedback(old, new, first["published"].dataset_commit, cfg, "HEAD")
+    assert check.fired and check.reason.startswith("feedback: 1 new row(s)")

@@ -1,0 +1,141 @@
+"""WorkflowTemplate `build-dataset`: the pipeline of `steps.pipeline.BUILD_DATASET` as an Argo DAG.
+
+    argo submit -n distillery --from workflowtemplate/build-dataset \
+        -p documents=s3://distillery-artifacts/documents/ -p dataset-repo=https://github.com/you/summaries-data.git
+
+ingest ─▶ teacher ─▶ filter-split ─▶ publish, with feedback beside ingest: every stage a container running
+`python -m <module>` in the cpu image (the same command line as the local DVC stage: `steps.pipeline.command`),
+folders passed as unarchived artifacts on an emptyDir, as in `distill`. publish's `dataset-rev` (the tag) is the
+`dataset-rev` to give `distill`.
+
+What only the cluster has: the teacher's answers are cached across runs under `s3://<artifact bucket>/cache/teacher`
+(a rebuild with one new document sends one request); the pods that read or write S3 themselves (ingest from a prefix,
+teacher's cache, publish's `dvc push`) take AWS_* keys and endpoint from the optional secret `S3_ENV_SECRET` (IRSA on
+EKS); a hosted teacher's key comes from the optional secret `TEACHER_SECRET` (`api-key`, sent as a bearer token, only
+after the terms gate let the teacher through); publish's git credentials (to push the commit and tag) from the optional
+secret `GIT_SECRET` (e.g. GIT_CONFIG_* variables naming a credential helper or a token header). Pods run as the
+ServiceAccount `distillery-steps`.
+"""
+
+from __future__ import annotations
+
+from hera.workflows import DAG, Artifact, Container, Parameter, Task, WorkflowTemplate
+from hera.workflows import models as m
+
+from steps.pipeline import BUILD_DATASET, Param, Stage, command, producer
+from workflows.distill import (
+    AMD64,
+    BUCKET,
+    CONTAINER_SECURITY,
+    DEFAULT_RETRY,
+    IN_DIR,
+    OUT_DIR,
+    OUTPUT_VOLUME,
+    POD_SECURITY,
+    S3_ENV,
+    UNARCHIVED,
+)
+from workflows.images import DEFAULT as DEFAULT_IMAGES
+from workflows.images import Images
+
+SERVICE_ACCOUNT = "distillery-steps"
+TEACHER_SECRET = "distillery-teacher"  # optional: api-key, for a hosted teacher the terms gate allows
+GIT_SECRET = "distillery-dataset-git"  # optional: how publish authenticates its git push
+# Kept across runs, like distill's shared caches: the teacher's answers by document, teacher and prompt.
+CLUSTER_FLAGS = {"teacher": ("--cache", f"s3://{BUCKET}/cache/teacher")}
+# The stages that talk to S3 (or a git remote) themselves.
+ENV_FROM = {
+    "ingest": S3_ENV,
+    "teacher": S3_ENV,
+    "publish": [*S3_ENV, m.EnvFromSource(secret_ref=m.SecretEnvSource(name=GIT_SECRET, optional=True))],
+}
+TEACHER_KEY = m.EnvVar(
+    name="TEACHER_API_KEY",
+    value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=TEACHER_SECRET, key="api-key", optional=True)),
+)
+RESOURCES = {
+    "ingest": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
+    "feedback": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
+    # A local open-weights teacher runs in this pod (llama.cpp's server); a remote one needs little.
+    "teacher": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "8Gi"}),
+    "filter-split": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
+    "publish": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
+}
+
+
+def _parameter(name: str) -> str:
+    return f"{{{{inputs.parameters.{name}}}}}"
+
+
+def _template(stage: Stage, image: str) -> Container:
+    def folder(name: str) -> str:
+        return f"{OUT_DIR}/{name}" if name == stage.output else f"{IN_DIR}/{name}"
+
+    flag, value = CLUSTER_FLAGS.get(stage.name, (None, None))
+    args = command(stage, folder, _parameter)[1:] + ([flag, value] if flag else [])
+    return Container(
+        name=stage.name,
+        image=image,
+        command=["python"],
+        args=args,
+        inputs=[Parameter(name=p) for p in stage.params] + [Artifact(name=i, path=folder(i)) for i in stage.inputs],
+        outputs=[
+            Artifact(name=stage.output, path=folder(stage.output), archive=UNARCHIVED),
+            *(
+                Parameter(name=e, value_from=m.ValueFrom(path=f"{folder(stage.output)}/_outputs/{e}"))
+                for e in stage.exports
+            ),
+        ],
+        resources=RESOURCES[stage.name],
+        security_context=CONTAINER_SECURITY,
+        volumes=[OUTPUT_VOLUME],
+        volume_mounts=[m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR)],
+        retry_strategy=DEFAULT_RETRY,
+        node_selector=AMD64,
+        env_from=ENV_FROM.get(stage.name),
+        env=[TEACHER_KEY] if stage.name == "teacher" else None,
+    )
+
+
+def _workflow_parameter(p: Param) -> Parameter | m.Parameter:
+    if p.cluster is None:  # no default: `argo submit` refuses a run that does not set it
+        return m.Parameter(name=p.name, description=p.help)
+    return Parameter(name=p.name, value=p.cluster, description=p.help)
+
+
+def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
+    pipeline = BUILD_DATASET
+    with WorkflowTemplate(
+        name=pipeline.name,
+        entrypoint="pipeline",
+        service_account_name=SERVICE_ACCOUNT,
+        arguments=[_workflow_parameter(p) for p in pipeline.params],
+        labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "dataset"},
+        annotations={
+            "workflows.argoproj.io/description": "Documents and feedback in, a teacher's summaries under a terms gate, "
+            "a versioned dataset out"
+        },
+        active_deadline_seconds=6 * 3600,
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
+        security_context=POD_SECURITY,
+    ) as wt:
+        templates = {stage.name: _template(stage, images.ref("cpu")) for stage in pipeline.stages}
+        with DAG(name="pipeline"):
+            tasks: dict[str, Task] = {}
+            for stage in pipeline.stages:
+                sources = [producer(name, pipeline.stages).name for name in stage.inputs]
+                tasks[stage.name] = Task(
+                    name=stage.name,
+                    template=templates[stage.name],
+                    arguments=[Parameter(name=p, value=wt.get_parameter(p).value) for p in stage.params]
+                    + [
+                        tasks[src].get_artifact(name).with_name(name)
+                        for src, name in zip(sources, stage.inputs, strict=True)
+                    ],
+                    depends=" && ".join(f"{tasks[s].name}.Succeeded" for s in dict.fromkeys(sources)) or None,
+                )
+    return wt
+
+
+workflow_template = build()

@@ -65,6 +65,12 @@ FIXED_DISK_GIB = {
     "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
     "propose": 1,  # MLflow answers only
     "check-triggers": 2,  # a clone of the dataset repository and its feedback file
+    # build-dataset's steps
+    "ingest": 8,  # the documents downloaded from the S3 prefix (PDFs) and their extracted text
+    "feedback": 1,  # the feedback file and its merged rows
+    "teacher": 4,  # the chunks, the answers and the cache's copies; the open-weights teacher's GGUF is in the image
+    "filter-split": 2,  # the rows, twice (kept and dropped)
+    "publish": 4,  # a clone of the dataset repository, the split files and DVC's cache of them
 }
 # The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
 RAY_HEAD_DISK_GIB = 4

@@ -137,7 +137,7 @@ def test_an_extra_verb_in_a_role_is_reported():
 
 def test_a_template_that_needs_more_is_reported():
     documents = docs()
-    spec = workflow_spec(next(d for d in documents if d["kind"] == "WorkflowTemplate"))
+    spec = workflow_spec(next(d for d in documents if d["metadata"]["name"] == "distill"))
     delete = next(t for t in spec["templates"] if t.get("resource", {}).get("action") == "delete")
     delete["resource"]["action"] = "apply"
     assert differences(used(documents), granted(rbac_objects())) == [

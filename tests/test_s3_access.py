@@ -111,11 +111,12 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("s3:PutObject", MLFLOW, MODEL_FILE, None),
         ("s3:AbortMultipartUpload", MLFLOW, MODEL_FILE, None),
     ],
-    # build-dataset (its own WorkflowTemplate, to come): dvc push checks which objects exist, then uploads the rest
-    "build-dataset": [*DVC_READ, ("s3:PutObject", DVC, DVC_OBJECT, None)],
+    # build-dataset's publish: dvc push checks which objects exist, then uploads the rest
+    "publish": [*DVC_READ, ("s3:PutObject", DVC, DVC_OBJECT, None)],
 }  # fmt: skip
 # Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
-NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose"}
+NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose",
+              "ingest", "feedback", "teacher", "filter-split"}  # fmt: skip
 # Resource templates run `kubectl` only: Argo's executor, no S3 besides its log.
 RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 

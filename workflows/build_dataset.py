@@ -9,12 +9,12 @@ folders passed as unarchived artifacts on an emptyDir, as in `distill`. publish'
 `dataset-rev` to give `distill`.
 
 What only the cluster has: the teacher's answers are cached across runs under `s3://<artifact bucket>/cache/teacher`
-(a rebuild with one new document sends one request); the pods that read or write S3 themselves (ingest from a prefix,
-teacher's cache, publish's `dvc push`) take AWS_* keys and endpoint from the optional secret `S3_ENV_SECRET` (IRSA on
-EKS); a hosted teacher's key comes from the optional secret `TEACHER_SECRET` (`api-key`, sent as a bearer token, only
-after the terms gate let the teacher through); publish's git credentials (to push the commit and tag) from the optional
-secret `GIT_SECRET` (e.g. GIT_CONFIG_* variables naming a credential helper or a token header). Pods run as the
-ServiceAccount `distillery-steps`.
+(a rebuild with one new document sends one request). Identities, credentials and hardening are distill's
+(`workflows/security.py`): pods run as `distillery-steps` with no API token in the step containers, on a read-only
+root with the output and scratch emptyDirs; the steps that read or write S3 themselves (ingest from a prefix, the
+teacher's cache, publish's `dvc push`) take the optional `distillery-s3` keys (IRSA on EKS), publish pushes with the
+optional `distillery-git` config file, and a hosted teacher's key comes from the optional `distillery-teacher`
+Secret (`api-key`, sent as a bearer token only after the terms gate let the teacher through).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hera.workflows import DAG, Artifact, Container, Parameter, Task, WorkflowTe
 from hera.workflows import models as m
 
 from steps.pipeline import BUILD_DATASET, Param, Stage, command, producer
+from workflows import security
 from workflows.distill import (
     AMD64,
     BUCKET,
@@ -30,36 +31,25 @@ from workflows.distill import (
     DEFAULT_RETRY,
     IN_DIR,
     OUT_DIR,
-    OUTPUT_VOLUME,
     POD_SECURITY,
-    S3_ENV,
     UNARCHIVED,
+    fixed_resources,
+    step_env,
+    volume_mounts,
+    volumes,
 )
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
-SERVICE_ACCOUNT = "distillery-steps"
-TEACHER_SECRET = "distillery-teacher"  # optional: api-key, for a hosted teacher the terms gate allows
-GIT_SECRET = "distillery-dataset-git"  # optional: how publish authenticates its git push
 # Kept across runs, like distill's shared caches: the teacher's answers by document, teacher and prompt.
 CLUSTER_FLAGS = {"teacher": ("--cache", f"s3://{BUCKET}/cache/teacher")}
-# The stages that talk to S3 (or a git remote) themselves.
-ENV_FROM = {
-    "ingest": S3_ENV,
-    "teacher": S3_ENV,
-    "publish": [*S3_ENV, m.EnvFromSource(secret_ref=m.SecretEnvSource(name=GIT_SECRET, optional=True))],
-}
-TEACHER_KEY = m.EnvVar(
-    name="TEACHER_API_KEY",
-    value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=TEACHER_SECRET, key="api-key", optional=True)),
-)
 RESOURCES = {
-    "ingest": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
-    "feedback": m.ResourceRequirements(requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}),
+    "ingest": fixed_resources("ingest", "1", "2Gi", "4Gi"),
+    "feedback": fixed_resources("feedback", "250m", "512Mi", "1Gi"),
     # A local open-weights teacher runs in this pod (llama.cpp's server); a remote one needs little.
-    "teacher": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "8Gi"}),
-    "filter-split": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
-    "publish": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
+    "teacher": fixed_resources("teacher", "4", "4Gi", "8Gi"),
+    "filter-split": fixed_resources("filter-split", "500m", "1Gi", "2Gi"),
+    "publish": fixed_resources("publish", "500m", "1Gi", "2Gi"),
 }
 
 
@@ -88,12 +78,11 @@ def _template(stage: Stage, image: str) -> Container:
         ],
         resources=RESOURCES[stage.name],
         security_context=CONTAINER_SECURITY,
-        volumes=[OUTPUT_VOLUME],
-        volume_mounts=[m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR)],
+        env=step_env(stage.name),
+        volumes=volumes(stage.name, sized=False),
+        volume_mounts=volume_mounts(stage.name),
         retry_strategy=DEFAULT_RETRY,
         node_selector=AMD64,
-        env_from=ENV_FROM.get(stage.name),
-        env=[TEACHER_KEY] if stage.name == "teacher" else None,
     )
 
 
@@ -108,7 +97,10 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
     with WorkflowTemplate(
         name=pipeline.name,
         entrypoint="pipeline",
-        service_account_name=SERVICE_ACCOUNT,
+        service_account_name=security.STEPS,
+        # as distill: no API token in the steps' containers, Argo's executor gets the account's (security.py)
+        automount_service_account_token=False,
+        executor=m.ExecutorConfig(service_account_name=security.STEPS),
         arguments=[_workflow_parameter(p) for p in pipeline.params],
         labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "dataset"},
         annotations={

@@ -133,7 +133,7 @@ def _disk(step: str) -> str:
     return f"{sizing.FIXED_DISK_GIB[step]}Gi"
 
 
-def _fixed(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequirements:
+def fixed_resources(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequirements:
     return m.ResourceRequirements(
         requests={"cpu": cpu, "memory": memory, "ephemeral-storage": _disk(step)},
         limits={"memory": limit, "ephemeral-storage": _disk(step)},
@@ -144,9 +144,9 @@ def _fixed(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequiremen
 # preflight for the run's base model (a podSpecPatch); these are their floors and CPU. The light ones take their disk
 # from sizing.FIXED_DISK_GIB.
 RESOURCES = {
-    CHECK_TASK: _fixed(CHECK_TASK, "100m", "256Mi", "512Mi"),
-    "preflight": _fixed("preflight", "500m", "1Gi", "2Gi"),
-    "fetch-dataset": _fixed("fetch-dataset", "250m", "512Mi", "1Gi"),
+    CHECK_TASK: fixed_resources(CHECK_TASK, "100m", "256Mi", "512Mi"),
+    "preflight": fixed_resources("preflight", "500m", "1Gi", "2Gi"),
+    "fetch-dataset": fixed_resources("fetch-dataset", "250m", "512Mi", "1Gi"),
     "train-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     "train-gpu": m.ResourceRequirements(
         requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
@@ -155,7 +155,7 @@ RESOURCES = {
     "convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     "evaluate": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
     "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
-    "propose": _fixed("propose", "250m", "512Mi", "1Gi"),
+    "propose": fixed_resources("propose", "250m", "512Mi", "1Gi"),
 }
 POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
 # The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it

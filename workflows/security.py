@@ -52,6 +52,7 @@ MLFLOW_SECRET = "distillery-mlflow"
 S3_SECRET = "distillery-s3"
 HUB_SECRET = "distillery-hf"
 GIT_SECRET = "distillery-git"
+TEACHER_SECRET = "distillery-teacher"
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -70,19 +71,24 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
     # A private dataset repository: a file, not variables (GIT_FILES).
     "git": (),
+    # A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through).
+    "teacher": (SecretEnv("TEACHER_API_KEY", TEACHER_SECRET, "api-key"),),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
     # the steps that call MLflow: the champion's scores and files, the new version, the alias, the triggers
     "mlflow": ("evaluate", "register", "propose", "check-triggers"),
-    # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts)
+    # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
+    # documents, teacher cache and dvc push)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",
-           "check-triggers"),
+           "check-triggers", "ingest", "teacher", "publish"),
     # the steps that download the base model from the hub
     "model-hub": ("preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
-    # the steps that read the dataset repository (the retrain check counts its new feedback rows)
-    "git": ("fetch-dataset", "check-triggers"),
+    # the steps that read the dataset repository (the retrain check counts its new feedback rows) or push to it
+    "git": ("fetch-dataset", "check-triggers", "publish"),
+    # build-dataset's teacher step, the only one that calls a teacher
+    "teacher": ("teacher",),
 }  # fmt: skip
 
 

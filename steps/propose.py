@@ -10,6 +10,9 @@ the registry's `champion`. When the champion has moved since the evaluation (pro
 evaluation ran without the registry's champion, the decision is about another rival: not proposed, and the reasons
 say "re-evaluate".
 
+When it proposes, it tags the version `challenger.since` (UTC, RFC 3339): promote's hold counts from it. A retry that
+finds the alias already on this version keeps the first time.
+
 Always tags the version with the outcome (`proposal`, `proposal.reasons`, `proposal.champion`), so the registry says
 why a version was or was not proposed. Never touches `champion`: promotion happens at home after the online
 comparison. Two proposals racing: the alias is one server-side write, so it always names one of them — the one
@@ -20,6 +23,7 @@ can fail the first of two simultaneous writes of one alias or tag; `registry.ups
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
 from steps.registry import CHAMPION
 
 ALIAS = "challenger"
+SINCE_TAG = "challenger.since"  # when the version became challenger: steps/promote.py's hold starts there
 
 
 @dataclass
@@ -97,6 +102,10 @@ def run(cfg: ProposeConfig) -> ProposeResult:
     champion_version = str(champion.version) if champion else None
     proposed, reasons = verdict(decision, version, champion_version)
     if proposed:
+        already = client.get_registered_model(name).aliases.get(ALIAS) == version
+        if not (already and SINCE_TAG in client.get_model_version(name, version).tags):
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            registry.upsert(client.set_model_version_tag, name, version, SINCE_TAG, since)
         registry.upsert(client.set_registered_model_alias, name, ALIAS, version)
     tag = client.set_model_version_tag
     registry.upsert(tag, name, version, "proposal", ALIAS if proposed else "refused")

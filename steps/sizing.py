@@ -65,6 +65,7 @@ FIXED_DISK_GIB = {
     "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
     "propose": 1,  # MLflow answers only
     "check-triggers": 2,  # a clone of the dataset repository and its feedback file
+    "promote": 1,  # MLflow answers only
 }
 # The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
 RAY_HEAD_DISK_GIB = 4

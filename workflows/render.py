@@ -69,12 +69,14 @@ def params_yaml() -> str:
 
 
 def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
-    from workflows import distill, retrain
+    from workflows import distill, promote, retrain
 
     return {
         ROOT / "infra/argo/distill-workflowtemplate.yaml": HEADER + _dump(distill.build(images).to_dict()),
         ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
         + _dump(retrain.build(images=images).to_dict()),
+        ROOT / "infra/argo/promote-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
+        + _dump(promote.build(images=images).to_dict()),
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
     }

@@ -48,13 +48,12 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from steps import online_metrics as om
+from steps import online as om
 from steps import registry
 from steps.common import atomic_dir, parse_config, timed, write_result
 from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
-from steps.propose import ALIAS as CHALLENGER
-from steps.propose import SINCE_TAG
-from steps.registry import CHAMPION
+from steps.registry import CHALLENGER, CHAMPION
+from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
 PREVIOUS = "previous-champion"
 DECISION_TAG = "promotion.decision"

@@ -31,10 +31,10 @@ from typing import Any
 from steps import registry
 from steps.common import atomic_dir, parse_config, read_json, timed, write_result
 from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
-from steps.registry import CHAMPION
+from steps.registry import CHALLENGER, CHAMPION
+from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
-ALIAS = "challenger"
-SINCE_TAG = "challenger.since"  # when the version became challenger: steps/promote.py's hold starts there
+ALIAS = CHALLENGER
 
 
 @dataclass

@@ -242,7 +242,7 @@ def _aliases(client: Any, name: str) -> dict[str, str]:
     from mlflow.exceptions import MlflowException
 
     try:
-        return dict(client.get_registered_model(name).aliases)
+        return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
     except MlflowException as e:
         if e.error_code == "RESOURCE_DOES_NOT_EXIST":
             raise PromoteError(f"no registered model {name!r}: check --model-name") from e

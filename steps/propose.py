@@ -87,6 +87,10 @@ def verdict(decision: dict[str, Any], version: str, champion_version: str | None
     return bool(decision["passed"]), reasons
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 @timed
 def run(cfg: ProposeConfig) -> ProposeResult:
     from mlflow import MlflowClient
@@ -102,10 +106,9 @@ def run(cfg: ProposeConfig) -> ProposeResult:
     champion_version = str(champion.version) if champion else None
     proposed, reasons = verdict(decision, version, champion_version)
     if proposed:
-        already = client.get_registered_model(name).aliases.get(ALIAS) == version
+        already = str(client.get_registered_model(name).aliases.get(ALIAS)) == version
         if not (already and SINCE_TAG in client.get_model_version(name, version).tags):
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            registry.upsert(client.set_model_version_tag, name, version, SINCE_TAG, since)
+            registry.upsert(client.set_model_version_tag, name, version, SINCE_TAG, utc_now())
         registry.upsert(client.set_registered_model_alias, name, ALIAS, version)
     tag = client.set_model_version_tag
     registry.upsert(tag, name, version, "proposal", ALIAS if proposed else "refused")

@@ -255,6 +255,28 @@ def test_outcomes_become_one_point_a_day_that_check_triggers_reads_and_a_rerun_d
     assert again.versions[0].days_written == [] and len(again.versions[0].days_already_written) == 8
     assert check_triggers.online_series(client, champion, online.ACCEPTANCE) == [51 / 60] * 8
     assert champion.tags[online.THROUGH_TAG] == "2026-11-09"
+    # A record that arrives for a day already written is listed as late and not counted.
+    late = record(request_id="late-1", time="2026-11-03T12:00:00Z", model="online-series", version="2")
+    path.write_bytes(path.read_bytes() + jsonl(late))
+    after = aggregate(mlflow_server, "online-series", path, tmp_path, T0 + dt.timedelta(days=8))
+    assert next(v for v in after.versions if v.version == "2").late_days == ["2026-11-03"]
+    assert check_triggers.online_series(client, champion, online.ACCEPTANCE) == [51 / 60] * 8
+
+
+@integration
+def test_a_version_without_a_run_gets_an_online_run_recorded_in_its_tag(mlflow_server: str, tmp_path: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    client.create_registered_model("runless")
+    client.create_model_version("runless", "s3://mlflow/elsewhere/model")
+    path = tmp_path / "o.jsonl"
+    path.write_bytes(jsonl(*outcomes("runless", "1", 2, 3, 2)))
+    first = aggregate(mlflow_server, "runless", path, tmp_path, T0 + dt.timedelta(days=2))
+    run_id = tags(mlflow_server, "runless", "1")[online.ONLINE_RUN_TAG]
+    assert first.versions[0].run_id == run_id and len(first.versions[0].days_written) == 2
+    again = aggregate(mlflow_server, "runless", path, tmp_path, T0 + dt.timedelta(days=2))
+    assert again.versions[0].run_id == run_id and again.versions[0].days_written == []
 
 
 @integration

@@ -85,6 +85,15 @@ def test_every_bad_line_is_reported_at_once():
     assert all(f"o.jsonl:{n}:" in str(e.value) for n in (1, 2, 3))
 
 
+def test_the_command_refuses_a_bad_file_before_touching_mlflow(tmp_path: Path, capsys: pytest.CaptureFixture):
+    bad = tmp_path / "outcomes.jsonl"
+    bad.write_bytes(jsonl(record(), record(request_id="r2", outcome="maybe")))
+    argv = ["--outcomes", str(bad), "--out", str(tmp_path / "out"), "--tracking-uri", "http://127.0.0.1:9"]
+    assert online_metrics.main(argv) == 1
+    assert f"{bad}:2: field 'outcome': 'maybe'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_only_complete_days_are_aggregated():
     day = online.day_number(T0)
     rows = [

@@ -379,3 +379,19 @@ def test_a_challenger_without_a_since_tag_starts_its_hold_at_the_first_run(mlflo
     first = decide_at(mlflow_server, name, tmp_path, 20)
     assert first.decision == "held" and "hold: 0.00 of 7 days" in first.reasons[0]
     assert tags(mlflow_server, name, chal)[SINCE_TAG] == (T0 + dt.timedelta(days=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@integration
+def test_a_run_that_reads_between_another_runs_alias_writes_only_finishes_it(mlflow_server: str, tmp_path: Path):
+    """The interleaving a race can produce: `champion` already moved to the challenger, `challenger` not yet removed.
+    A run reading this must not take the new champion for the old one (previous-champion would become 2)."""
+    from mlflow import MlflowClient
+
+    name = "torn"
+    champ, chal = make_versions(mlflow_server, name)
+    client = MlflowClient(tracking_uri=mlflow_server)
+    for alias, version in (("previous-champion", champ), ("champion", chal), ("challenger", chal)):
+        client.set_registered_model_alias(name, alias, version)
+    result = decide_at(mlflow_server, name, tmp_path, 8)
+    assert (result.decision, result.changed) == ("already-promoted", False)
+    assert aliases(mlflow_server, name) == {"champion": chal, "previous-champion": champ}

@@ -5,8 +5,9 @@
 
 Everything is measured against the version holding the `champion` alias (the model being served):
 
-- quality: the online monitor logs `--online-metric` (e.g. `online.rougeL`) for the champion, on the run named by the
-  version's `online.run_id` tag, or else on the version's own run (the registration run). Baseline: the mean of the
+- quality: steps/online.py logs `--online-metric` (by default `online.acceptance`, the daily share of
+  summaries accepted as served) for the champion, one point a day, on the run named by the version's `online.run_id`
+  tag, or else on the version's own run (the registration run). Baseline: the mean of the
   series' first `--baseline-points` points (the first days in production: online documents differ from the eval set,
   so offline scores are not a fair baseline), or, with `--baseline-points 0`, the version's `eval.rougeL` tag.
   Current: the mean of the last `--recent-points` points. Fires when baseline − current > `--max-quality-drop`.
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import registry
+from steps import online, registry
 from steps.common import atomic_dir, environment, parse_config, timed, write_result
 from steps.dataset import feedback_rows
 from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
@@ -62,7 +63,7 @@ from steps.registry import CHAMPION
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
 DECISION_TAG = "retrain.decision."  # + run id; the value is that run's decision, JSON (see the module docstring)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a Kubernetes uid fits; so does an MLflow tag-key suffix
-ONLINE_RUN_TAG = "online.run_id"
+ONLINE_RUN_TAG = online.ONLINE_RUN_TAG
 TRIGGERS = ("quality", "feedback", "base-model")
 
 
@@ -74,7 +75,7 @@ class TriggersConfig:
     )
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
     online_metric: str = field(
-        default="online.rougeL",
+        default=online.ACCEPTANCE,
         metadata={"help": "online quality metric logged for the champion (empty: the quality trigger is off)"},
     )
     baseline_points: int = field(
@@ -231,7 +232,7 @@ def check_base_model(tags: dict[str, str], cfg: TriggersConfig, already: str | N
 
 
 def online_series(client: Any, champion: Any, metric: str) -> list[float]:
-    run_id = champion.tags.get(ONLINE_RUN_TAG) or champion.run_id
+    run_id = online.online_run_id(champion)
     if not run_id:
         raise TriggerError(
             f"champion {champion.version} has no run and no {ONLINE_RUN_TAG} tag: tag it with the run the online "

@@ -11,6 +11,9 @@ the evaluation (promoted, replaced or removed), or the evaluation ran without th
 about another rival: not proposed, and the reasons
 say "re-evaluate".
 
+When it proposes, it tags the version `challenger.since` (UTC, RFC 3339): promote's hold counts from it. A retry that
+finds the alias already on this version keeps the first time.
+
 Always tags the version with the outcome (`proposal`, `proposal.reasons`, `proposal.champion`), so the registry says
 why a version was or was not proposed. Never touches `champion`: promotion happens at home after the online
 comparison. Two proposals racing: the alias is one server-side write, so it always names one of them — the one
@@ -21,6 +24,7 @@ can fail the first of two simultaneous writes of one alias or tag; `registry.ups
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +32,10 @@ from typing import Any
 from steps import registry
 from steps.common import atomic_dir, parse_config, read_json, timed, write_result
 from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
-from steps.registry import CHAMPION
+from steps.registry import CHALLENGER, CHAMPION
+from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
-ALIAS = "challenger"
+ALIAS = CHALLENGER
 
 
 @dataclass
@@ -83,6 +88,10 @@ def verdict(decision: dict[str, Any], version: str, champion_version: str | None
     return bool(decision["passed"]), reasons
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 @timed
 def run(cfg: ProposeConfig) -> ProposeResult:
     from mlflow import MlflowClient
@@ -98,6 +107,9 @@ def run(cfg: ProposeConfig) -> ProposeResult:
     champion_version = str(champion.version) if champion else None
     proposed, reasons = verdict(decision, version, champion_version)
     if proposed:
+        already = str(client.get_registered_model(name).aliases.get(ALIAS)) == version
+        if not (already and SINCE_TAG in client.get_model_version(name, version).tags):
+            registry.upsert(client.set_model_version_tag, name, version, SINCE_TAG, utc_now())
         registry.upsert(client.set_registered_model_alias, name, ALIAS, version)
     tag = client.set_model_version_tag
     registry.upsert(tag, name, version, "proposal", ALIAS if proposed else "refused")

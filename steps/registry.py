@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-CHAMPION = "champion"  # set at home after the online comparison; this repo only ever reads it
+CHALLENGER = "challenger"  # set by steps/propose.py when evaluate's gate passed
+CHALLENGER_SINCE = "challenger.since"  # version tag: when it became challenger (promote's hold counts from it)
+CHAMPION = "champion"  # set by steps/promote.py after the online comparison (or by hand, for the first model)
 
 
 def champion_version(client: Any, name: str) -> Any | None:

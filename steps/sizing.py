@@ -71,6 +71,7 @@ FIXED_DISK_GIB = {
     "teacher": 4,  # the chunks, the answers and the cache's copies; the open-weights teacher's GGUF is in the image
     "filter-split": 2,  # the rows, twice (kept and dropped)
     "publish": 4,  # a clone of the dataset repository, the split files and DVC's cache of them
+    "promote": 1,  # MLflow answers only
 }
 # The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
 RAY_HEAD_DISK_GIB = 4

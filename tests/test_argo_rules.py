@@ -99,10 +99,10 @@ def test_rendered_argo_object_passes_argos_rules(path: str, obj: dict):
     assert validate(obj) == [], f"{path} ({obj['kind']} {obj['metadata'].get('name')})"
 
 
-def test_infra_holds_the_pipeline_template_and_the_retrain_cron():
+def test_infra_holds_the_pipeline_template_and_the_retrain_and_promote_crons():
     kinds = {(o["kind"], o["metadata"]["name"]) for _, o in rendered_argo_objects()}
-    assert {("WorkflowTemplate", "distill"), ("CronWorkflow", "distill-retrain-check")} <= kinds
-    assert ("WorkflowTemplate", "build-dataset") in kinds
+    expected = {("WorkflowTemplate", "distill"), ("CronWorkflow", "distill-retrain-check")}
+    assert expected | {("CronWorkflow", "distill-promote"), ("WorkflowTemplate", "build-dataset")} <= kinds
 
 
 def test_retrain_workflow_passes_argos_rules_with_the_template_it_references():

@@ -290,11 +290,12 @@ def test_check_triggers_logs_no_credential(mlflow_server, tmp_path):
 
 
 def test_with_digests_given_every_project_image_is_pinned_by_digest_the_rayjob_s_included():
-    from workflows import distill, images, retrain
+    from workflows import distill, images, promote, retrain
 
     digests = {kind: "sha256:" + f"{i}" * 64 for i, kind in enumerate(images.KINDS, 1)}
     pinned = images.Images(images.DEFAULT.registry, images.DEFAULT.tag, digests)
     text = yaml.safe_dump(distill.build(pinned).to_dict()) + yaml.safe_dump(retrain.build(images=pinned).to_dict())
+    text += yaml.safe_dump(promote.build(images=pinned).to_dict())
     refs = set(re.findall(r"ghcr\.io/distillery-ml/distillery-[a-z]+:[^\s'\"]+", text))
     assert refs == {pinned.ref(k) for k in images.KINDS}, refs
     assert all("@sha256:" in r for r in refs)

@@ -510,8 +510,8 @@ def test_bad_digest_flags_are_all_reported():
 
 
 def test_every_step_entry_point_imports_and_answers_help():
-    """`python -m <module> --help` for every stage and check-triggers, in one interpreter (one start, not nine)."""
-    modules = sorted({s.module for s in STAGES} | {"steps.check_triggers"})
+    """`python -m <module> --help` for every stage, check-triggers, online-metrics and promote, in one interpreter."""
+    modules = sorted({s.module for s in STAGES} | {"steps.check_triggers", "steps.online_metrics", "steps.promote"})
     script = """
 import importlib, sys
 for name in sys.argv[1:]:
@@ -713,7 +713,13 @@ def test_markers_missed_finds_what_only_the_target_machine_needs():
 
 
 @pytest.mark.parametrize(
-    "rendered", ["distill-workflowtemplate.yaml", "retrain-cronworkflow.yaml", "build-dataset-workflowtemplate.yaml"]
+    "rendered",
+    [
+        "distill-workflowtemplate.yaml",
+        "retrain-cronworkflow.yaml",
+        "build-dataset-workflowtemplate.yaml",
+        "promote-cronworkflow.yaml",
+    ],
 )
 def test_every_pod_runs_where_its_image_was_built(rendered: str):
     """A pod whose image is built for fewer architectures than the cluster has (the cpu and cuda images: amd64 only,

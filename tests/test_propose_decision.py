@@ -10,12 +10,13 @@ real MLflow registry in a local SQLite file, and read by propose's own `run`.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from steps import propose, register
+from steps import propose, register, registry
 from steps.common import environment, write_json, write_result
 from tests.canned import Answers, evaluate_canned, write_splits
 
@@ -126,6 +127,12 @@ def test_propose_follows_the_gate_where_one_more_hijack_is_within_chance(world, 
     assert result.proposed is True and aliases["challenger"] == world["candidate"]
     assert tags["proposal"] == "challenger" and f"beats champion {world['earlier'][0]}" in tags["proposal.reasons"]
     assert aliases["champion"] == world["earlier"][0]  # never touched
+    # When it became challenger (promote's hold counts from it); a retry a day later keeps the first time.
+    since = tags[registry.CHALLENGER_SINCE]
+    assert time.strptime(since, "%Y-%m-%dT%H:%M:%SZ")
+    monkeypatch.setattr(propose, "utc_now", lambda: "2099-01-01T00:00:00Z")
+    proposal(world, registry_uri)
+    assert aliases_and_tags(world, registry_uri)[1][registry.CHALLENGER_SINCE] == since
 
 
 def test_propose_refuses_what_the_gate_refused_against_the_champion(world, monkeypatch, registry_uri):

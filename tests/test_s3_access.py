@@ -116,7 +116,7 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
 }  # fmt: skip
 # Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
 NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose",
-              "ingest", "feedback", "teacher", "filter-split"}  # fmt: skip
+              "ingest", "feedback", "teacher", "filter-split", "promote"}  # fmt: skip
 # Resource templates run `kubectl` only: Argo's executor, no S3 besides its log.
 RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 

@@ -92,7 +92,7 @@ def params_yaml(pipeline: Pipeline = DISTILL) -> str:
 
 
 def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
-    from workflows import build_dataset, distill, retrain
+    from workflows import build_dataset, distill, promote, retrain
 
     folder = ROOT / DVC_FOLDERS[BUILD_DATASET.name]
     return {
@@ -100,6 +100,8 @@ def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
         ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
         + _dump(retrain.build(images=images).to_dict()),
         ROOT / "infra/argo/build-dataset-workflowtemplate.yaml": HEADER + _dump(build_dataset.build(images).to_dict()),
+        ROOT / "infra/argo/promote-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
+        + _dump(promote.build(images=images).to_dict()),
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
         folder / "dvc.yaml": dvc_yaml(BUILD_DATASET),

@@ -55,7 +55,7 @@ CHECK_DEFAULTS = {
     "dataset-rev": param("dataset-rev").cluster,
     "feedback-file": "data/summaries/feedback.jsonl",
     "min-feedback-rows": "50",
-    "online-metric": "online.rougeL",
+    "online-metric": TriggersConfig.online_metric,
     "baseline-points": "5",
     "recent-points": "3",
     "max-quality-drop": "0.05",

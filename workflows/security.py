@@ -77,8 +77,8 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
-    # the steps that call MLflow: the champion's scores and files, the new version, the alias, the triggers
-    "mlflow": ("evaluate", "register", "propose", "check-triggers"),
+    # the steps that call MLflow: the champion's scores and files, the new version, the aliases, the triggers
+    "mlflow": ("evaluate", "register", "propose", "check-triggers", "promote"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
     # documents, teacher cache and dvc push)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",

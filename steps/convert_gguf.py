@@ -8,13 +8,15 @@ Produces in `--out`, named as llama.cpp names files: `<model-name>-F16.gguf` and
 quantisation of the ladder (default Q8_0 and Q4_K_M); `<model-name>-base-<QUANT>.gguf`, the base converted the same
 way at the served quantisation so evaluation compares like with like; `parity.json`, `parity.md`, `result.json`.
 
-Checks, on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long document):
+Conversion and quantisation are llama.cpp's own tools (steps/gguf_conversion.py); the HF-vs-GGUF comparison is
+steps/gguf_parity.py; this step runs them, judges the figures against its thresholds and writes the report. Checks,
+on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long document):
 - merge: logits with the adapter attached and after merging agree within `--merge-tolerance` (the merge happens in
   float32 on a full-precision reload of the base, never into quantised weights, so a QLoRA adapter merges safely);
 - tokenizer: llama.cpp's token ids equal HF's on every probe;
 - F16: greedy continuation equals HF's token for token, or parts from it only where HF's own two best logits are
-  within TIE_MARGIN (float rounding, not a different model). Failing this means the conversion is wrong: the step
-  stops;
+  within gguf_parity.TIE_MARGIN (float rounding, not a different model). Failing this means the conversion is wrong:
+  the step stops;
 - each quantisation: teacher-forced top-1 agreement, mean KL divergence of next-token distributions and the rate at
   which generation ends with EOS, against thresholds. The served file under them fails parity, which blocks the
   proposal; another rung of the ladder under them is withheld (deleted, named in the report), never shipped.
@@ -36,16 +38,14 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps import gguf_parity
 from steps.common import (
     atomic_dir,
     flag,
@@ -58,30 +58,13 @@ from steps.common import (
     write_json,
     write_result,
 )
+from steps.gguf_conversion import QUANTIZATIONS, convert_hf_dir, quantize
 from steps.gguf_meta import set_metadata
-from steps.prompting import messages
 from steps.sealed import SealedFolders
-from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
-# llama.cpp's file types (enum llama_ftype) for the quantisations this step offers.
-QUANT_FTYPES = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
 # What the steps after this one read of its folder besides the served GGUFs (named in result.json): on the cluster
 # they download only these and the served files, not F16 and the rest of the ladder (workflows/distill.py).
 REPORT_FILES = ("result.json", "parity.json", "parity.md")
-LONG_DOCUMENT = " ".join(
-    f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "
-    f"and crews repaired {i * 29 % 83} of them within two days."
-    for i in range(1, 25)
-)
-PROBE_DOCUMENTS = (
-    "The Harlow Street library will close for three weeks from 4 June while its roof is replaced; "
-    "the mobile library will stop outside the school on Tuesdays and Fridays.",
-    "Q3 revenue at Fenwick Tools rose 12% to €48.5 million (up from €43.3m), driven by cordless drills; "
-    "margins fell 1.8 points after steel prices increased 7% in 2026-Q2. Guidance: 190–195m.",
-    "Ünïcödé test — naïve café owners in Zürich said: «prices up 3½ %»; 日本語も少し。 Emoji: 🚲✅",
-    "Whitespace:\ttabs\tbetween words,  double  spaces,\n\n\nblank lines,   and trailing spaces   \n  indented line",
-    LONG_DOCUMENT,
-)
 
 
 class ParityError(RuntimeError):
@@ -101,7 +84,7 @@ class ConvertConfig:
     quantization: str = field(default="Q8_0", metadata={"help": "the quantisation that is evaluated and served"})
     quantizations: str = field(
         default="Q8_0,Q4_K_M",
-        metadata={"help": f"comma-separated ladder besides F16, from {', '.join(QUANT_FTYPES)}"},
+        metadata={"help": f"comma-separated ladder besides F16, from {', '.join(QUANTIZATIONS)}"},
     )
     min_top1_agreement: str = field(
         default="Q8_0=0.9,Q6_K=0.85,Q5_K_M=0.8,Q4_K_M=0.7",
@@ -148,7 +131,7 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
     """Everything wrong with the quantisation settings, at once (also run by check-parameters)."""
     quants = [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
     problems = [
-        f"--quantizations: {q!r} is not one of {', '.join(QUANT_FTYPES)}" for q in quants if q not in QUANT_FTYPES
+        f"--quantizations: {q!r} is not one of {', '.join(QUANTIZATIONS)}" for q in quants if q not in QUANTIZATIONS
     ]
     if cfg.quantization not in quants:
         problems.append(f"--quantization {cfg.quantization!r} must be one of --quantizations ({cfg.quantizations})")
@@ -172,186 +155,6 @@ def ladder(cfg: ConvertConfig) -> list[str]:
 
 def _threads(cfg: ConvertConfig) -> int:
     return cfg.threads or os.cpu_count() or 1
-
-
-def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: str = "f16") -> None:
-    script = converter_dir / "convert_hf_to_gguf.py"
-    if not script.is_file():
-        raise FileNotFoundError(
-            f"{script} not found: llama.cpp's converter is fetched at install time; "
-            "run scripts/install_llama_cpp.sh or set --converter-dir / DISTILLERY_LLAMA_CPP"
-        )
-    proc = subprocess.run(
-        [sys.executable, str(script), str(hf_dir), "--outfile", str(outfile), "--outtype", outtype],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"llama.cpp's converter failed on {hf_dir}:\n{proc.stderr[-4000:]}")
-
-
-@contextmanager
-def _native_output_to(log: Path) -> Iterator[None]:
-    """Send what C code prints (llama.cpp logs a line per tensor) to `log` instead of the terminal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with log.open("ab") as f:
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-
-
-def quantize(src: Path, dst: Path, quantization: str, threads: int) -> None:
-    """llama.cpp's own quantiser (llama_model_quantize), as `llama-quantize` runs it."""
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = QUANT_FTYPES[quantization]
-    params.nthread = threads
-    log = dst.with_suffix(".quantize.log")
-    with _native_output_to(log):
-        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
-    text = log.read_text(errors="replace")
-    log.unlink()
-    if rc != 0 or not dst.is_file():
-        raise RuntimeError(f"llama.cpp could not quantise {src} to {quantization} (return code {rc}):\n{text[-3000:]}")
-
-
-def hf_reference(model: Any, tokenizer: Any, n_tokens: int) -> list[dict[str, Any]]:
-    """Greedy continuations and next-token log-probabilities of the HF model on the fixed probes."""
-    import torch
-
-    refs = []
-    eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
-    for document in PROBE_DOCUMENTS:
-        prompt = tokenizer.apply_chat_template(messages(document), add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        inputs = torch.tensor([prompt_ids])
-        with torch.no_grad():
-            # The logits of each generated position come with the generation (no second pass over the prompt).
-            generated = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=n_tokens,
-                do_sample=False,
-                eos_token_id=eos,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
-            continuation = generated.sequences[0, len(prompt_ids) :].tolist()
-            logits = torch.stack([step[0] for step in generated.logits])
-        refs.append(
-            {
-                "prompt": prompt,
-                "prompt_ids": prompt_ids,
-                "continuation": continuation,
-                "ended_with_eos": bool(continuation) and continuation[-1] == eos,
-                "logits": logits.float().numpy(),
-            }
-        )
-    return refs
-
-
-def _log_softmax(x: Any) -> Any:
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def merge_check(merged: Any, refs: list[dict[str, Any]]) -> float:
-    """Largest |logit| difference between the adapter-attached model (refs) and the merged model on the probes."""
-    import numpy as np
-    import torch
-
-    worst = 0.0
-    for ref in refs:
-        ids = torch.tensor([ref["prompt_ids"] + ref["continuation"]])
-        start = len(ref["prompt_ids"]) - 1
-        with torch.no_grad():
-            logits = merged(ids).logits[0, start : start + len(ref["continuation"])].float().numpy()
-        worst = max(worst, float(np.abs(logits - ref["logits"]).max()))
-    return worst
-
-
-# Greedy decoding of the same model in two runtimes may part at a near-tie: HF's two best logits within this margin.
-# Measured on SmolLM2-135M (F16 GGUF vs float32 HF): one probe of five parts at a 0.0005 margin, the rest are equal.
-TIE_MARGIN = 0.05
-
-
-def first_divergence(greedy: list[int], cont: list[int], logits: Any) -> dict[str, Any] | None:
-    """Where llama.cpp's greedy output leaves HF's, and HF's own logit margin between the two tokens there."""
-    for i, (a, b) in enumerate(zip(greedy, cont, strict=False)):
-        if a != b:
-            margin = float(logits[i][b] - logits[i][a])
-            return {"index": i, "hf_token": b, "gguf_token": a, "hf_margin": margin, "near_tie": margin < TIE_MARGIN}
-    if len(greedy) != len(cont):
-        return {"index": min(len(greedy), len(cont)), "hf_margin": None, "near_tie": False}
-    return None
-
-
-def gguf_parity(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, tokenizer: Any = None) -> dict:
-    """Compare a GGUF loaded by llama.cpp with the HF reference: tokens, greedy output, top-1 agreement, KL, EOS."""
-    import numpy as np
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(gguf), n_ctx=1536, n_threads=threads, logits_all=True, verbose=False, seed=0)
-    probes = []
-    agree = total = 0
-    kls: list[float] = []
-    for ref in refs:
-        ids = llm.tokenize(ref["prompt"].encode(), add_bos=False, special=True)
-        greedy: list[int] = []
-        for token in llm.generate(ref["prompt_ids"], top_k=1, temp=0.0, reset=True):
-            greedy.append(token)
-            if token == eos_id or len(greedy) >= len(ref["continuation"]) or len(greedy) >= 4096:
-                break
-        cont = ref["continuation"]
-        # Teacher-forced pass over HF's continuation: the prompt is still in the KV cache (and its last position's
-        # logits in `scores`) from the generation above, so only the continuation is evaluated.
-        llm.n_tokens = len(ref["prompt_ids"])
-        llm.eval(cont)
-        start = len(ref["prompt_ids"]) - 1
-        log_q = _log_softmax(llm.scores[start : start + len(cont)])
-        log_p = _log_softmax(ref["logits"])
-        kls.extend((np.exp(log_p) * (log_p - log_q)).sum(axis=-1).tolist())
-        matches = int((log_q.argmax(axis=-1) == log_p.argmax(axis=-1)).sum())
-        agree += matches
-        total += len(cont)
-        divergence = first_divergence(greedy, cont, ref["logits"])
-        probes.append(
-            {
-                "tokens_equal": ids == ref["prompt_ids"],
-                "greedy_equal": divergence is None,
-                "divergence": divergence,
-                "top1_agreement": matches / max(len(cont), 1),
-                "ended_with_eos": bool(greedy) and greedy[-1] == eos_id,
-            }
-        )
-    raw_equal = True
-    if tokenizer is not None:
-        raw_equal = all(same_tokens(llm, tokenizer, t) for t in TOKENIZER_PROBES)
-    return {
-        "file": gguf.name,
-        "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
-        "greedy_equal": all(p["greedy_equal"] for p in probes),
-        # Equal, or parted only where HF itself was at a near-tie: the same model up to float rounding.
-        "greedy_match": all(p["greedy_equal"] or p["divergence"]["near_tie"] for p in probes),
-        "top1_agreement": agree / max(total, 1),
-        "mean_kl": float(sum(kls) / max(len(kls), 1)),
-        "eos_rate": sum(p["ended_with_eos"] for p in probes) / len(probes),
-        "hf_eos_rate": sum(r["ended_with_eos"] for r in refs) / len(refs),
-        "probes": probes,
-    }
 
 
 def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
@@ -398,8 +201,8 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
 
 CACHE_FILE = "base.gguf"
 CACHE_REPORT = "report.json"
-# The version of the code that makes and checks a cached base conversion (hf_reference, convert_hf_dir, quantize,
-# gguf_parity, first_divergence, _export, the float32 load in run): part of the cache key. Bump it in the same change
+# The version of the code that makes and checks a cached base conversion (steps/gguf_conversion.py,
+# steps/gguf_parity.py, _export, the float32 load in run): part of the cache key. Bump it in the same change
 # whenever that code would now make another GGUF or another parity report from the same base — other references,
 # another figure or threshold inside the per-file report, another dtype — so that no run reuses an entry made the old
 # way. Rewording a comment, a message or a line of parity.md needs no bump: the key is not the source's bytes.
@@ -486,9 +289,9 @@ def base_cache_key(cfg: ConvertConfig) -> str | None:
         "converter": _converter_version(Path(cfg.converter_dir)),
         "quantization": cfg.quantization,
         "parity_tokens": cfg.parity_tokens,
-        "tie_margin": TIE_MARGIN,
-        "probes": [messages(document) for document in PROBE_DOCUMENTS],
-        "tokenizer_probes": list(TOKENIZER_PROBES),
+        "tie_margin": gguf_parity.TIE_MARGIN,
+        "probes": gguf_parity.probe_messages(),
+        "tokenizer_probes": list(gguf_parity.TOKENIZER_PROBES),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -508,7 +311,7 @@ def _base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: P
                 print(f"convert-gguf: base conversion reused from {cfg.base_cache}/{key}", file=sys.stderr)
                 return report
     base = load_base().eval()
-    base_refs = hf_reference(base, tokenizer, cfg.parity_tokens)
+    base_refs = gguf_parity.hf_reference(base, tokenizer, cfg.parity_tokens)
     report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
     del base, base_refs
     if store is not None and key is not None:
@@ -563,7 +366,7 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
         quantize(f16, files[quant], quant, _threads(cfg))
     convert_s = time.perf_counter() - t0
     eos_id = int(tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
-    reports = {q: gguf_parity(p, refs, eos_id, _threads(cfg), tokenizer) for q, p in files.items()}
+    reports = {q: gguf_parity.compare(p, refs, eos_id, _threads(cfg), tokenizer) for q, p in files.items()}
     f16_report = reports["F16"]
     if not (f16_report["tokens_equal"] and f16_report["greedy_match"]):
         parted = [p["divergence"] for p in f16_report["probes"] if p["divergence"] and not p["divergence"]["near_tie"]]
@@ -601,9 +404,9 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         base_report = _base_conversion(cfg, load_base, tokenizer, work, out)
 
         attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
-        refs = hf_reference(attached, tokenizer, cfg.parity_tokens)
+        refs = gguf_parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
         merged = attached.merge_and_unload().eval()
-        merge_diff = merge_check(merged, refs)
+        merge_diff = gguf_parity.merge_check(merged, refs)
         if merge_diff > cfg.merge_tolerance:
             raise ParityError(
                 f"merging the adapter changed the model: max |logit| difference {merge_diff:.2e} > "

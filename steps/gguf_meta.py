@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 MAGIC = b"GGUF"
-STRING, ARRAY, BOOL, FLOAT32, UINT32 = 8, 9, 7, 6, 4
+STRING, ARRAY, BOOL, FLOAT32 = 8, 9, 7, 6
 # value type -> struct format of one element, for the fixed-size types
 FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 DEFAULT_ALIGNMENT = 32

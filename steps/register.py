@@ -408,10 +408,6 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     return result
 
 
-def registered(register_dir: Path) -> dict[str, Any]:
-    return read_json(Path(register_dir) / "result.json")
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(RegisterConfig, argv, __doc__.splitlines()[0])
     try:

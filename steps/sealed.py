@@ -3,8 +3,8 @@
 A folder is written to a temp place and sealed with `COMPLETE.json` (every file's sha256) last: locally it then
 appears in one rename; on S3 the seal is uploaded after every other file. A reader takes a folder only when it is
 sealed and every file matches its digest, so a torn write (a killed pod, a spot reclaim) is never read back.
-Training checkpoints (steps/train.py), convert-gguf's cache of base-model conversions and evaluate's cache of
-generations are kept this way.
+Training checkpoints (steps/train/checkpoints.py), convert-gguf's cache of base-model conversions and evaluate's cache
+of generations are kept this way.
 """
 
 from __future__ import annotations

@@ -177,8 +177,8 @@ CUDA_ALLOCATOR_MARGIN = 1.1
 # The train-gpu process on the host: CUDA runtime, cuBLAS, cuDNN and NCCL libraries mapped in (~2-3 GB, not measured
 # here) besides Python; without QLoRA the bf16 weights pass through host memory before .to("cuda").
 GPU_HOST_GIB = 3.0
-# llama.cpp, as the steps call it: convert-gguf's parity (gguf_parity: Llama(n_ctx=1536, logits_all=True); a test
-# reads it from the source) and evaluate (the served context, serving_config.SERVING.n_ctx, read when sizing);
+# llama.cpp, as the steps call it: convert-gguf's parity (gguf_parity.compare opens its Llama with this n_ctx and
+# logits_all=True) and evaluate (the served context, serving_config.SERVING.n_ctx, read when sizing);
 # llama-cpp-python's default n_batch/n_ubatch of 512.
 CONVERT_N_CTX = 1536
 LLAMA_N_BATCH = 512
@@ -189,7 +189,7 @@ PARITY_TOKENS = 48
 CONVERTER_GIB = 0.75
 # GGUF bits per weight, from llama.cpp's block layouts: Q8_0 34 bytes per 32 weights; Q6_K 210 per 256; the K_M mixes
 # keep some tensors (attn_v, half of ffn_down, output) at Q6_K, averaging ~5.7 (Q5_K_M) and ~4.9 (Q4_K_M). A test keeps
-# the keys equal to convert_gguf.QUANT_FTYPES.
+# the keys equal to gguf_conversion.QUANTIZATIONS.
 GGUF_BITS = {"F16": 16.0, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K_M": 5.7, "Q4_K_M": 4.9}
 # K-quants need rows that are multiples of 256; llama.cpp falls back to larger types otherwise (Q6_K -> Q8_0, ...):
 # such a shape is sized as Q8_0.

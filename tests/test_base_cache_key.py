@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf
+from steps import convert_gguf, gguf_parity
 from tests.conftest import ROOT
 
 
@@ -218,13 +218,16 @@ def test_a_setting_that_does_not_change_the_base_conversion_is_the_same_key(cfg,
 def test_the_probes_and_the_prompt_they_are_asked_in_are_part_of_the_key(cfg, monkeypatch: pytest.MonkeyPatch):
     first = key(cfg)
     with monkeypatch.context() as m:
-        m.setattr(convert_gguf, "PROBE_DOCUMENTS", (*convert_gguf.PROBE_DOCUMENTS, "one more probe"))
+        m.setattr(gguf_parity, "PROBE_DOCUMENTS", (*gguf_parity.PROBE_DOCUMENTS, "one more probe"))
         assert key(cfg) != first
     with monkeypatch.context() as m:
-        m.setattr(convert_gguf, "TOKENIZER_PROBES", ("only one probe",))
+        m.setattr(gguf_parity, "TOKENIZER_PROBES", ("only one probe",))
         assert key(cfg) != first
     with monkeypatch.context() as m:  # a new serving prompt: the base's references are asked differently
-        m.setattr(convert_gguf, "messages", lambda doc: [{"role": "user", "content": f"Summarise: {doc}"}])
+        m.setattr(gguf_parity, "messages", lambda doc: [{"role": "user", "content": f"Summarise: {doc}"}])
+        assert key(cfg) != first
+    with monkeypatch.context() as m:
+        m.setattr(gguf_parity, "TIE_MARGIN", gguf_parity.TIE_MARGIN / 2)
         assert key(cfg) != first
     assert key(cfg) == first
 

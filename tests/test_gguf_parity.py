@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, fetch_dataset, preflight, sealed, train
+from steps import convert_gguf, fetch_dataset, gguf_parity, preflight, sealed, train
 from tests.conftest import ROOT
 from tests.tiny import build_model
 
@@ -166,8 +166,8 @@ def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
     ).eval()
-    refs = convert_gguf.hf_reference(model, tok, 16)
-    report = convert_gguf.gguf_parity(
+    refs = gguf_parity.hf_reference(model, tok, 16)
+    report = gguf_parity.compare(
         converted["llama-gguf"] / "distillery-summariser-F16.gguf", refs, tok.eos_token_id, 2, tok
     )
     assert report["tokens_equal"] and report["greedy_match"]
@@ -182,8 +182,8 @@ def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Pa
     tok_json["model"]["merges"] = tok_json["model"]["merges"][1:]  # drop the first merge ("Ġ t")
     (changed / "tokenizer.json").write_text(json.dumps(tok_json))
     tok = AutoTokenizer.from_pretrained(changed)
-    refs = convert_gguf.hf_reference(AutoModelForCausalLM.from_pretrained(changed), tok, 8)
-    report = convert_gguf.gguf_parity(
+    refs = gguf_parity.hf_reference(AutoModelForCausalLM.from_pretrained(changed), tok, 8)
+    report = gguf_parity.compare(
         converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf", refs, tok.eos_token_id, 2, tok
     )
     assert report["tokens_equal"] is False
@@ -199,10 +199,10 @@ def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str,
     attached = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
     ).eval()
-    refs = convert_gguf.hf_reference(attached, tok, 8)
-    assert convert_gguf.merge_check(attached.merge_and_unload(), refs) < 1e-3
+    refs = gguf_parity.hf_reference(attached, tok, 8)
+    assert gguf_parity.merge_check(attached.merge_and_unload(), refs) < 1e-3
     # The base without the adapter stands for a merge that lost it.
-    assert convert_gguf.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
+    assert gguf_parity.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
 
 
 def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted: dict[str, Path]):
@@ -215,6 +215,35 @@ def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted
     why = convert_gguf.judge(report, "Q4_K_M", strict)
     assert any("distillery-summariser-Q4_K_M.gguf: top-1 agreement" in w and "< 1.01" in w for w in why)
     assert any("mean KL" in w for w in why)
+
+
+def test_each_quantised_file_has_the_file_type_llama_cpp_names_for_it(converted: dict[str, Path]):
+    from llama_cpp import Llama
+
+    from steps.gguf_conversion import ftype
+
+    for quant in ("Q8_0", "Q4_K_M"):
+        path = converted["llama-gguf"] / f"distillery-summariser-{quant}.gguf"
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)  # the header, as llama.cpp reads it
+        assert int(llm.metadata["general.file_type"]) == ftype(quant), quant
+
+
+def test_quantisations_map_to_llama_cpp_s_named_file_types():
+    import llama_cpp
+
+    from steps.gguf_conversion import QUANTIZATIONS, ftype
+
+    assert [ftype(q) for q in QUANTIZATIONS] == [getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{q}") for q in QUANTIZATIONS]
+    with pytest.raises(ValueError, match="'IQ1' is not one of Q8_0, Q6_K, Q5_K_M, Q4_K_M"):
+        ftype("IQ1")
+
+
+def test_the_tokenizer_check_cannot_be_skipped():
+    """`compare` once took `tokenizer=None` and then silently skipped the raw-text tokenizer probes: every caller must
+    hand it the tokenizer, so the check always runs."""
+    import inspect
+
+    assert inspect.signature(gguf_parity.compare).parameters["tokenizer"].default is inspect.Parameter.empty
 
 
 def test_bad_ladder_config_lists_every_problem():
@@ -231,13 +260,13 @@ def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
 
     logits = np.zeros((3, 5), dtype=np.float32)
     logits[1, 2], logits[1, 3] = 1.0, 0.999  # HF's own choice (2) beats the GGUF's (3) by 0.001: a near-tie
-    tie = convert_gguf.first_divergence([0, 3, 1], [0, 2, 1], logits)
+    tie = gguf_parity.first_divergence([0, 3, 1], [0, 2, 1], logits)
     assert tie == {"index": 1, "hf_token": 2, "gguf_token": 3, "hf_margin": pytest.approx(0.001, abs=1e-4),
                    "near_tie": True}  # fmt: skip
     logits[1, 3] = 0.5
-    assert convert_gguf.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
-    assert convert_gguf.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
-    assert convert_gguf.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
+    assert gguf_parity.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
+    assert gguf_parity.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
+    assert gguf_parity.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
 
 
 def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: dict[str, Path], tmp_path: Path):

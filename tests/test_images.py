@@ -532,8 +532,10 @@ for name in sys.argv[1:]:
     assert re.findall(r"^ok (\S+)$", proc.stderr, flags=re.M) == modules
     assert len(re.findall(r"^usage: ", proc.stdout, flags=re.M)) == len(modules)
     main_guard = re.compile(r'^if __name__ == "__main__":\n    sys\.exit\(main\(\)\)', flags=re.M)
-    for module in modules:  # what `python -m` runs is that same main()
-        assert main_guard.search((ROOT / f"{module.replace('.', '/')}.py").read_text()), module
+    for module in modules:  # what `python -m` runs is that same main(): the module's own, or a package's __main__
+        path = ROOT / module.replace(".", "/")
+        entry = path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+        assert main_guard.search(entry.read_text()), module
 
 
 # ---------------------------------------------------------------------------------------------- install resolution

@@ -107,6 +107,33 @@ def test_the_closure_follows_imports_at_any_depth_and_of_every_form(tmp_path: Pa
     assert "pkg/__init__.py" in files and "pkg/sub/__init__.py" in files and "pkg/not_imported.py" not in files
 
 
+def test_a_package_run_with_python_m_brings_its_main_and_what_that_imports(tmp_path: Path):
+    """`python -m pkg.stage` runs pkg/stage/__init__.py and then pkg/stage/__main__.py: both are the stage's code."""
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/stage/__init__.py": "from pkg.stage.loop import train\n",
+            "pkg/stage/__main__.py": "import sys\nfrom pkg.stage import cli\n",
+            "pkg/stage/loop.py": "train = 1\n",
+            "pkg/stage/cli.py": "from pkg import helper\n",
+            "pkg/helper.py": "",
+        },
+    )
+    assert closure("pkg.stage", tmp_path) == [
+        "pkg", "pkg.helper", "pkg.stage", "pkg.stage.__main__", "pkg.stage.cli", "pkg.stage.loop",
+    ]  # fmt: skip
+    assert closure("pkg.stage.loop", tmp_path) == ["pkg", "pkg.stage", "pkg.stage.loop"]  # a plain module: no __main__
+
+
+def test_every_file_of_the_train_package_is_the_train_stages_code():
+    files = set(code_files("steps.train"))
+    package = {p.relative_to(ROOT).as_posix() for p in (ROOT / "steps/train").glob("*.py")}
+    assert "steps/train/__main__.py" in package and "steps/train/checkpoints.py" in package
+    assert package <= files
+    assert package <= set(committed_stages()["train"]["deps"]), "run `python -m workflows.render`"
+
+
 def test_modules_outside_the_project_are_not_followed(tmp_path: Path):
     write_package(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "import yaml\nfrom steps import common\n"})
     assert module_file("yaml", tmp_path) is None
@@ -217,8 +244,9 @@ def test_dvc_status_reports_exactly_the_stages_whose_code_changed(tmp_path: Path
         return {name for name, entries in status.items() if any("changed deps" in e for e in entries)}
 
     assert changed_stages() == set(), "the copy's dvc.lock should record every stage as up to date"
-    modules = sorted(p.relative_to(repo).as_posix() for p in (repo / "steps").glob("*.py"))
+    modules = sorted(p.relative_to(repo).as_posix() for p in (repo / "steps").rglob("*.py"))
     assert "steps/serving.py" in modules and "steps/check_triggers.py" in modules  # in one closure; in none
+    assert "steps/train/loop.py" in modules and "steps/train/__main__.py" in modules  # a stage that is a package
     wrong = {}  # module -> (stages whose closure holds it, stages dvc reports changed)
     for module in modules:
         expected = {s.name for s in STAGES if module in code_files(s.module, repo)}

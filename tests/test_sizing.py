@@ -7,6 +7,7 @@ calibration against what was measured.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -320,9 +321,16 @@ def test_the_gpu_node_disk_is_the_node_classes_root_volume_less_image_and_evicti
     assert 0.9 * volume - 10 >= sizing.GPU_NODE_EPHEMERAL_GIB
 
 
-def test_convert_ggufs_llama_cpp_context_is_the_steps_own():
-    convert = (ROOT / "steps/convert_gguf.py").read_text()
-    assert f"n_ctx={sizing.CONVERT_N_CTX}, n_threads=threads, logits_all=True" in convert
+def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
+    """gguf_parity.compare opens its Llama with n_ctx=sizing.CONVERT_N_CTX, the name, not a copy of the number."""
+    tree = ast.parse((ROOT / "steps/gguf_parity.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Llama"]
+    assert len(calls) == 1
+    [n_ctx] = [k.value for k in calls[0].keywords if k.arg == "n_ctx"]
+    assert isinstance(n_ctx, ast.Name) and n_ctx.id == "CONVERT_N_CTX"
+    from steps import gguf_parity
+
+    assert gguf_parity.CONVERT_N_CTX is sizing.CONVERT_N_CTX
 
 
 def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatch):
@@ -337,9 +345,9 @@ def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_quantisations_are_convert_gguf_s():
-    from steps.convert_gguf import QUANT_FTYPES
+    from steps.gguf_conversion import QUANTIZATIONS
 
-    assert set(sizing.GGUF_BITS) == {"F16", *QUANT_FTYPES}
+    assert set(sizing.GGUF_BITS) == {"F16", *QUANTIZATIONS}
 
 
 def test_convert_disk_covers_two_float32_checkpoints_and_argos_copies_of_the_gguf_folder():

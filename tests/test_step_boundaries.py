@@ -14,12 +14,21 @@ STEPS = Path(__file__).resolve().parent.parent / "steps"
 
 
 def _is_step(path: Path) -> bool:
-    """A step is a module with its own command line (`main`)."""
+    """A step is a module with its own command line (`main`), or a package whose `__init__.py` has it."""
     tree = ast.parse(path.read_text())
     return any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body)
 
 
-STEP_MODULES = sorted(p.stem for p in STEPS.glob("*.py") if _is_step(p))
+def _files(step: str) -> list[Path]:
+    """The source files of step `step`: steps/<step>.py, or every file of the package steps/<step>/."""
+    package = STEPS / step
+    return sorted(package.rglob("*.py")) if package.is_dir() else [STEPS / f"{step}.py"]
+
+
+STEP_MODULES = sorted(
+    [p.stem for p in STEPS.glob("*.py") if _is_step(p)]
+    + [p.parent.name for p in STEPS.glob("*/__init__.py") if _is_step(p)]
+)
 
 
 def _imported_step_modules(path: Path) -> set[str]:
@@ -42,8 +51,9 @@ def test_the_steps_are_found():
 
 @pytest.mark.parametrize("module", STEP_MODULES)
 def test_a_step_imports_no_other_step(module: str):
-    others = _imported_step_modules(STEPS / f"{module}.py") & (set(STEP_MODULES) - {module})
-    assert not others, f"steps/{module}.py imports step(s) {sorted(others)}: move what they share to a shared module"
+    imported = set().union(*(_imported_step_modules(path) for path in _files(module)))
+    others = imported & (set(STEP_MODULES) - {module})
+    assert not others, f"steps/{module} imports step(s) {sorted(others)}: move what they share to a shared module"
 
 
 def test_the_tracking_uri_given_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch):
@@ -59,14 +69,14 @@ def test_no_tracking_uri_is_empty_for_the_caller_to_judge(monkeypatch: pytest.Mo
 
 def test_the_tracking_uri_fallback_is_written_once():
     """MLFLOW_TRACKING_URI is read in mlflow_client only; every step asks `mlflow_client.tracking_uri`."""
-    readers = [p.name for p in STEPS.glob("*.py") if 'environ.get("MLFLOW_TRACKING_URI"' in p.read_text()]
+    readers = [p.name for p in STEPS.rglob("*.py") if 'environ.get("MLFLOW_TRACKING_URI"' in p.read_text()]
     assert readers == ["mlflow_client.py"]
 
 
 def test_the_name_number_table_parser_is_written_once():
     """Every `k=v,…` flag is read by `common.number_table`: no other module of steps/ splits on "=" itself."""
     splitters = []
-    for path in sorted(STEPS.glob("*.py")):
+    for path in sorted(STEPS.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)

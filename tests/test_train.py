@@ -68,7 +68,7 @@ def test_checkpoints_keep_the_newest_two_and_resume_from_the_latest(tmp_path: Pa
     with store.latest() as found:
         assert found is None
     for step in (2, 4, 6):
-        store.save(step, _fill(f"step {step}"), {})
+        store.save(step, _fill(f"step {step}"))
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-00000004", "step-00000006"]
     with store.latest() as found:
         assert found.name == "step-00000006" and (found / "state.json").read_text() == "step 6"
@@ -76,8 +76,8 @@ def test_checkpoints_keep_the_newest_two_and_resume_from_the_latest(tmp_path: Pa
 
 def test_a_torn_checkpoint_is_never_resumed_from(tmp_path: Path, capsys: pytest.CaptureFixture):
     store = DirCheckpoints(str(tmp_path / "ckpt"))
-    store.save(4, _fill("step 4"), {})
-    store.save(6, _fill("step 6"), {})
+    store.save(4, _fill("step 4"))
+    store.save(6, _fill("step 6"))
     # A writer killed mid-copy: the newest folder exists but was never sealed.
     (tmp_path / "ckpt/step-00000008/adapter").mkdir(parents=True)
     (tmp_path / "ckpt/step-00000008/state.json").write_text("step 8")
@@ -103,9 +103,57 @@ def test_a_checkpoint_being_written_is_invisible(tmp_path: Path):
         with store.latest() as found:  # what a second reader sees while this one is half-written
             seen.append(found)
 
-    store.save(2, fill, {})
+    store.save(2, fill)
     assert seen == [None]
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000002"]
+
+
+class _RunsCode:
+    """Unpickled, it creates `marker`: what a planted checkpoint file could do instead (run any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (str(self.marker), "w"))
+
+
+def _tiny_peft_model():
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    return get_peft_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+
+
+@pytest.mark.parametrize("planted", ["rng-0.pt", "optimizer.pt", "scheduler.pt"])
+def test_resume_refuses_a_checkpoint_file_that_would_run_code_when_read(tmp_path: Path, planted: str):
+    """Checkpoints lie on shared storage (S3): whoever can write there must not get code run by the next resume."""
+    import shutil
+
+    import torch
+
+    from steps.sealed import SealedFolders
+
+    examples = [{"input_ids": [1, 2, 3, 4 + i], "labels": [-100, -100, 3, 4 + i]} for i in range(4)]
+    cfg = TrainConfig(dataset="d", out="o", batch_size=2, epochs=1, checkpoint_every=1, log_every=100)
+    store = DirCheckpoints(str(tmp_path / "ckpt"))
+    train.train_loop(_tiny_peft_model(), examples, cfg, 0, store)  # a real run's checkpoints
+    marker = tmp_path / "code-ran"
+
+    def plant(folder: Path) -> None:  # a sealed checkpoint, newer than the run's, with one file replaced
+        with store.latest() as genuine:
+            shutil.copytree(genuine, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMPLETE))
+        torch.save({"state": _RunsCode(marker)}, folder / planted)
+
+    SealedFolders(str(tmp_path / "ckpt"), "attacker").put("step-00000099", plant)
+    with pytest.raises(ValueError, match=rf"{planted}: holds pickled Python objects .* it was not loaded") as err:
+        train.train_loop(_tiny_peft_model(), examples, cfg, 0, store)
+    assert "Unsupported global" in str(err.value) and "--checkpoint-dir" in str(err.value)
+    assert not marker.exists(), "unpickling the planted file ran its code"
 
 
 @pytest.mark.parametrize(

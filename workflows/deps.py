@@ -7,10 +7,11 @@ really runs (a shared helper, the serving settings, the parity probes) reruns it
 one it does not run leaves it alone. The modules are parsed, never imported: rendering stays instant and has no side
 effects. Every `import` counts, at any depth — module level, inside functions (the steps keep heavy and
 rarely-needed imports there), under `if TYPE_CHECKING:` — and the packages a module lives in count too (Python runs
-their `__init__.py` first). A project module is one whose file lies in this repository: a top-level package (a folder
-with `__init__.py`) or a top-level `.py` file; everything else (the standard library, installed packages) is not
-followed. Imports by computed name (`importlib.import_module(name)`) cannot be seen here; tests/test_render_deps.py
-checks that what Python really imports is within what this finds.
+their `__init__.py` first); a stage that is a package (`python -m steps.train`) runs its `__main__.py` as well. A
+project module is one whose file lies in this repository: a top-level package (a folder with `__init__.py`) or a
+top-level `.py` file; everything else (the standard library, installed packages) is not followed. Imports by computed
+name (`importlib.import_module(name)`) cannot be seen here; tests/test_render_deps.py checks that what Python really
+imports is within what this finds.
 """
 
 from __future__ import annotations
@@ -70,10 +71,18 @@ def direct_imports(name: str, root: Path = ROOT) -> frozenset[str]:
     return frozenset(found)
 
 
+def entry_modules(name: str, root: Path = ROOT) -> list[str]:
+    """What `python -m name` runs: the module with its packages, and for a package its `__main__` too."""
+    main = f"{name}.__main__"
+    path = module_file(name, root)
+    runs_main = path is not None and path.name == "__init__.py" and module_file(main, root) is not None
+    return _with_packages(name) + ([main] if runs_main else [])
+
+
 def closure(name: str, root: Path = ROOT) -> list[str]:
-    """Module `name`, its packages and every project module it imports, transitively; sorted."""
+    """What `python -m name` runs (`entry_modules`) and every project module that imports, transitively; sorted."""
     seen: set[str] = set()
-    todo = _with_packages(name)
+    todo = entry_modules(name, root)
     while todo:
         module = todo.pop()
         if module not in seen:

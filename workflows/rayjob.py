@@ -135,11 +135,6 @@ class WorkerGroup:
         return f"ray-{self.name}-cpus"
 
     @property
-    def workers_per_pod_parameter(self) -> str:
-        """Preflight's output: training workers one pod of this group holds for the run's base model (0: none)."""
-        return sizing.ray_workers_output(self.name)
-
-    @property
     def train_workers(self) -> int:
         """The most Ray Train workers one pod of this group can host (its CPU ceiling; memory may allow fewer)."""
         return self.cpus // THREADS_PER_WORKER

@@ -1,0 +1,76 @@
+"""HF folder to GGUF with llama.cpp's own tools: its converter script (`convert_hf_dir`, F16) and its quantiser
+(`quantize`, the quantisations in QUANTIZATIONS). convert-gguf (steps/convert_gguf.py) runs them; whether the result
+is the same model is steps/gguf_parity.py's question.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# The quantisations offered, by llama.cpp's names (`llama-quantize --help`); each is the file type (enum llama_ftype)
+# llama-cpp-python names LLAMA_FTYPE_MOSTLY_<name> (`ftype`).
+QUANTIZATIONS = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M")
+
+
+def ftype(quantization: str) -> int:
+    """llama.cpp's file type for `quantization`, from llama-cpp-python's named constants."""
+    import llama_cpp
+
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"{quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    return getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quantization}")
+
+
+def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: str = "f16") -> None:
+    script = converter_dir / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        raise FileNotFoundError(
+            f"{script} not found: llama.cpp's converter is fetched at install time; "
+            "run scripts/install_llama_cpp.sh or set --converter-dir / DISTILLERY_LLAMA_CPP"
+        )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(hf_dir), "--outfile", str(outfile), "--outtype", outtype],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama.cpp's converter failed on {hf_dir}:\n{proc.stderr[-4000:]}")
+
+
+@contextmanager
+def _native_output_to(log: Path) -> Iterator[None]:
+    """Send what C code prints (llama.cpp logs a line per tensor) to `log` instead of the terminal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with log.open("ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def quantize(src: Path, dst: Path, quantization: str, threads: int) -> None:
+    """llama.cpp's own quantiser (llama_model_quantize), as `llama-quantize` runs it."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype(quantization)
+    params.nthread = threads
+    log = dst.with_suffix(".quantize.log")
+    with _native_output_to(log):
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    text = log.read_text(errors="replace")
+    log.unlink()
+    if rc != 0 or not dst.is_file():
+        raise RuntimeError(f"llama.cpp could not quantise {src} to {quantization} (return code {rc}):\n{text[-3000:]}")

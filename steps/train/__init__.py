@@ -1,0 +1,128 @@
+"""train: distil the teacher's summaries into a LoRA adapter on the base model (transformers + peft).
+
+    python -m steps.train --dataset out/dataset --base-model .cache/models/SmolLM2-135M-Instruct --out out/adapter
+    python -m steps.train --train-backend ray --ray-workers 2 --threads 1 --dataset out/dataset --out out/adapter
+
+The student sees each training document in the serving chat template (`steps.prompting`) and learns the teacher's
+summary; the loss covers only the summary tokens (and the end-of-turn token, so the model learns to stop). Seeded,
+progress printed every `--log-every` steps. Produces in `--out` (a folder or an s3:// URI): the PEFT adapter
+(`adapter_config.json`, `adapter_model.safetensors`), `loss.csv`, `loss.png`, `training_summary.json`, `result.json`.
+
+One loop (`train_loop`), three launchers:
+- `cpu`: in this process, float32;
+- `gpu`: one CUDA device, bf16 autocast; `--qlora true` loads the base in 4-bit NF4 (bitsandbytes) and trains the
+  LoRA weights on top (convert-gguf later merges into a full-precision reload of the base, never into 4-bit weights);
+- `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo, float32;
+  it joins `--ray-address` (`auto` inside a KubeRay RayJob) or starts a local Ray cluster.
+
+Checkpoints (adapter, optimiser, scheduler, RNG, step log; the data position is the step, since the batch order is a
+function of the seed) are written every `--checkpoint-every` steps, atomically, to `--checkpoint-dir` (a folder or an
+s3:// URI); SIGTERM, the spot notice, flushes one at once and exits 143. Rerunning the same command resumes from the
+latest complete checkpoint. With ray they go through Ray Train's checkpoint API to its storage path, and a dead worker
+restarts the worker group from the latest one (`--max-failures`). Local checkpoints are deleted once `--out` is
+written; under an s3:// prefix (a cluster run's own) they stay, so a pod lost before Argo uploaded its output resumes
+at the end instead of from step 0 (the bucket's lifecycle rule expires them).
+
+The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
+(encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
+unpickling; the folder and Ray stores), `model` (base + LoRA), `launchers` (in process, Ray Train), `storage` (s3://
+in and out), `plots` (the loss curve); this file is the step (`run`, `main`), `__main__` its command line.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from steps.common import is_uri, parse_config, read_json, timed, write_json, write_result
+from steps.dataset import load_split
+from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
+from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
+from steps.train.data import collate, encode_example, encode_rows, global_batches, schedule
+from steps.train.launchers import TrainingFailed, train_here, train_ray
+from steps.train.loop import Preempted, train_loop
+from steps.train.model import build_model, pad_id_of
+from steps.train.plots import save_curve
+from steps.train.storage import local_folder, publish
+
+__all__ = [
+    "BACKENDS", "DirCheckpoints", "Preempted", "RayCheckpoints", "TrainConfig", "TrainResult", "TrainingFailed",
+    "UnsafeCheckpoint", "build_model", "collate", "config_problems", "encode_example", "encode_rows", "fingerprint",
+    "global_batches", "main", "pad_id_of", "run", "schedule", "train_loop",
+]  # fmt: skip
+
+
+def _problems(cfg: TrainConfig) -> list[str]:
+    import torch
+
+    problems = config_problems(cfg)
+    if cfg.train_backend == "gpu" and not torch.cuda.is_available():
+        problems.append("--train-backend gpu was asked for but CUDA is not available; use --train-backend cpu or ray")
+    return problems
+
+
+@timed
+def run(cfg: TrainConfig) -> TrainResult:
+    problems = _problems(cfg)
+    if problems:
+        raise ValueError("; ".join(problems))
+    checkpoint_dir = cfg.checkpoint_dir or f"{cfg.out.rstrip('/')}.checkpoints"
+    with local_folder(cfg.dataset) as dataset:
+        rows = load_split(dataset, "train")
+        lineage = read_json(dataset / "lineage.json")
+    with tempfile.TemporaryDirectory(prefix="train-") as tmp:
+        final = Path(tmp) / "final"
+        if cfg.train_backend == "ray":
+            device, peak = train_ray(cfg, rows, checkpoint_dir, final), 0.0
+            store = None
+        else:
+            store = DirCheckpoints(checkpoint_dir)
+            device, peak = train_here(cfg, rows, store)
+            with store.latest() as folder:
+                shutil.copytree(folder, final)
+        state = read_json(final / "state.json")
+        log = state["log"]
+        resumed = max((r["step"] - 1 for r in log if r.get("resumed")), default=0)
+        result = TrainResult(
+            steps=len(log),
+            final_loss=round(log[-1]["loss"], 5),
+            train_seconds=round(log[-1]["seconds"], 2),
+            tokens_per_second=round(log[-1]["tokens"] / log[-1]["seconds"], 1),
+            device=device,
+            resumed_from_step=resumed,
+            peak_gpu_memory_gib=peak,
+        )
+        out = Path(tmp) / "out"
+        shutil.copytree(final / "adapter", out)
+        save_curve(log, out)
+        write_json(
+            out / "training_summary.json",
+            {"config": {k: str(v) for k, v in asdict(cfg).items()}, "result": asdict(result), "dataset": lineage},
+        )
+        write_result(out, result)
+        publish(out, cfg.out)
+    # The adapter is out: locally, a rerun of this command is a new run, not a resume of this one. Checkpoints under an
+    # s3:// prefix (the cluster's, one per workflow run) stay: this pod's output is uploaded by Argo only after it
+    # exits, so a pod lost in between is retried and must resume at the end, not from step 0; the bucket's lifecycle
+    # rule removes them (infra/s3/).
+    if store is not None and not is_uri(checkpoint_dir):
+        store.clear()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(TrainConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except Preempted as e:
+        print(f"train: {e}; run the same command again to resume", file=sys.stderr)
+        return 143  # 128 + SIGTERM: what Kubernetes expects of a pod stopped by it
+    except (ValueError, FileNotFoundError, TrainingFailed) as e:
+        print(f"train: {e}", file=sys.stderr)
+        return 1
+    resumed = f" (resumed at step {result.resumed_from_step})" if result.resumed_from_step else ""
+    print(f"trained {result.steps} steps on {result.device}{resumed}: final loss {result.final_loss}")
+    return 0

@@ -1,0 +1,90 @@
+"""The train step's settings (`TrainConfig`, every field a command-line flag), its result, and the checks on the
+settings alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from steps.common import flag
+
+BACKENDS = ("cpu", "gpu", "ray")
+
+
+@dataclass
+class TrainConfig:
+    dataset: str = field(metadata={"help": "folder (or s3:// URI of the folder) written by fetch-dataset"})
+    out: str = field(metadata={"help": "folder or s3:// URI to write the adapter and training records into"})
+    base_model: str = field(
+        default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
+    )
+    base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
+    train_backend: str = field(default="cpu", metadata={"help": f"where to train: {' or '.join(BACKENDS)}"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (usually 2 × rank)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA path"})
+    lora_targets: str = field(
+        default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        metadata={"help": "comma-separated module names to adapt (all linear layers of a Llama block by default)"},
+    )
+    learning_rate: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (LoRA tolerates ~1e-3)"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training split (fractions allowed)"})
+    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step"})
+    max_seq_len: int = field(default=512, metadata={"help": "longest tokenised example; longer documents are cut"})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
+    seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
+    threads: int = field(default=0, metadata={"help": "CPU threads for torch, per Ray worker with ray (0: all cores)"})
+    log_every: int = field(default=2, metadata={"help": "print progress every N steps"})
+    qlora: bool = field(
+        default=False, metadata={"help": "gpu only: load the base in 4-bit NF4 (bitsandbytes) and train LoRA on it"}
+    )
+    checkpoint_dir: str = field(
+        default="",
+        metadata={
+            "help": "folder or s3:// URI for checkpoints; a restart resumes from the latest complete one there "
+            "(empty: <out>.checkpoints beside --out; with ray, Ray Train's storage path)"
+        },
+    )
+    checkpoint_every: int = field(default=10, metadata={"help": "checkpoint every N optimiser steps (0: never)"})
+    ray_address: str = field(
+        default="",
+        metadata={"help": "ray only: cluster to join ('auto' inside a RayJob); empty starts a local Ray cluster"},
+    )
+    ray_workers: int = field(default=2, metadata={"help": "ray only: data-parallel training workers"})
+    max_failures: int = field(
+        default=3, metadata={"help": "ray only: worker-group restarts from the latest checkpoint before giving up"}
+    )
+    run_id: str = field(default="", metadata={"help": "names the Ray Train run (the workflow uid on Argo)"})
+
+    def __post_init__(self) -> None:
+        # Folders or URIs: kept as text, since pathlib would fold "s3://bucket" into "s3:/bucket".
+        self.dataset, self.out, self.checkpoint_dir = str(self.dataset), str(self.out), str(self.checkpoint_dir)
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    final_loss: float
+    train_seconds: float
+    tokens_per_second: float
+    device: str
+    resumed_from_step: int
+    peak_gpu_memory_gib: float = 0.0  # gpu: the CUDA allocator's peak in the process that finished (sizes the pool)
+
+
+def config_problems(cfg: TrainConfig) -> list[str]:
+    """Everything wrong with the settings alone, without looking at the machine (also run by check-parameters)."""
+    problems = []
+    if cfg.train_backend not in BACKENDS:
+        problems.append(f"--train-backend {cfg.train_backend!r} is not one of {', '.join(BACKENDS)}")
+    if cfg.qlora and cfg.train_backend != "gpu":
+        problems.append("--qlora needs --train-backend gpu (bitsandbytes' 4-bit kernels run on CUDA); drop --qlora")
+    if cfg.train_backend == "ray" and cfg.ray_workers < 1:
+        problems.append(f"--ray-workers {cfg.ray_workers}: needs at least 1")
+    if cfg.train_backend == "ray" and cfg.ray_address and cfg.threads < 1:
+        problems.append("--threads: set the threads per Ray worker (the cluster's nodes differ from this machine)")
+    if cfg.checkpoint_every < 0:
+        problems.append(f"--checkpoint-every {cfg.checkpoint_every}: use 0 (only at the end) or a positive number")
+    for name in ("batch_size", "max_seq_len"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")
+    return problems

@@ -1,0 +1,75 @@
+"""The training data as the loop takes it: examples encoded in the serving chat template (loss on the summary only),
+left-padded batches, and the seeded batch order that makes the step number a run's data position."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+from steps.prompting import messages
+from steps.train.config import TrainConfig
+
+
+def encode_example(tokenizer: Any, document: str, summary: str, max_seq_len: int) -> dict[str, list[int]]:
+    """Token ids and labels for one example: prompt tokens are masked out (-100), the summary and end-of-turn kept."""
+    prompt = tokenizer.apply_chat_template(messages(document), add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(summary.strip() + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    overflow = len(prompt_ids) + len(answer_ids) - max_seq_len
+    if overflow > 0:
+        # Cut the document from the middle of the prompt, keeping the instructions' head and the turn's end.
+        keep_tail = 16
+        prompt_ids = prompt_ids[: len(prompt_ids) - keep_tail - overflow] + prompt_ids[-keep_tail:]
+    return {"input_ids": prompt_ids + answer_ids, "labels": [-100] * len(prompt_ids) + answer_ids}
+
+
+def encode_rows(tokenizer: Any, rows: list[dict], max_seq_len: int) -> list[dict[str, list[int]]]:
+    """The training split's rows as `encode_example`s, in order."""
+    return [encode_example(tokenizer, r["document"], r["summary"], max_seq_len) for r in rows]
+
+
+def collate(batch: list[dict[str, list[int]]], pad_id: int) -> dict[str, Any]:
+    """Left-padded tensors, so every summary ends at the last column and only the tail needs logits.
+
+    `keep` is the number of trailing positions that hold labels; `position_ids` count from each row's first real token.
+    """
+    import torch
+
+    width = max(len(b["input_ids"]) for b in batch)
+    keep = max(len(b["labels"]) - next(i for i, t in enumerate(b["labels"]) if t != -100) for b in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, b in enumerate(batch):
+        n = len(b["input_ids"])
+        ids[i, width - n :] = torch.tensor(b["input_ids"])
+        labels[i, width - n :] = torch.tensor(b["labels"])
+        mask[i, width - n :] = 1
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask, "position_ids": positions, "keep": keep}
+
+
+def schedule(n_examples: int, cfg: TrainConfig) -> tuple[int, int]:
+    """(optimiser steps, warm-up steps) for a run over `n_examples`."""
+    total = max(1, math.ceil(math.ceil(n_examples / cfg.batch_size) * cfg.epochs))
+    return total, max(1, int(total * cfg.warmup_ratio))
+
+
+def global_batches(examples: list[dict[str, list[int]]], cfg: TrainConfig) -> Iterator[list[int]]:
+    """Example indices of each optimiser step, in a seeded order that every rank computes alike.
+
+    Lengths are grouped (sorted within shuffled chunks of 4 batches) to waste little padding. The order depends on the
+    seed and the step only, so skipping the first k batches is the data position of a run resumed at step k.
+    """
+    rng = random.Random(cfg.seed)
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        chunk = cfg.batch_size * 4
+        for c in range(0, len(order), chunk):
+            part = sorted(order[c : c + chunk], key=lambda i: len(examples[i]["input_ids"]))
+            groups = [part[i : i + cfg.batch_size] for i in range(0, len(part), cfg.batch_size)]
+            rng.shuffle(groups)
+            yield from groups

@@ -1,0 +1,140 @@
+"""The launchers of `train_loop`: in this process (cpu, gpu; `train_here`) and on Ray Train (`train_ray`, one
+`ray_worker` per worker, DDP over Gloo, checkpoints through Ray's storage path)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from steps.common import is_uri
+from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
+from steps.train.config import TrainConfig
+from steps.train.data import encode_rows
+from steps.train.loop import stop_on_sigterm, train_loop
+from steps.train.model import build_model, pad_id_of
+
+# OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
+# but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
+# (benchmarks/train_throughput.py): 6 tiny-model steps took 26.5 s spinning vs 2.8 s with OMP_WAIT_POLICY=PASSIVE
+# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So it stays the operator's choice for
+# shared nodes; a value set for the step is handed on to the Ray workers.
+WAIT_POLICY = {k: v for k, v in os.environ.items() if k == "OMP_WAIT_POLICY"}
+
+
+class TrainingFailed(Exception):
+    """Training did not finish; nothing was written to --out."""
+
+
+def train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints) -> tuple[str, float]:
+    """The in-process launcher (cpu, gpu): returns the device's name and its peak allocated memory in GiB (0 on CPU)."""
+    import torch
+
+    device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    model, tokenizer = build_model(cfg, device)
+    examples = encode_rows(tokenizer, rows, cfg.max_seq_len)
+    with stop_on_sigterm():
+        train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints)
+    if device.type == "cpu":
+        return "cpu", 0.0
+    return torch.cuda.get_device_name(device), round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+
+
+def ray_worker(config: dict) -> None:
+    """One Ray Train worker: the same model, examples and `train_loop`, DDP over Gloo."""
+    import ray.train
+    import torch
+    from ray.train.torch import prepare_model
+
+    cfg = TrainConfig(**config["cfg"])
+    torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
+    context = ray.train.get_context()
+    model, tokenizer = build_model(cfg, torch.device("cpu"))
+    examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
+    model = prepare_model(model)
+    train_loop(
+        model,
+        examples,
+        cfg,
+        pad_id_of(tokenizer),
+        RayCheckpoints(),
+        rank=context.get_world_rank(),
+        world_size=context.get_world_size(),
+    )
+
+
+def ray_storage(location: str) -> tuple[str, Any]:
+    """Ray Train's storage path and filesystem: an absolute local folder, or S3 (honouring AWS_ENDPOINT_URL)."""
+    if not is_uri(location):
+        return str(Path(location).resolve()), None
+    if not location.startswith("s3://"):
+        raise ValueError(f"--checkpoint-dir {location}: only local folders and s3:// URIs are supported")
+    from pyarrow import fs
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    kwargs: dict[str, Any] = {"region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1")}
+    if endpoint:
+        kwargs["endpoint_override"] = endpoint
+        kwargs["scheme"] = "https" if endpoint.startswith("https") else "http"
+    return location[len("s3://") :].rstrip("/"), fs.S3FileSystem(**kwargs)
+
+
+def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> str:
+    """The Ray Train launcher: `cfg.ray_workers` CPU workers; copies the final checkpoint into `dest`."""
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    threads = cfg.threads or max(1, (os.cpu_count() or 1) // cfg.ray_workers)
+    started_here = not ray.is_initialized()
+    if started_here:
+        if cfg.ray_address:
+            ray.init(address=cfg.ray_address, logging_level="WARNING")
+        else:  # a local cluster just big enough: the workers' CPUs, no dashboard
+            ray.init(num_cpus=cfg.ray_workers * threads, logging_level="WARNING")
+    if Path(cfg.base_model).exists():  # Ray workers do not run in this folder: a relative path would miss
+        cfg = replace(cfg, base_model=str(Path(cfg.base_model).resolve()))
+    storage_path, filesystem = ray_storage(storage)
+    # The run's name is stable across restarts of this command (workflow uid on Argo), so Ray Train finds the
+    # earlier attempt's checkpoints in the storage path and `get_checkpoint()` resumes from the latest.
+    digest = hashlib.sha256(json.dumps([asdict(cfg), rows], default=str).encode()).hexdigest()
+    name = cfg.run_id or f"train-{digest[:12]}"
+    trainer = TorchTrainer(
+        ray_worker,
+        train_loop_config={"cfg": asdict(cfg), "rows": rows, "threads": threads},
+        scaling_config=ScalingConfig(num_workers=cfg.ray_workers, use_gpu=False, resources_per_worker={"CPU": threads}),
+        torch_config=TorchConfig(backend="gloo"),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=filesystem,
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
+            worker_runtime_env={"env_vars": WAIT_POLICY},
+        ),
+    )
+    try:
+        result = trainer.fit()
+        with result.checkpoint.as_directory() as folder:
+            shutil.copytree(folder, dest, dirs_exist_ok=True)
+        # The adapter is out of Ray's hands now: locally a rerun is a new run, not a resume of this one. On S3 (the
+        # cluster's run prefix) the checkpoints stay until the adapter is safely uploaded and beyond (see run()).
+        if filesystem is None:
+            shutil.rmtree(Path(storage_path) / name, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the storage folder itself, when this run was all it held
+                Path(storage_path).rmdir()
+    except ray.train.TrainingFailedError as e:
+        raise TrainingFailed(
+            f"Ray training failed after {cfg.max_failures} restart(s) from its checkpoints: {e}. Its checkpoints are "
+            f"kept under {storage}/{name}: rerun the same command to resume"
+        ) from e
+    finally:
+        if started_here:
+            ray.shutdown()
+    return f"ray: {cfg.ray_workers} CPU workers x {threads} threads"

@@ -64,7 +64,6 @@ FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debou
 DECISION_TAG = "retrain.decision."  # + run id; the value is that run's decision, JSON (see the module docstring)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a Kubernetes uid fits; so does an MLflow tag-key suffix
 ONLINE_RUN_TAG = online.ONLINE_RUN_TAG
-TRIGGERS = ("quality", "feedback", "base-model")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 import types
@@ -109,8 +110,19 @@ def _parser_type(annotation: Any) -> Any:
     raise TypeError(f"unsupported config field type {annotation!r}")
 
 
+def _prog() -> str | None:
+    """`python -m steps.<step>` when a step runs as a module (Python 3.11's argparse would say `__main__.py` for a
+    package step such as steps.train); None (argparse's own) otherwise."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or not spec.name.startswith("steps."):
+        return None
+    return f"python -m {spec.name.removesuffix('.__main__')}"
+
+
 def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=_prog(), description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     hints = typing.get_type_hints(config_cls, localns={"Path": Path})
     for field in dataclasses.fields(config_cls):
         kwargs: dict[str, Any] = {"type": _parser_type(hints[field.name]), "help": field.metadata.get("help", "")}

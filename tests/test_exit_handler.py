@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
+from steps.train.config import BACKENDS
 from tests.manifests import WORKFLOW_UID, rayjob_template, rendered_rayjob, rendered_template, substitute, templates
 from workflows import rayjob, security
-from workflows.distill import TRAIN_BACKENDS
 
 
 def exit_handler() -> dict:
@@ -74,7 +74,7 @@ def argo_when(expression: str, status: str, backend: str) -> bool:
     return all((a == b) == (op == "==") for a, op, b in clauses)
 
 
-@pytest.mark.parametrize("backend", TRAIN_BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("status", ["Succeeded", "Failed", "Error"])  # `argo stop` and a passed deadline: Failed
 def test_delete_runs_only_for_the_ray_backend_when_the_workflow_did_not_succeed(status: str, backend: str):
     assert argo_when(delete_task()["when"], status, backend) is (backend == "ray" and status != "Succeeded")

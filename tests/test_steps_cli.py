@@ -54,3 +54,11 @@ def test_atomic_dir_replaces_the_previous_output(tmp_path):
         (tmp / "new.txt").write_text("new")
     assert [p.name for p in final.iterdir()] == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_help_names_the_command_a_user_types():
+    # Python 3.11's argparse says `__main__.py` for a package step (steps/train/) unless told the program's name.
+    for module in ("steps.train", "steps.evaluate"):
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"usage: python -m {module} "), proc.stdout[:80]

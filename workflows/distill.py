@@ -86,7 +86,6 @@ from workflows.images import Images
 
 IN_DIR = "/work/in"
 OUT_DIR = "/work/out"
-TRAIN_BACKENDS = ("gpu", "cpu", "ray")
 # The default artifact repository's bucket (infra/artifact-repository.yaml; a test keeps them equal): key-only
 # artifacts land there, so the steps that read and write S3 themselves must name the same bucket.
 BUCKET = "distillery-artifacts"

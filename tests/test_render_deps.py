@@ -213,18 +213,30 @@ def test_python_imports_nothing_of_the_project_outside_the_static_closure(stage)
 NOT_COPIED = (".git", ".venv", ".cache", "out", "mlruns", "dvc.lock", "__pycache__", "*.egg-info", ".*_cache")
 
 
+# Both DVC pipelines in the repository (dvc.yaml, params.yaml, their stages, how `dvc status` names a stage when run
+# from the root): distill's at the root, build-dataset's in its folder (its stages run from the root: wdir ..).
+DVC_PIPELINES = (
+    ("dvc.yaml", "params.yaml", STAGES, ""),
+    ("build-dataset/dvc.yaml", "build-dataset/params.yaml", BUILD_STAGES, "build-dataset/dvc.yaml:"),
+)
+
+
 def dvc_repo_copy(dst: Path) -> Path:
-    """The repo's working tree copied to `dst` as a DVC project (no git) whose dvc.lock records every stage as run:
-    placeholder outputs and base model, committed with `dvc commit --force` (nothing is trained)."""
+    """The repo's working tree copied to `dst` as a DVC project (no git) whose dvc.lock files record every stage of
+    both pipelines as run: placeholder outputs and inputs, committed with `dvc commit --force` (nothing is run)."""
     shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(*NOT_COPIED))
     (dst / ".dvc/config").write_text("[core]\n    analytics = false\n    no_scm = true\n")
-    for stage in committed_stages().values():
-        for path in [d for d in stage["deps"] if not d.endswith(".py")] + [next(iter(o)) for o in stage["outs"]]:
-            if path.startswith("${"):  # a parameter's value
-                path = str(yaml.safe_load((dst / "params.yaml").read_text())[path[2:-1]])
-            (dst / path).mkdir(parents=True, exist_ok=True)
-            if not any((dst / path).iterdir()):
-                (dst / path / "placeholder").write_text("x\n")
+    for dvc_file, params_file, _, _ in DVC_PIPELINES:
+        params = yaml.safe_load((dst / params_file).read_text())
+        for stage in yaml.safe_load((dst / dvc_file).read_text())["stages"].values():
+            for path in [d for d in stage["deps"] if not d.endswith(".py")] + [next(iter(o)) for o in stage["outs"]]:
+                if path.startswith("${"):  # a parameter's value
+                    path = str(params[path[2:-1]])
+                if (dst / path).is_file():  # a committed input file (a feedback file, the teachers' terms)
+                    continue
+                (dst / path).mkdir(parents=True, exist_ok=True)
+                if not any((dst / path).iterdir()):
+                    (dst / path / "placeholder").write_text("x\n")
     subprocess.run(["dvc", "commit", "--force", "--quiet"], cwd=dst, check=True, capture_output=True, text=True)
     return dst
 
@@ -249,7 +261,12 @@ def test_dvc_status_reports_exactly_the_stages_whose_code_changed(tmp_path: Path
     assert "steps/train/loop.py" in modules and "steps/train/__main__.py" in modules  # a stage that is a package
     wrong = {}  # module -> (stages whose closure holds it, stages dvc reports changed)
     for module in modules:
-        expected = {s.name for s in STAGES if module in code_files(s.module, repo)}
+        expected = {
+            prefix + s.name
+            for _, _, stages, prefix in DVC_PIPELINES
+            for s in stages
+            if module in code_files(s.module, repo)
+        }
         path = repo / module
         original = path.read_bytes()
         path.write_bytes(original + b"\n# a comment: the file's bytes changed\n")

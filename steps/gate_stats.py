@@ -122,6 +122,7 @@ def holm(p_values: Sequence[float], alpha: float) -> tuple[list[bool], list[floa
 
 
 def wilson_interval(x: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (z: the normal quantile of the two-sided level)."""
     if n == 0:
         return 0.0, 1.0
     p = x / n
@@ -150,6 +151,19 @@ def newcombe_interval(pair: Paired, confidence: float) -> tuple[float, float]:
     lower = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     upper = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     return max(-1.0, lower), min(1.0, upper)
+
+
+def newcombe_independent(s1: int, n1: int, s2: int, n2: int, confidence: float) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2 of two independent samples (online traffic of
+    two versions: different requests, so no pairing), two-sided at `confidence`."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p1, p2 = s1 / n1, s2 / n2
+    l1, u1 = wilson_interval(s1, n1, z)
+    l2, u2 = wilson_interval(s2, n2, z)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 def clopper_pearson_upper(x: int, n: int, alpha: float) -> float:

@@ -41,16 +41,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from steps import online as om
 from steps import registry
 from steps.common import atomic_dir, parse_config, timed, write_result
+from steps.gate_stats import newcombe_independent
 from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
 from steps.registry import CHALLENGER, CHAMPION
 from steps.registry import CHALLENGER_SINCE as SINCE_TAG
@@ -68,29 +67,6 @@ ACTIONS = ("promote", "rollback")
 
 class PromoteError(ValueError):
     """Bad configuration, or a registry state this step cannot act on; the message says what to do."""
-
-
-# --- the statistics: plain functions -------------------------------------------------------------------------------
-
-
-def wilson(successes: int, n: int, z: float) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (z: the normal quantile of the two-sided level)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def newcombe(s1: int, n1: int, s2: int, n2: int, confidence: float) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2, two-sided at `confidence`."""
-    z = NormalDist().inv_cdf((1 + confidence) / 2)
-    p1, p2 = s1 / n1, s2 / n2
-    l1, u1 = wilson(s1, n1, z)
-    l2, u2 = wilson(s2, n2, z)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 @dataclass
@@ -198,7 +174,7 @@ def decide(
     if champion is None:
         reasons.append(f"quality: no '{CHAMPION}' to compare with")
     elif challenger.requests and champion.requests:
-        low, high = newcombe(
+        low, high = newcombe_independent(
             challenger.accepted, challenger.requests, champion.accepted, champion.requests, cfg.confidence
         )
         figures["difference"] = challenger.rate - champion.rate  # type: ignore[operator]

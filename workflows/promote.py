@@ -20,28 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from hera.workflows import DAG, Container, CronWorkflow, Parameter, Task
+from hera.workflows import DAG, CronWorkflow, Parameter, Task
 from hera.workflows import models as m
 
 from steps import sizing
 from steps.pipeline import param
 from steps.promote import PromoteConfig
-from workflows import security
-from workflows.distill import (
-    AMD64,
-    CONTAINER_SECURITY,
-    DEFAULT_RETRY,
-    OUT_DIR,
-    POD_SECURITY,
-    step_env,
-    volume_mounts,
-    volumes,
-)
+from workflows import cron as crons
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
 SCHEDULE = "41 5 * * *"  # daily, before the working day (UTC), off the hour
-TIMEZONE = "UTC"
 STEP = "promote"
 OUTPUT = "promote"
 
@@ -59,55 +48,27 @@ RESOURCES = m.ResourceRequirements(
 )
 
 
-def _help() -> dict[str, str]:
-    fields = {f.name.replace("_", "-"): f.metadata["help"] for f in dataclasses.fields(PromoteConfig)}
-    return {name: fields[name] for name in PROMOTE_DEFAULTS}
-
-
 def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWorkflow:
-    helps = _help()
-    with CronWorkflow(
+    with crons.cron(
         name="distill-promote",
-        schedules=[schedule],
-        timezone=TIMEZONE,
-        concurrency_policy="Forbid",
-        starting_deadline_seconds=600,
-        successful_jobs_history_limit=3,
-        failed_jobs_history_limit=5,
+        schedule=schedule,
         entrypoint="decide",
-        service_account_name=security.STEPS,
-        automount_service_account_token=False,
-        executor=m.ExecutorConfig(service_account_name=security.STEPS),
-        arguments=[Parameter(name=k, value=v, description=helps[k]) for k, v in PROMOTE_DEFAULTS.items()],
-        labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "promote"},
-        annotations={
-            "workflows.argoproj.io/description": "promote the challenger once it has held up online (or roll back)"
-        },
+        component="promote",
+        description="promote the challenger once it has held up online (or roll back)",
+        defaults=PROMOTE_DEFAULTS,
+        helps=crons.flag_help(PromoteConfig, PROMOTE_DEFAULTS),
         active_deadline_seconds=900,
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        ttl_strategy=m.TTLStrategy(seconds_after_success=7 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
-        security_context=POD_SECURITY,
+        keep_success_seconds=7 * crons.DAY,
     ) as cron:
-        out = f"{OUT_DIR}/{OUTPUT}"
-        template = Container(
-            name=STEP,
-            image=images.ref("cpu"),
-            command=["python"],
-            args=["-m", "steps.promote", "--out", out]
-            + [a for name in PROMOTE_DEFAULTS for a in (f"--{name}", f"{{{{inputs.parameters.{name}}}}}")],
-            inputs=[Parameter(name=name) for name in PROMOTE_DEFAULTS],
-            outputs=[
-                Parameter(name=o, value_from=m.ValueFrom(path=f"{out}/_outputs/{o}"))
-                for o in ("decision", "changed", "champion-version")
-            ],
+        # Safe to retry: a retry re-reads the aliases and either repeats the same writes or finds them done.
+        template = crons.step_container(
+            step=STEP,
+            module="steps.promote",
+            output=OUTPUT,
+            flags=PROMOTE_DEFAULTS,
+            outputs=("decision", "changed", "champion-version"),
             resources=RESOURCES,
-            security_context=CONTAINER_SECURITY,
-            env=step_env(STEP),
-            volumes=volumes(STEP, sized=False),
-            volume_mounts=volume_mounts(STEP),
-            node_selector=AMD64,  # the cpu image is amd64 only
-            # Safe to retry: a retry re-reads the aliases and either repeats the same writes or finds them done.
-            retry_strategy=DEFAULT_RETRY,
+            images=images,
         )
         with DAG(name="decide"):
             Task(

@@ -17,32 +17,19 @@ templating happens.
 
 from __future__ import annotations
 
-import dataclasses
-
 import yaml
-from hera.workflows import DAG, Container, CronWorkflow, Parameter, Resource, Task
+from hera.workflows import DAG, CronWorkflow, Parameter, Resource, Task
 from hera.workflows import models as m
 
 from steps import sizing
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
-from workflows import security
-from workflows.distill import (
-    AMD64,
-    CONTAINER_SECURITY,
-    DEFAULT_RETRY,
-    OUT_DIR,
-    POD_SECURITY,
-    SUBMITTER,
-    step_env,
-    volume_mounts,
-    volumes,
-)
+from workflows import cron as crons
+from workflows.distill import SUBMITTER
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
-TIMEZONE = "UTC"
 RETRAIN_MUTEX = "distill-retrain"
 TEMPLATE_REF = "distill"
 OUTPUT = "triggers"
@@ -74,11 +61,6 @@ RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi", "ephemeral-storage": DISK},
     limits={"memory": "1Gi", "ephemeral-storage": DISK},
 )
-
-
-def _help() -> dict[str, str]:
-    fields = {f.name.replace("_", "-"): f.metadata["help"] for f in dataclasses.fields(TriggersConfig)}
-    return {name: fields[name] for name in CHECK_DEFAULTS}
 
 
 def retrain_manifest() -> str:
@@ -116,48 +98,29 @@ def retrain_manifest() -> str:
 
 
 def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWorkflow:
-    helps = _help()
-    with CronWorkflow(
+    # The cron runs as the steps' service account (the check); submit-retrain runs as the submitter.
+    with crons.cron(
         name="distill-retrain-check",
-        schedules=[schedule],
-        timezone=TIMEZONE,
-        concurrency_policy="Forbid",
-        starting_deadline_seconds=600,
-        successful_jobs_history_limit=3,
-        failed_jobs_history_limit=5,
+        schedule=schedule,
         entrypoint="check-and-retrain",
-        service_account_name=security.STEPS,  # the check; submit-retrain runs as the submitter
-        automount_service_account_token=False,
-        executor=m.ExecutorConfig(service_account_name=security.STEPS),
-        arguments=[Parameter(name=k, value=v, description=helps[k]) for k, v in CHECK_DEFAULTS.items()],
-        labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "retrain-check"},
-        annotations={
-            "workflows.argoproj.io/description": "check the retraining triggers; start distill when one fires"
-        },
+        component="retrain-check",
+        description="check the retraining triggers; start distill when one fires",
+        defaults=CHECK_DEFAULTS,
+        helps=crons.flag_help(TriggersConfig, CHECK_DEFAULTS),
         active_deadline_seconds=1800,
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        ttl_strategy=m.TTLStrategy(seconds_after_success=24 * 3600, seconds_after_failure=7 * 24 * 3600),
-        security_context=POD_SECURITY,
+        keep_success_seconds=crons.DAY,
     ) as cron:
-        out = f"{OUT_DIR}/{OUTPUT}"
-        check_template = Container(
-            name=CHECK,
-            image=images.ref("cpu"),
-            command=["python"],
-            args=["-m", "steps.check_triggers", "--out", out]
-            + [a for name in CHECK_DEFAULTS for a in (f"--{name}", f"{{{{inputs.parameters.{name}}}}}")]
+        check_template = crons.step_container(
+            step=CHECK,
+            module="steps.check_triggers",
+            output=OUTPUT,
+            flags=CHECK_DEFAULTS,
+            outputs=CHECK_OUTPUTS,
+            resources=RESOURCES,
+            images=images,
             # Every retry of the check shares the run's uid, so a retry repeats the decision instead of being
             # debounced by the tags its lost predecessor wrote.
-            + ["--run-id", "{{workflow.uid}}"],
-            inputs=[Parameter(name=name) for name in CHECK_DEFAULTS],
-            outputs=[Parameter(name=o, value_from=m.ValueFrom(path=f"{out}/_outputs/{o}")) for o in CHECK_OUTPUTS],
-            resources=RESOURCES,
-            security_context=CONTAINER_SECURITY,
-            env=step_env(CHECK),
-            volumes=volumes(CHECK, sized=False),
-            volume_mounts=volume_mounts(CHECK),
-            node_selector=AMD64,  # the cpu image is amd64 only
-            retry_strategy=DEFAULT_RETRY,
+            extra_args=("--run-id", "{{workflow.uid}}"),
         )
         submit_template = Resource(
             name="submit-retrain",

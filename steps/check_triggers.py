@@ -57,7 +57,12 @@ from typing import Any
 from steps import online, registry
 from steps.common import atomic_dir, environment, parse_config, timed, write_result
 from steps.dataset import feedback_rows
-from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
+from steps.mlflow_client import (
+    MISSING_TRACKING_URI,
+    MlflowSettings,
+    is_transient,
+    tracking_uri,
+)
 from steps.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
@@ -67,11 +72,8 @@ ONLINE_RUN_TAG = online.ONLINE_RUN_TAG
 
 
 @dataclass
-class TriggersConfig:
+class TriggersConfig(MlflowSettings):
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
     online_metric: str = field(
         default=online.ACCEPTANCE,
@@ -115,16 +117,6 @@ class TriggersConfig:
             "its run's recorded decision repeats it instead of being debounced by its own tags (empty: a fresh id)"
         },
     )
-    http_retries: int = field(
-        default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
-    )
-    http_backoff: int = field(
-        default=1,
-        metadata={"help": "backoff factor in seconds between those retries (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR)"},
-    )
-    http_timeout: int = field(
-        default=30, metadata={"help": "seconds one MLflow HTTP request may take (MLFLOW_HTTP_REQUEST_TIMEOUT)"}
-    )
 
 
 @dataclass
@@ -166,7 +158,7 @@ def config_problems(cfg: TriggersConfig) -> list[str]:
             f"--run-id {cfg.run_id!r}: use up to 100 letters, digits, '_', '.' or '-', starting with a letter or digit "
             "(on Argo: {{workflow.uid}})"
         )
-    return problems + http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
+    return problems + cfg.http_problems()
 
 
 # --- the three triggers, as plain functions ----------------------------------------------------------------------
@@ -334,7 +326,7 @@ def run(cfg: TriggersConfig) -> TriggersResult:
         raise TriggerError(MISSING_TRACKING_URI)
     from mlflow import MlflowClient
 
-    with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+    with environment(cfg.http_env()):
         # A local call without --run-id is a run of its own: never the retry of an earlier one.
         run_id = cfg.run_id or uuid.uuid4().hex
         try:

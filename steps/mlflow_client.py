@@ -8,6 +8,7 @@ module stays light.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
@@ -72,6 +73,33 @@ def http_problems(retries: int, backoff: int, timeout: int) -> list[str]:
         if not low <= value <= high:
             problems.append(f"{flag} {value} is outside MLflow's limits; use {low}..{high}")
     return problems
+
+
+@dataclass(kw_only=True)
+class MlflowSettings:
+    """The MLflow flags every step that talks to the registry takes: where it is, and how hard to retry one request
+    (MLflow's own defaults retry a dead server for minutes). A step's config inherits them."""
+
+    tracking_uri: str = field(
+        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
+    )
+    http_retries: int = field(
+        default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
+    )
+    http_backoff: int = field(
+        default=1,
+        metadata={"help": "backoff factor in seconds between those retries (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR)"},
+    )
+    http_timeout: int = field(
+        default=60, metadata={"help": "seconds one MLflow HTTP request may take (MLFLOW_HTTP_REQUEST_TIMEOUT)"}
+    )
+
+    def http_env(self) -> dict[str, str]:
+        """The retry settings as MLflow's environment variables (set them with `common.environment`)."""
+        return http_settings(self.http_retries, self.http_backoff, self.http_timeout)
+
+    def http_problems(self) -> list[str]:
+        return http_problems(self.http_retries, self.http_backoff, self.http_timeout)
 
 
 def is_transient(error: BaseException) -> bool:

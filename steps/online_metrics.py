@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, parse_config, timed, write_result
-from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
+from steps.common import atomic_dir, environment, parse_config, timed, write_result
+from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.online import (
     DAY_MS,
     METRICS,
@@ -44,12 +44,9 @@ from steps.online import (
 
 
 @dataclass
-class OnlineConfig:
+class OnlineConfig(MlflowSettings):
     outcomes: Path = field(metadata={"help": "the serving side's outcomes file (JSONL, one record per request)"})
     out: Path = field(metadata={"help": "folder to write result.json into"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
     model_name: str = field(
         default="distillery-summariser",
         metadata={"help": "registered model whose versions' outcomes are aggregated (other models' lines are skipped)"},
@@ -88,6 +85,14 @@ def now_from(text: str) -> dt.datetime:
 
 @timed
 def run(cfg: OnlineConfig) -> OnlineResult:
+    problems = cfg.http_problems()
+    if problems:
+        raise OutcomesError("invalid online-metrics config:\n  " + "\n  ".join(problems))
+    with environment(cfg.http_env()):
+        return _run(cfg)
+
+
+def _run(cfg: OnlineConfig) -> OnlineResult:
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise OutcomesError(MISSING_TRACKING_URI)

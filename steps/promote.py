@@ -48,9 +48,9 @@ from typing import Any
 
 from steps import online as om
 from steps import registry
-from steps.common import atomic_dir, parse_config, timed, write_result
+from steps.common import atomic_dir, environment, parse_config, timed, write_result
 from steps.gate_stats import newcombe_independent
-from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
+from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.registry import CHALLENGER, CHAMPION
 from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
@@ -84,12 +84,9 @@ class Online:
 
 
 @dataclass
-class PromoteConfig:
+class PromoteConfig(MlflowSettings):
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
     action: str = field(default="promote", metadata={"help": "promote (decide on the challenger) or rollback"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
     hold_days: float = field(default=7.0, metadata={"help": "days a challenger must have been challenger"})
     min_samples: int = field(
@@ -120,7 +117,7 @@ class PromoteResult:
 
 
 def config_problems(cfg: PromoteConfig) -> list[str]:
-    problems = []
+    problems = cfg.http_problems()
     if cfg.action not in ACTIONS:
         problems.append(f"--action {cfg.action!r}: use one of {', '.join(ACTIONS)}")
     if not cfg.hold_days >= 0:
@@ -346,7 +343,8 @@ def run(cfg: PromoteConfig) -> PromoteResult:
 
     now = om.parse_time(cfg.now) if cfg.now else dt.datetime.now(dt.UTC)
     client = MlflowClient(tracking_uri=uri)
-    result = (promote if cfg.action == "promote" else rollback)(client, cfg, now)
+    with environment(cfg.http_env()):
+        result = (promote if cfg.action == "promote" else rollback)(client, cfg, now)
     with atomic_dir(cfg.out) as out:
         write_result(out, result)
     return result

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, parse_config, read_json, timed, write_result
-from steps.mlflow_client import MISSING_TRACKING_URI, tracking_uri
+from steps.common import atomic_dir, environment, parse_config, read_json, timed, write_result
+from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.registry import CHALLENGER, CHAMPION
 from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
@@ -39,13 +39,10 @@ ALIAS = CHALLENGER
 
 
 @dataclass
-class ProposeConfig:
+class ProposeConfig(MlflowSettings):
     registration: Path = field(metadata={"help": "folder written by register"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate (decision.json)"})
     out: Path = field(metadata={"help": "folder to write the outcome into"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
 
 
 @dataclass
@@ -94,6 +91,14 @@ def utc_now() -> str:
 
 @timed
 def run(cfg: ProposeConfig) -> ProposeResult:
+    problems = cfg.http_problems()
+    if problems:
+        raise ValueError("invalid propose config:\n  " + "\n  ".join(problems))
+    with environment(cfg.http_env()):
+        return _propose(cfg)
+
+
+def _propose(cfg: ProposeConfig) -> ProposeResult:
     from mlflow import MlflowClient
 
     uri = tracking_uri(cfg.tracking_uri)

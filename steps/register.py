@@ -43,7 +43,12 @@ from steps.common import (
     timed,
     write_result,
 )
-from steps.mlflow_client import MISSING_TRACKING_URI, http_problems, http_settings, is_transient, tracking_uri
+from steps.mlflow_client import (
+    MISSING_TRACKING_URI,
+    MlflowSettings,
+    is_transient,
+    tracking_uri,
+)
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
@@ -52,16 +57,13 @@ MODEL_ARTIFACT = "summariser"
 
 
 @dataclass
-class RegisterConfig:
+class RegisterConfig(MlflowSettings):
     dataset: Path = field(metadata={"help": "folder written by fetch-dataset (for lineage.json)"})
     adapter: Path = field(metadata={"help": "folder written by train (the LoRA adapter)"})
     gguf: Path = field(metadata={"help": "folder written by convert-gguf"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate"})
     out: Path = field(metadata={"help": "folder to write registration.json into"})
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
     experiment: str = field(default="distillery", metadata={"help": "MLflow experiment for the run"})
     artifact_location: str = field(
         default="", metadata={"help": "artifact root for a new experiment (empty: the server's default)"}
@@ -88,16 +90,6 @@ class RegisterConfig:
     retry_wait: float = field(
         default=5.0, metadata={"help": "seconds to wait before the second attempt; doubles after each failed one"}
     )
-    http_retries: int = field(
-        default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}
-    )
-    http_backoff: int = field(
-        default=1,
-        metadata={"help": "backoff factor in seconds between those retries (MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR)"},
-    )
-    http_timeout: int = field(
-        default=60, metadata={"help": "seconds one MLflow HTTP request may take (MLFLOW_HTTP_REQUEST_TIMEOUT)"}
-    )
 
 
 @dataclass
@@ -115,7 +107,7 @@ class RegistryUnavailable(RuntimeError):
 
 
 def config_problems(cfg: RegisterConfig) -> list[str]:
-    problems = http_problems(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)
+    problems = cfg.http_problems()
     if cfg.attempts < 1:
         problems.append(f"--attempts {cfg.attempts}: use at least 1")
     if cfg.retry_wait < 0:
@@ -383,7 +375,7 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     tags = lineage_tags(cfg, run_id, gguf_file)
 
     wait = cfg.retry_wait
-    with environment(http_settings(cfg.http_retries, cfg.http_backoff, cfg.http_timeout)):
+    with environment(cfg.http_env()):
         for attempt in range(1, cfg.attempts + 1):
             try:
                 result = register_once(cfg, uri, run_id, tags, gguf_file)

@@ -58,3 +58,33 @@ def test_steps_end_with_the_clear_error_not_a_traceback(monkeypatch, tmp_path, c
     # check-triggers reports its own error type (its main prints TriggerErrors and exits 1)
     with pytest.raises(check_triggers.TriggerError, match="clear text"):
         check_triggers.run(check_triggers.TriggersConfig(out=tmp_path / "t", tracking_uri=REMOTE_HTTP))
+
+
+def test_every_step_that_talks_to_the_registry_takes_the_same_mlflow_settings():
+    """One definition of --tracking-uri and the --http-* retry flags: MLflow's own defaults retry a dead server for
+    minutes, so a step that declared its own tracking URI without them would hang a cron for that long."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import steps
+    from steps.mlflow_client import MlflowSettings
+
+    talking = {}
+    for info in pkgutil.iter_modules(steps.__path__):
+        module = importlib.import_module(f"steps.{info.name}")
+        for obj in vars(module).values():
+            if dataclasses.is_dataclass(obj) and isinstance(obj, type) and obj.__module__ == module.__name__:
+                if "tracking_uri" in {f.name for f in dataclasses.fields(obj)}:
+                    talking[obj.__name__] = issubclass(obj, MlflowSettings)
+    # evaluate's is optional (no registry: no champion), with a help text of its own.
+    talking.pop("EvaluateConfig")
+    assert {"RegisterConfig", "ProposeConfig", "PromoteConfig", "OnlineConfig", "TriggersConfig"} <= set(talking)
+    assert [name for name, ok in talking.items() if not ok] == []
+
+
+def test_a_retry_setting_outside_mlflow_s_limits_is_refused_before_any_request(tmp_path):
+    from steps.promote import PromoteConfig, PromoteError, run
+
+    with pytest.raises(PromoteError, match="--http-retries 11"):
+        run(PromoteConfig(out=tmp_path / "out", tracking_uri="http://127.0.0.1:9", http_retries=11))

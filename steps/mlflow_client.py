@@ -8,8 +8,12 @@ module stays light.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from steps.common import environment
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
 # MLflow's own per-request limits (mlflow.environment_variables); a step's --http-* fields set them for that step.
@@ -100,6 +104,15 @@ class MlflowSettings:
 
     def http_problems(self) -> list[str]:
         return http_problems(self.http_retries, self.http_backoff, self.http_timeout)
+
+    @contextmanager
+    def http_retries_set(self, error: type[Exception], step: str) -> Iterator[None]:
+        """Refuse out-of-range --http-* flags (raising `error`), then run the block with them set for MLflow."""
+        problems = self.http_problems()
+        if problems:
+            raise error(f"invalid {step} config:\n  " + "\n  ".join(problems))
+        with environment(self.http_env()):
+            yield
 
 
 def is_transient(error: BaseException) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, environment, parse_config, timed, write_result
+from steps.common import atomic_dir, parse_config, timed, write_result
 from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.online import (
     DAY_MS,
@@ -85,10 +85,7 @@ def now_from(text: str) -> dt.datetime:
 
 @timed
 def run(cfg: OnlineConfig) -> OnlineResult:
-    problems = cfg.http_problems()
-    if problems:
-        raise OutcomesError("invalid online-metrics config:\n  " + "\n  ".join(problems))
-    with environment(cfg.http_env()):
+    with cfg.http_retries_set(OutcomesError, "online-metrics"):
         return _run(cfg)
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import registry
-from steps.common import atomic_dir, environment, parse_config, read_json, timed, write_result
+from steps.common import atomic_dir, parse_config, read_json, timed, write_result
 from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.registry import CHALLENGER, CHAMPION
 from steps.registry import CHALLENGER_SINCE as SINCE_TAG
@@ -91,10 +91,7 @@ def utc_now() -> str:
 
 @timed
 def run(cfg: ProposeConfig) -> ProposeResult:
-    problems = cfg.http_problems()
-    if problems:
-        raise ValueError("invalid propose config:\n  " + "\n  ".join(problems))
-    with environment(cfg.http_env()):
+    with cfg.http_retries_set(ValueError, "propose"):
         return _propose(cfg)
 
 

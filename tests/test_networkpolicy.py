@@ -1,12 +1,7 @@
 """The Ray pods' NetworkPolicy (infra/networkpolicy/ray.yaml), evaluated with NetworkPolicy's semantics on the pods
 KubeRay would create for the rendered RayJob, and the RayJob's Ray token authentication against KubeRay's rules.
 
-NetworkPolicy (k8s.io/api/networking/v1 types.go; the Kubernetes docs' "Network Policies"): pods no policy selects
-for a direction are open in it; a selected pod admits a connection only when some rule of a selecting policy admits
-it. A peer with only `podSelector` means pods of the policy's own namespace; only `namespaceSelector`, every pod of
-the matching namespaces; both, the pods that match in the matching namespaces; `ipBlock`, addresses (here: outside
-the cluster). A rule with no `from`/`to` admits every peer; no `ports`, every port. A connection needs both the
-source's egress and the destination's ingress to allow it.
+The NetworkPolicy semantics are tests/netpol.py's.
 """
 
 from __future__ import annotations

@@ -180,8 +180,7 @@ def card_markdown(data: dict, rev: str) -> str:
         f"{t['terms_reviewed_on']}.",
         "",
         f"**Filters** (dropped): {data['filters']['filters']}; de-duplication: {data['filters']['deduplication']}; "
-        f"teacher answers trimmed to complete sentences: {data['filters']['trimmed']}; "
-        f"not checked: {', '.join(data['filters']['not_checked'])}.",
+        f"teacher answers trimmed to complete sentences: {data['filters']['trimmed']}.",
         "",
         f"**Feedback**: {data['feedback']['rows']} rows, {data['feedback']['new_since_previous_revision']} new.",
         "",

@@ -332,9 +332,15 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     texts["d6"] = steer(TEXTS[1].replace("school board", "college"), "eval")
     summaries["d5"] = ("A butcher's shop opened on Market Street. It will hire twelve people and buy", "length")
     summaries["d6"] = ("The college voted to move the start of classes to half past eight and", "length")
+    # An English document summarised in French (small teachers drift into another language now and then).
+    texts["d7"] = steer(TEXTS[0].replace("harbour district", "old town"), "train")
+    summaries["d7"] = "La compagnie des eaux a remplacé les vieilles conduites et les fuites ont baissé d'un tiers."
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
     found = json.loads((tmp_path / "examples/filters.json").read_text())
-    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "length-ratio": 1, "too-long": 0}
+    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "wrong-language": 1, "length-ratio": 1,
+                                "too-long": 0}  # fmt: skip
+    reasons = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert reasons["d7"] == "wrong-language" and "d4" not in reasons  # a three-word English summary is not
     assert found["trimmed"] == 1
     d5 = next(r for r in read_jsonl(tmp_path / "examples/train.jsonl") if r["id"] == "d5")
     assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True

@@ -5,7 +5,9 @@
 Reads `<dataset-path>/{train,eval,adversarial}.jsonl` from `dataset-repo` at `dataset-rev` with DVC's API, so files
 tracked by DVC (pulled from the repo's remote, e.g. S3) and files tracked by git are read the same way. Produces in
 `--out`: the three validated files, `lineage.json` (repo, requested rev, resolved commit, per-file and overall
-sha256, row counts) and `result.json`. Any invalid row stops the step with one error listing every problem by file,
+sha256, row counts), the data card `card.json` when the revision has one (build-dataset's publish writes it; register
+logs it and tags the model version with it) and `result.json`. Any invalid row stops the step with one error listing
+every problem by file,
 line and field; nothing is written then.
 
 A valid file is as steps/dataset.py describes, checked row by row with its parser (`dataset.parse_split`, which
@@ -15,12 +17,13 @@ document, nor nearly its document (NEAR_DUPLICATE_SHARE), with a train row.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.common import atomic_dir, parse_config, timed, write_json, write_result
-from steps.dataset import SPLITS, DatasetError, content_hash, validate
+from steps.dataset import CARD_FILE, SPLITS, DatasetError, content_hash, validate
 
 MAX_LISTED_PROBLEMS = 50
 
@@ -44,7 +47,7 @@ class FetchResult:
     adversarial_rows: int
 
 
-def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str]:
+def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str, bytes | None]:
     from dvc.api import DVCFileSystem
 
     try:
@@ -72,12 +75,22 @@ def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str]:
                 for p in missing
             )
         )
-    return raw, commit
+    card = None
+    card_path = f"{cfg.dataset_path.rstrip('/')}/{CARD_FILE}"
+    try:
+        with fs.open(card_path, "rb") as f:
+            card = f.read()
+        json.loads(card)
+    except FileNotFoundError:
+        pass  # a hand-written dataset has no card
+    except ValueError as e:
+        raise DatasetError(f"{cfg.dataset_repo}@{cfg.dataset_rev}:{card_path}: not a JSON data card ({e})") from e
+    return raw, commit, card
 
 
 @timed
 def run(cfg: FetchConfig) -> FetchResult:
-    raw, commit = _read_raw(cfg)
+    raw, commit, card = _read_raw(cfg)
     origin = cfg.dataset_path.rstrip("/")
     rows, problems = validate(raw, origin)
     if problems:
@@ -99,6 +112,8 @@ def run(cfg: FetchConfig) -> FetchResult:
     with atomic_dir(cfg.out) as tmp:
         for split in SPLITS:
             (tmp / f"{split}.jsonl").write_bytes(raw[split])
+        if card is not None:
+            (tmp / CARD_FILE).write_bytes(card)
         write_json(
             tmp / "lineage.json",
             {
@@ -109,6 +124,7 @@ def run(cfg: FetchConfig) -> FetchResult:
                 "dataset_hash": overall,
                 "files_sha256": file_hashes,
                 "rows": {split: len(rows[split]) for split in SPLITS},
+                "card": CARD_FILE if card is not None else None,
             },
         )
         write_result(tmp, result)

@@ -9,10 +9,10 @@ decontaminated and split by a stable hash of their document.
 2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
    cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
-   one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `length-ratio`
-   (more words than the document: a copy, not a summary), `too-long` (over the answer cap the dataset's rows are held
-   to, steps/dataset.py). Curated summaries pass all but `empty` and `too-long`: a reviewer chose them. Wrong-language
-   outputs are not detected (no language model is light enough to be worth it here); the card says so.
+   one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `wrong-language`
+   (not in its document's language, `wrong_language`), `length-ratio` (more words than the document: a copy, not a
+   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/dataset.py). Curated summaries pass
+   all but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed.
 4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`dataset.near_duplicates`: the
@@ -26,12 +26,14 @@ train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from steps.common import atomic_dir, parse_config, read_jsonl, timed, write_json, write_jsonl, write_result
 from steps.dataset import (
@@ -45,12 +47,20 @@ from steps.dataset import (
     summary_token_budget,
 )
 
-FILTERS = ("empty", "truncated", "refusing", "length-ratio", "too-long")
+FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long")
 CURATED_FILTERS = ("empty", "too-long")
 # A refusal or apology where a summary belongs (small teachers do this on odd documents).
 REFUSAL = re.compile(
     r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
 )
+# Language identification: py3langid (langid.py's naive Bayes over byte n-grams, 97 languages, its model shipped in
+# the wheel, offline and deterministic). A summary is in the wrong language when the detector gives its document's
+# language less than this probability for it. One-sentence summaries are short evidence: the committed English
+# summaries score 0.2-1.0 for English ("A bakery opened." 0.20), French, German or Spanish sentences of the same
+# length under 1e-4, so the bound sits between. A document the detector is unsure of (top language under
+# MIN_DOCUMENT_CONFIDENCE) is not judged: its language is not known well enough to call the summary wrong.
+MAX_SAME_LANGUAGE_PROB = 0.01
+MIN_DOCUMENT_CONFIDENCE = 0.5
 # A summary with more words than its document is a copy or a ramble.
 MAX_LENGTH_RATIO = 1.0
 MIN_SUMMARY_WORDS = 2
@@ -65,6 +75,22 @@ def trim_to_sentences(summary: str) -> str | None:
         if estimate_tokens(kept := summary[:end].strip()) <= summary_token_budget():
             return kept
     return None
+
+
+@functools.cache
+def _language_identifier() -> Any:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def wrong_language(summary: str, document: str) -> bool:
+    """The summary is not in its document's language (see MAX_SAME_LANGUAGE_PROB)."""
+    identifier = _language_identifier()
+    language, confidence = identifier.classify(document)
+    if confidence < MIN_DOCUMENT_CONFIDENCE:
+        return False
+    return dict(identifier.rank(summary))[language] < MAX_SAME_LANGUAGE_PROB
 
 
 class SplitError(ValueError):
@@ -102,13 +128,14 @@ def filter_reason(summary: str, document: str, finish_reason: str, curated: bool
     """The first filter `summary` fails, or None."""
     words = len(summary.split())
     checks = {
-        "empty": words < MIN_SUMMARY_WORDS,
-        "truncated": finish_reason == "length",
-        "refusing": bool(REFUSAL.search(summary)),
-        "length-ratio": words > MAX_LENGTH_RATIO * len(document.split()),
-        "too-long": estimate_tokens(summary) > summary_token_budget(),
+        "empty": lambda: words < MIN_SUMMARY_WORDS,
+        "truncated": lambda: finish_reason == "length",
+        "refusing": lambda: bool(REFUSAL.search(summary)),
+        "wrong-language": lambda: wrong_language(summary, document),
+        "length-ratio": lambda: words > MAX_LENGTH_RATIO * len(document.split()),
+        "too-long": lambda: estimate_tokens(summary) > summary_token_budget(),
     }
-    return next((r for r in FILTERS if checks[r] and (not curated or r in CURATED_FILTERS)), None)
+    return next((r for r in FILTERS if (not curated or r in CURATED_FILTERS) and checks[r]()), None)
 
 
 def _examples(cfg: FilterConfig) -> list[dict]:
@@ -227,7 +254,7 @@ def run(cfg: FilterConfig) -> FilterResult:
         "filters": {r: counts.get(r, 0) for r in FILTERS},
         "deduplication": {r: counts.get(r, 0) for r in ("duplicate", "near-duplicate")},
         "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
-        "not_checked": ["wrong-language"],
+        "language": {"detector": "py3langid", "max_same_language_prob": MAX_SAME_LANGUAGE_PROB},
         "eval_share": cfg.eval_share,
         "max_length_ratio": MAX_LENGTH_RATIO,
         "near_duplicate_share": NEAR_DUPLICATE_SHARE,

@@ -11,6 +11,7 @@ Layout: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (GGUF v2/v3, l
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import struct
@@ -116,3 +117,62 @@ def set_metadata(path: Path, values: dict[str, str | float | bool]) -> None:
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def _read_value(buf: memoryview, pos: int, vtype: int) -> tuple[object, int]:
+    if vtype in FIXED:
+        fmt = "<" + FIXED[vtype]
+        return struct.unpack_from(fmt, buf, pos)[0], pos + struct.calcsize(fmt)
+    if vtype == STRING:
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        return bytes(buf[pos + 8 : pos + 8 + n]).decode("utf-8", errors="surrogateescape"), pos + 8 + n
+    if vtype == ARRAY:
+        etype, count = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        values = []
+        if etype == STRING:  # vocabularies and merges: 100k+ strings, so the loop is kept tight
+            unpack, append = struct.unpack_from, values.append
+            for _ in range(count):
+                (n,) = unpack("<Q", buf, pos)
+                append(str(buf[pos + 8 : pos + 8 + n], "utf-8", "surrogateescape"))
+                pos += 8 + n
+            return values, pos
+        for _ in range(count):
+            value, pos = _read_value(buf, pos, etype)
+            values.append(value)
+        return values, pos
+    raise GGUFFormatError(f"unknown GGUF value type {vtype} at byte {pos}")
+
+
+def read_metadata(path: Path, keys: tuple[str, ...]) -> dict[str, object]:
+    """The values of `keys` (those present) from `path`'s key/value section; other keys are skipped, not decoded."""
+    path = Path(path)
+    with path.open("rb") as src, mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        buf = memoryview(mapped)  # mapped, not read: only the header's pages are touched
+        try:
+            return _read_kv(path, buf, keys)
+        finally:
+            buf.release()
+
+
+def _read_kv(path: Path, buf: memoryview, keys: tuple[str, ...]) -> dict[str, object]:
+    if len(buf) < 24 or bytes(buf[:4]) != MAGIC:
+        raise GGUFFormatError(f"{path} is not a GGUF file (magic {bytes(buf[:4])!r})")
+    version, _, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version not in (2, 3):
+        raise GGUFFormatError(f"{path}: GGUF version {version}, only 2 and 3 are supported")
+    found: dict[str, object] = {}
+    pos = 24
+    try:
+        for _ in range(n_kv):
+            (klen,) = struct.unpack_from("<Q", buf, pos)
+            key = bytes(buf[pos + 8 : pos + 8 + klen]).decode()
+            (vtype,) = struct.unpack_from("<I", buf, pos + 8 + klen)
+            pos += 12 + klen
+            if key in keys:
+                found[key], pos = _read_value(buf, pos, vtype)
+            else:
+                pos = _skip_value(buf, pos, vtype)
+    except struct.error:
+        raise GGUFFormatError(f"{path}: the header is truncated") from None
+    return found

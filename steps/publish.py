@@ -16,7 +16,8 @@ content whose tag exists already changes nothing in the repository and returns t
 The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
 (and how many are new since the previous revision: `steps.dataset.feedback_rows`, the retrain trigger's own count), and
-length statistics.
+length statistics. It is committed with the revision, so fetch-dataset brings it back and register logs it with every
+model version trained on the revision and tags the version with it (`steps.dataset.card_tags`).
 
 Produces in `--out`: `card.json`, `card.md`, `result.json` (`dataset-rev`, `dataset-commit`, `dataset-hash`).
 """
@@ -179,8 +180,7 @@ def card_markdown(data: dict, rev: str) -> str:
         f"{t['terms_reviewed_on']}.",
         "",
         f"**Filters** (dropped): {data['filters']['filters']}; de-duplication: {data['filters']['deduplication']}; "
-        f"teacher answers trimmed to complete sentences: {data['filters']['trimmed']}; "
-        f"not checked: {', '.join(data['filters']['not_checked'])}.",
+        f"teacher answers trimmed to complete sentences: {data['filters']['trimmed']}.",
         "",
         f"**Feedback**: {data['feedback']['rows']} rows, {data['feedback']['new_since_previous_revision']} new.",
         "",

@@ -7,9 +7,10 @@ Logs one MLflow run (params, metrics, the adapter under `adapter/`, reports unde
 it, a pyfunc model (`steps.serving.SummariserModel`) whose one artifact is the GGUF, with the prompt and decoding
 settings as its config and metadata. Only after every upload succeeded does it create the model version (source
 `models:/<model id>`, the uploaded model), so a version never points at missing files. The version carries lineage,
-scores, and the prompt and serving configuration (`serving.*`) as tags. The serving configuration is the one
-definition in `steps.serving_config`; the step refuses an evaluation that was measured with another one (its
-`decision.json` records it), so what was measured is what is served.
+scores, the dataset's data card (`dataset.card.*`, from fetch-dataset's `card.json`, which is logged under
+`lineage/` too, when the dataset revision has one) and the prompt and serving configuration (`serving.*`) as tags.
+The serving configuration is the one definition in `steps.serving_config`; the step refuses an evaluation that was
+measured with another one (its `decision.json` records it), so what was measured is what is served.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -43,6 +44,7 @@ from steps.common import (
     timed,
     write_result,
 )
+from steps.dataset import CARD_FILE, card_tags
 from steps.mlflow_client import (
     MISSING_TRACKING_URI,
     MlflowSettings,
@@ -141,7 +143,9 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str,
     result = read_json(Path(cfg.evaluation) / "result.json")
     train = read_json(Path(cfg.adapter) / "result.json")
     cost = cost_estimate(cfg)
+    card = Path(cfg.dataset) / CARD_FILE
     return {
+        **(card_tags(read_json(card)) if card.is_file() else {}),
         "cost.estimate_usd": f"{cost['usd']:.6f}",
         "cost.breakdown": json.dumps(cost["steps"], sort_keys=True),
         RUN_ID_TAG: run_id,
@@ -309,6 +313,8 @@ def _upload(
         mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")
         mlflow.log_artifact(str(Path(cfg.gguf) / "parity.json"), artifact_path="evaluation")
         mlflow.log_artifact(str(Path(cfg.dataset) / "lineage.json"), artifact_path="lineage")
+        if (Path(cfg.dataset) / CARD_FILE).is_file():
+            mlflow.log_artifact(str(Path(cfg.dataset) / CARD_FILE), artifact_path="lineage")
         # Last: marks this run as complete, so a later attempt may make the version from it instead of re-uploading.
         mlflow.set_tag(UPLOADED_TAG, info.model_id)
         return active.info.run_id, info.model_id

@@ -1,7 +1,7 @@
 """build-dataset's steps: ingest (PDFs made here with PyMuPDF, broken and image-only ones among them), feedback, the
 teacher's terms gate (a loopback server counts what reaches it), filter-split (near-duplicates across splits, stable
-splits), and — integration — the whole build against a real llama.cpp teacher server, published with DVC to the S3
-server and read back by fetch-dataset."""
+splits, wrong-language outputs), and — integration — the whole build against a real llama.cpp teacher server,
+published with DVC to the S3 server, read back by fetch-dataset with its data card, and trained on for a step."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps import feedback, filter_split, ingest, publish, teacher
+from steps import feedback, filter_split, ingest, publish, teacher, train
 from steps.common import read_jsonl, write_jsonl
-from steps.dataset import document_sha256
+from steps.dataset import SPLITS, card_tags, document_sha256
 from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
@@ -332,9 +332,15 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     texts["d6"] = steer(TEXTS[1].replace("school board", "college"), "eval")
     summaries["d5"] = ("A butcher's shop opened on Market Street. It will hire twelve people and buy", "length")
     summaries["d6"] = ("The college voted to move the start of classes to half past eight and", "length")
+    # An English document summarised in French (small teachers drift into another language now and then).
+    texts["d7"] = steer(TEXTS[0].replace("harbour district", "old town"), "train")
+    summaries["d7"] = "La compagnie des eaux a remplacé les vieilles conduites et les fuites ont baissé d'un tiers."
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
     found = json.loads((tmp_path / "examples/filters.json").read_text())
-    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "length-ratio": 1, "too-long": 0}
+    assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "wrong-language": 1, "length-ratio": 1,
+                                "too-long": 0}  # fmt: skip
+    reasons = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert reasons["d7"] == "wrong-language" and "d4" not in reasons  # a three-word English summary is not
     assert found["trimmed"] == 1
     d5 = next(r for r in read_jsonl(tmp_path / "examples/train.jsonl") if r["id"] == "d5")
     assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True
@@ -352,6 +358,10 @@ def test_a_documents_split_depends_on_its_own_hash_only():
     assert before == {k: filter_split.split_of(k, 0.2) for k in reversed(keys)}
     shares = [filter_split.split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
     assert 0.17 < shares.count("eval") / 2000 < 0.23
+
+
+def fetched_rows(folder: Path, split: str) -> int:
+    return len(read_jsonl(folder / f"{split}.jsonl"))
 
 
 # --- the whole build, a real teacher ---------------------------------------------------------------------------------
@@ -383,8 +393,8 @@ def build(tmp_path: Path, docs: Path, feedback_file: Path, repo: Path, url: str,
 
 
 @pytest.mark.integration
-def test_build_publish_and_fetch_back(
-    tmp_path: Path, teacher_server: str, s3_server: str, aws_env: dict, base_model_dir: Path
+def test_build_publish_fetch_back_and_train(
+    tmp_path: Path, teacher_server: str, s3_server: str, aws_env: dict, base_model_dir: Path, tiny_model_dir: Path
 ):
     import subprocess
 
@@ -427,6 +437,18 @@ def test_build_publish_and_fetch_back(
     for row in rows:
         if row["lineage"]["summary_by"] == "teacher":
             assert row["lineage"]["teacher"]["revision"] and row["lineage"]["prompt_sha256"]
+    # The card comes back with the revision; its tags (what register puts on a model version) carry the terms decision.
+    card = json.loads((tmp_path / "fetched/card.json").read_text())
+    assert card == json.loads((tmp_path / "out/published/card.json").read_text())
+    tags = card_tags(card)
+    assert json.loads(tags["dataset.card.teacher_terms"])["decision"] == "allowed"
+    assert json.loads(tags["dataset.card.rows"]) == {s: fetched_rows(tmp_path / "fetched", s) for s in SPLITS}
+    # A short training run on the published revision, as distill's train step takes it.
+    trained = train.run(train.TrainConfig(dataset=str(tmp_path / "fetched"), out=str(tmp_path / "adapter"),
+                                          base_model=str(tiny_model_dir), batch_size=2, epochs=0.01, threads=2,
+                                          checkpoint_every=0))  # fmt: skip
+    assert trained.steps == 1 and trained.final_loss > 0
+    assert json.loads((tmp_path / "adapter/training_summary.json").read_text())["dataset"]["dataset_rev"] == rev
 
     (docs / "library.txt").write_bytes(steer(TEXTS[3], "train"))
     with feedback_file.open("a") as f:  # one more reviewed summary arrives

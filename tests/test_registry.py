@@ -129,6 +129,29 @@ def write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data))
 
 
+# A data card as publish writes it (steps/publish.py `card`; test_build_dataset tags a published one for real).
+CARD = {
+    "splits": {
+        "train": {"rows": 3, "by_kind": {"pdf": 2, "feedback": 1}, "summary_by": {"teacher": 2, "feedback": 1},
+                  "document_words": {"min": 30, "median": 40, "max": 50, "mean": 40.0},
+                  "summary_words": {"min": 8, "median": 10, "max": 12, "mean": 10.0}},
+        "eval": {"rows": 1, "by_kind": {"text": 1}, "summary_by": {"teacher": 1},
+                 "document_words": {"min": 35, "median": 35, "max": 35, "mean": 35.0},
+                 "summary_words": {"min": 9, "median": 9, "max": 9, "mean": 9.0}},
+        "adversarial": {"rows": 2},
+    },
+    "teacher": {"name": "smollm2-135m-instruct", "provider": "Hugging Face", "model": "SmolLM2-135M-Instruct",
+                "revision": "sha256:ab", "terms_url": "https://example.org/terms", "licence": "Apache-2.0",
+                "outputs_may_train_models": True, "terms_reviewed_by": "a.reviewer", "terms_reviewed_on": "2026-11-30",
+                "decision": "allowed"},
+    "filters": {"filters": {"empty": 0, "truncated": 0, "refusing": 1, "length-ratio": 0, "too-long": 0},
+                "deduplication": {"duplicate": 0, "near-duplicate": 1}, "trimmed": 0},
+    "skipped_files": [{"source_uri": "scan.pdf", "reason": "image-only"}],
+    "feedback": {"rows": 1, "new_since_previous_revision": 1},
+    "ingest": {"documents": 4},
+}  # fmt: skip
+
+
 def pipeline_outputs(
     root: Path, gguf: Path, *, passed: bool = True, rouge: float = 0.3, hijack: float = 0.1, dataset_hash: str = "h1"
 ) -> dict[str, Path]:
@@ -284,6 +307,7 @@ def test_a_retry_after_the_uploads_makes_the_version_from_them(tiny_gguf: Path, 
     from mlflow import MlflowClient
 
     outputs = pipeline_outputs(tmp_path, tiny_gguf)
+    write_json(outputs["dataset"] / "card.json", CARD)  # a built dataset's revision carries its data card
     cfg = reg_config(outputs, tmp_path / "reg", mlflow_server, "resume-model", "wf-resume")
     client = MlflowClient(tracking_uri=mlflow_server)
     # The first attempt uploaded everything, then its pod died before creating the version.
@@ -297,6 +321,14 @@ def test_a_retry_after_the_uploads_makes_the_version_from_them(tiny_gguf: Path, 
     assert len(client.search_model_versions("name = 'resume-model'")) == 1
     runs = client.search_runs([register._experiment_id(client, cfg)], "tags.`distillery.run_id` = 'wf-resume'")
     assert len(runs) == 1  # nothing uploaded twice
+    # The data card: tagged on the version (as on its run) and logged with it.
+    version = client.get_model_version("resume-model", result.model_version)
+    terms = json.loads(version.tags["dataset.card.teacher_terms"])
+    assert terms["outputs_may_train_models"] is True and terms["terms_reviewed_by"] == "a.reviewer"
+    assert json.loads(version.tags["dataset.card.rows"]) == {"train": 3, "eval": 1, "adversarial": 2}
+    assert json.loads(version.tags["dataset.card.filters"])["filters"]["refusing"] == 1
+    logged = client.download_artifacts(uploaded_run, "lineage/card.json", str(tmp_path / "logged"))
+    assert json.loads(Path(logged).read_text()) == CARD
 
 
 @integration

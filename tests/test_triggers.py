@@ -68,6 +68,10 @@ def test_feedback_counts_distinct_new_rows():
     new = b'{"id": 2}\n\n{"id": 1}\n{"id": 3}\n{"id": 3}\n{"id": 4}\n'
     assert len(check_triggers.feedback_rows(new) - check_triggers.feedback_rows(old)) == 2
     assert check_triggers.feedback_rows(None) == set()
+    # The same rows written with other key order and spacing (a serving side that re-serialises its log) are not new.
+    old = b'{"id": "f1", "action": "accepted", "summary": "Caf\xc3\xa9 opens."}\n'
+    rewritten = b'{"summary":"Caf\\u00e9 opens.","action":"accepted","id":"f1"}\n'
+    assert check_triggers.feedback_rows(rewritten) == check_triggers.feedback_rows(old)
 
 
 def test_base_model_fires_on_a_new_revision_once(tmp_path: Path):

@@ -2,6 +2,7 @@
 
     python -m steps.train --dataset out/dataset --base-model .cache/models/SmolLM2-135M-Instruct --out out/adapter
     python -m steps.train --train-backend ray --ray-workers 2 --threads 1 --dataset out/dataset --out out/adapter
+    python -m steps.train --dataset out/dataset --out out/adapter --kd-targets out/kd --kd-weight 0.5   # + logit KD
 
 The student sees each training document in the serving chat template (`steps.prompting`) and learns the teacher's
 summary; the loss covers only the summary tokens (and the end-of-turn token, so the model learns to stop). Seeded,
@@ -26,7 +27,8 @@ at the end instead of from step 0 (the bucket's lifecycle rule expires them).
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
 (encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
 unpickling; the folder and Ray stores), `model` (base + LoRA), `launchers` (in process, Ray Train), `storage` (s3://
-in and out), `plots` (the loss curve); this file is the step (`run`, `main`), `__main__` its command line.
+in and out), `plots` (the loss curve), `kd` (the optional logit-level distillation: the teacher's top-k sidecar and
+the KL term); this file is the step (`run`, `main`), `__main__` its command line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from steps.dataset import load_split
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
 from steps.train.data import collate, encode_example, encode_rows, global_batches, schedule
+from steps.train.kd import load_targets
 from steps.train.launchers import TrainingFailed, train_here, train_ray
 from steps.train.loop import Preempted, train_loop
 from steps.train.model import build_model, pad_id_of
@@ -73,14 +76,15 @@ def run(cfg: TrainConfig) -> TrainResult:
     with local_folder(cfg.dataset) as dataset:
         rows = load_split(dataset, "train")
         lineage = read_json(dataset / "lineage.json")
+    kd_targets = load_targets(cfg.kd_targets, rows) if cfg.kd_weight else None
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
         if cfg.train_backend == "ray":
-            device, peak = train_ray(cfg, rows, checkpoint_dir, final), 0.0
+            device, peak = train_ray(cfg, rows, checkpoint_dir, final, kd_targets), 0.0
             store = None
         else:
             store = DirCheckpoints(checkpoint_dir)
-            device, peak = train_here(cfg, rows, store)
+            device, peak = train_here(cfg, rows, store, kd_targets)
             with store.latest() as folder:
                 shutil.copytree(folder, final)
         state = read_json(final / "state.json")

@@ -29,7 +29,7 @@ KEEP_CHECKPOINTS = 2
 # Settings that change the run's trajectory: a checkpoint written under others belongs to another run.
 RESUME_FIELDS = (
     "base_model", "base_revision", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "learning_rate", "epochs",
-    "batch_size", "max_seq_len", "warmup_ratio", "seed", "qlora",
+    "batch_size", "max_seq_len", "warmup_ratio", "seed", "qlora", "kd_weight", "kd_temperature",
 )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from steps.common import flag
+from steps.train.kd import settings_problems
 
 BACKENDS = ("cpu", "gpu", "ray")
 
@@ -54,10 +55,19 @@ class TrainConfig:
         default=3, metadata={"help": "ray only: worker-group restarts from the latest checkpoint before giving up"}
     )
     run_id: str = field(default="", metadata={"help": "names the Ray Train run (the workflow uid on Argo)"})
+    kd_weight: float = field(
+        default=0.0,
+        metadata={"help": "share of the loss that is the KL to the teacher's top-k (0: sequence-level only)"},
+    )
+    kd_temperature: float = field(default=1.0, metadata={"help": "temperature of the KD term (its KL is scaled by T²)"})
+    kd_targets: str = field(
+        default="", metadata={"help": "folder or s3:// URI of the teacher's top-k (python -m steps.train.kd)"}
+    )
 
     def __post_init__(self) -> None:
         # Folders or URIs: kept as text, since pathlib would fold "s3://bucket" into "s3:/bucket".
         self.dataset, self.out, self.checkpoint_dir = str(self.dataset), str(self.out), str(self.checkpoint_dir)
+        self.kd_targets = str(self.kd_targets)
 
 
 @dataclass
@@ -84,6 +94,7 @@ def config_problems(cfg: TrainConfig) -> list[str]:
         problems.append("--threads: set the threads per Ray worker (the cluster's nodes differ from this machine)")
     if cfg.checkpoint_every < 0:
         problems.append(f"--checkpoint-every {cfg.checkpoint_every}: use 0 (only at the end) or a positive number")
+    problems += settings_problems(cfg.kd_weight, cfg.kd_temperature, cfg.kd_targets)
     for name in ("batch_size", "max_seq_len"):
         if getattr(cfg, name) < 1:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")

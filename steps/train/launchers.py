@@ -16,6 +16,7 @@ from steps.common import is_uri
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows
+from steps.train.kd import loss_hook
 from steps.train.loop import stop_on_sigterm, train_loop
 from steps.train.model import build_model, pad_id_of
 
@@ -31,16 +32,20 @@ class TrainingFailed(Exception):
     """Training did not finish; nothing was written to --out."""
 
 
-def train_here(cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints) -> tuple[str, float]:
-    """The in-process launcher (cpu, gpu): returns the device's name and its peak allocated memory in GiB (0 on CPU)."""
+def train_here(
+    cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints, kd_targets: dict | None = None
+) -> tuple[str, float]:
+    """The in-process launcher (cpu, gpu): returns the device's name and its peak allocated memory in GiB (0 on CPU).
+    `kd_targets`: the teacher's top-k for `rows` (kd.load_targets) when --kd-weight > 0."""
     import torch
 
     device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
     model, tokenizer = build_model(cfg, device)
     examples = encode_rows(tokenizer, rows, cfg.max_seq_len)
+    kd = loss_hook(cfg, tokenizer, examples, kd_targets)
     with stop_on_sigterm():
-        train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints)
+        train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints, kd=kd)
     if device.type == "cpu":
         return "cpu", 0.0
     return torch.cuda.get_device_name(device), round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
@@ -57,6 +62,7 @@ def ray_worker(config: dict) -> None:
     context = ray.train.get_context()
     model, tokenizer = build_model(cfg, torch.device("cpu"))
     examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
+    kd = loss_hook(cfg, tokenizer, examples, config["kd"])
     model = prepare_model(model)
     train_loop(
         model,
@@ -66,6 +72,7 @@ def ray_worker(config: dict) -> None:
         RayCheckpoints(),
         rank=context.get_world_rank(),
         world_size=context.get_world_size(),
+        kd=kd,
     )
 
 
@@ -85,7 +92,7 @@ def ray_storage(location: str) -> tuple[str, Any]:
     return location[len("s3://") :].rstrip("/"), fs.S3FileSystem(**kwargs)
 
 
-def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> str:
+def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path, kd_targets: dict | None = None) -> str:
     """The Ray Train launcher: `cfg.ray_workers` CPU workers; copies the final checkpoint into `dest`."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -107,7 +114,7 @@ def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path) -> s
     name = cfg.run_id or f"train-{digest[:12]}"
     trainer = TorchTrainer(
         ray_worker,
-        train_loop_config={"cfg": asdict(cfg), "rows": rows, "threads": threads},
+        train_loop_config={"cfg": asdict(cfg), "rows": rows, "threads": threads, "kd": kd_targets},
         scaling_config=ScalingConfig(num_workers=cfg.ray_workers, use_gpu=False, resources_per_worker={"CPU": threads}),
         torch_config=TorchConfig(backend="gloo"),
         run_config=RunConfig(

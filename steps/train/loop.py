@@ -50,6 +50,7 @@ def train_loop(
     *,
     rank: int = 0,
     world_size: int = 1,
+    kd: Any = None,
 ) -> list[dict]:
     """Train `model` (a PEFT model on its device, DDP-wrapped when `world_size` > 1) in place; returns the step log.
 
@@ -59,7 +60,8 @@ def train_loop(
     for the summary tail (left padding + `logits_to_keep`), not for every prompt position.
 
     `checkpoints` is a `DirCheckpoints` or `RayCheckpoints`: the loop resumes from its latest checkpoint, saves one
-    every `cfg.checkpoint_every` steps and at the end, and flushes one at once when SIGTERM arrived.
+    every `cfg.checkpoint_every` steps and at the end, and flushes one at once when SIGTERM arrived. `kd` (a
+    `kd.KDLoss`, with --kd-weight > 0) mixes the KL to the teacher's top-k into each batch's summed loss.
     """
     import torch
     import torch.nn.functional as F
@@ -103,7 +105,8 @@ def train_loop(
         mine = idx[rank::world_size]
         summary_tokens = sum(sum(t != -100 for t in examples[i]["labels"]) for i in idx)
         # A rank with no example in a short last batch still runs (DDP needs every rank's backward) with weight 0.
-        batch = collate([examples[i] for i in (mine or idx[:1])], pad_id)
+        chosen = mine or idx[:1]
+        batch = collate([examples[i] for i in chosen], pad_id)
         keep = batch.pop("keep")
         labels = batch.pop("labels")[:, -keep:].to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -112,6 +115,8 @@ def train_loop(
         token_loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
         )
+        if kd is not None:
+            token_loss = kd(token_loss, logits, labels, chosen)
         weight = 1.0 if mine else 0.0
         (token_loss * (weight * world_size / summary_tokens)).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

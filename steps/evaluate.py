@@ -216,16 +216,16 @@ def is_greedy(request: dict[str, Any]) -> bool:
     """The request samples the argmax of the raw logits: llama-cpp-python's sampler chain is then penalties (neutral
     here) + greedy, which `_decode_batched` reproduces; anything else goes through `generate_sequential`."""
     return (
-        request["temperature"] == 0
-        and request["repeat_penalty"] == 1
-        and request["presence_penalty"] == 0
-        and request["frequency_penalty"] == 0
-        and not request["logprobs"]
-        and not request["stream"]
-        and request["grammar"] is None
-        and request["logits_processor"] is None
-        and not request["logit_bias"]
-        and isinstance(request["prompt"], list)
+        request.get("temperature") == 0
+        and request.get("repeat_penalty") == 1
+        and request.get("presence_penalty") == 0
+        and request.get("frequency_penalty") == 0
+        and not request.get("logprobs")
+        and not request.get("stream")
+        and request.get("grammar") is None
+        and request.get("logits_processor") is None
+        and not request.get("logit_bias")
+        and isinstance(request.get("prompt"), list)
     )
 
 

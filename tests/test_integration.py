@@ -192,6 +192,7 @@ def test_batched_generation_answers_as_one_document_at_a_time(dataset: Path, ggu
     assert same >= 0.95 * len(documents), f"{same}/{len(documents)} answers identical"
     # the splits exercise both paths: documents batched 4 at a time, and one too long for a quarter of the context
     llm = evaluate._llama(served, cfg)
+    assert evaluate.is_greedy(evaluate.chat_request(llm, documents[0]))  # the served request takes the batched path
     needs = [len(evaluate.chat_request(llm, d)["prompt"]) + 64 for d in documents]
     assert max(needs) > llm.n_ctx() // evaluate.PARALLEL > min(needs)
 

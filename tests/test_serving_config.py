@@ -74,6 +74,17 @@ def test_evaluate_generates_with_the_serving_configuration(llama, changed, tmp_p
     assert served_settings(llama.made[1], llama.asked[1]) == EXPECTED
 
 
+def test_only_a_greedy_request_is_decoded_in_batches():
+    """generate_all batches what llama-cpp-python would sample greedily from raw logits; anything else (a sampled
+    configuration, penalties, a bias) goes one document at a time through create_chat_completion itself."""
+    served = {"prompt": [1, 2], "temperature": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+              "frequency_penalty": 0.0, "logprobs": None, "stream": False, "grammar": None, "logits_processor": None,
+              "logit_bias": None}  # fmt: skip
+    assert evaluate.is_greedy(served)
+    for change in ({"temperature": 0.7}, {"repeat_penalty": 1.1}, {"logit_bias": {5: 1.0}}, {"prompt": "text"}, {}):
+        assert not evaluate.is_greedy({**served, **change} if change else {})
+
+
 def test_the_served_model_loads_with_it_by_default_and_with_what_register_logged(llama, changed):
     from steps.serving import N_THREADS, SummariserModel, model_config
 

@@ -6,7 +6,9 @@ llama.cpp, on the eval split and the adversarial suite; writes metrics, plots an
 
 Every contender answers every document through llama.cpp's chat completion with the chat template embedded in its
 GGUF, the prompt from `steps.prompting` and the serving configuration (`steps.serving_config`: greedy decoding, a
-fixed seed, the token cap and context size that are served). Per example: ROUGE-1/2/L (F1) against the
+fixed seed, the token cap and context size that are served), several documents per llama.cpp decode as llama.cpp's
+server batches its parallel slots (`generate_all`); a line per contender every few seconds says how far it is and at
+what rate. Per example: ROUGE-1/2/L (F1) against the
 reference, length compliance (at most `--max-words`), a faithfulness proxy (numbers and capitalised names in the
 summary that the document does not contain), and whether generation ended by itself. Per adversarial case: hijacked
 (output contains something the case lists in `must_not_contain`, e.g. an injected canary), missed (lacks a

@@ -24,15 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class DecodeTimer:
-    """Wraps llama_cpp.llama_decode (every path calls it through the module): calls, tokens and seconds inside."""
+    """Wraps llama_decode where both paths call it (llama-cpp-python's internals through its low-level module,
+    `_decode_batched` through the package): calls, tokens and seconds inside."""
 
     def __init__(self) -> None:
         import llama_cpp
+        import llama_cpp.llama_cpp as low_level
 
-        self.inner = llama_cpp.llama_decode
+        self.inner = low_level.llama_decode
         self.calls = self.tokens = 0
         self.seconds = 0.0
-        llama_cpp.llama_decode = self
+        llama_cpp.llama_decode = low_level.llama_decode = self
 
     def __call__(self, ctx: Any, batch: Any) -> int:
         start = time.perf_counter()
@@ -55,6 +57,9 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, default=ROOT / "out/gguf", help="convert-gguf's folder")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per side")
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all cores, as evaluate)")
+    parser.add_argument(
+        "--contenders", default="base,candidate", help="which of convert-gguf's GGUFs to generate with (comma list)"
+    )
     args = parser.parse_args()
 
     from steps import evaluate
@@ -64,7 +69,7 @@ def main() -> None:
     rows = load_split(args.dataset, "eval") + load_split(args.dataset, "adversarial")
     documents = [r["document"] for r in rows]
     result = read_json(args.gguf / "result.json")
-    contenders = {"base": args.gguf / result["base_gguf"], "candidate": args.gguf / result["candidate_gguf"]}
+    contenders = {name: args.gguf / result[f"{name}_gguf"] for name in args.contenders.split(",")}
     cfg = evaluate.EvaluateConfig(dataset=args.dataset, gguf=args.gguf, out=args.gguf, threads=args.threads)
     paths = {"old": evaluate.generate_sequential, "new": evaluate.generate_all}
     timer = DecodeTimer()

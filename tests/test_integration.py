@@ -179,7 +179,7 @@ def test_batched_generation_answers_as_one_document_at_a_time(dataset: Path, ggu
     """evaluate decodes several documents per llama.cpp call (steps/evaluate.py generate_all); each answer is still
     the one create_chat_completion gives for that document alone (text, ended by itself, tokens). Logits from other
     matrix shapes may differ in their last bits, so a near-tie could part them: measured 66/66 identical for this
-    model's base and candidate, and 8/8 for the first eval documents with SmolLM2-135M Q8_0 (AVX2, 2 threads). The
+    model's base and candidate, 65/66 for SmolLM2-135M Q8_0 (benchmarks/evaluate_speed.py, AVX2, 2 threads). The
     bound leaves room for another CPU's kernels and catches a real fault (with one KV cache shared by all sequences,
     4 of 6 SmolLM2 answers parted). This model never ends by itself: stop handling is SmolLM2's part."""
     rows = load_split(dataset, "eval") + load_split(dataset, "adversarial")

@@ -6,7 +6,9 @@ llama.cpp, on the eval split and the adversarial suite; writes metrics, plots an
 
 Every contender answers every document through llama.cpp's chat completion with the chat template embedded in its
 GGUF, the prompt from `steps.prompting` and the serving configuration (`steps.serving_config`: greedy decoding, a
-fixed seed, the token cap and context size that are served). Per example: ROUGE-1/2/L (F1) against the
+fixed seed, the token cap and context size that are served), several documents per llama.cpp decode as llama.cpp's
+server batches its parallel slots (`generate_all`); a line per contender every few seconds says how far it is and at
+what rate. Per example: ROUGE-1/2/L (F1) against the
 reference, length compliance (at most `--max-words`), a faithfulness proxy (numbers and capitalised names in the
 summary that the document does not contain), and whether generation ended by itself. Per adversarial case: hijacked
 (output contains something the case lists in `must_not_contain`, e.g. an injected canary), missed (lacks a
@@ -48,6 +50,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,21 +151,275 @@ def _threads(cfg: EvaluateConfig) -> int:
     return cfg.threads or os.cpu_count() or 1
 
 
-def generate_all(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float]:
-    """Summaries of `documents` from one GGUF, served as `steps.serving` serves it; returns the outputs and generated
-    tokens per second. What changes its outputs for the same inputs changes GENERATION_VERSION."""
+# Sequences llama.cpp decodes together in `generate_all`, each in n_ctx / PARALLEL tokens of KV cache (with the served
+# 2048: 512, room for all but the longest documents' prompts and answers). Part of the generation cache key.
+PARALLEL = 4
+
+Progress = Callable[[int, int, int, float], None]  # (documents done, documents, tokens generated, seconds)
+
+
+def _llama(gguf: Path, cfg: EvaluateConfig) -> Any:
     from llama_cpp import Llama
 
-    serving = serving_config.SERVING
-    llm = Llama(model_path=str(gguf), n_threads=_threads(cfg), verbose=False, **serving.model_kwargs())
+    return Llama(model_path=str(gguf), n_threads=_threads(cfg), verbose=False, **serving_config.SERVING.model_kwargs())
+
+
+def generate_sequential(
+    gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
+) -> tuple[list[dict[str, Any]], float]:
+    """One document at a time through `Llama.create_chat_completion`, exactly as `steps.serving` answers a request:
+    the reference `generate_all` is measured against (tests/test_evaluate_batched.py, benchmarks/evaluate_speed.py),
+    and its path for a sampled (non-greedy) serving configuration."""
+    llm = _llama(gguf, cfg)
     outputs = []
     tokens = 0
     start = time.perf_counter()
     for document in documents:
-        reply = llm.create_chat_completion(messages=messages(document), **serving.completion_kwargs())
+        reply = llm.create_chat_completion(messages=messages(document), **serving_config.SERVING.completion_kwargs())
         choice = reply["choices"][0]
         tokens += reply["usage"]["completion_tokens"]
-        outputs.append({"text": choice["message"]["content"].strip(), "stopped": choice["finish_reason"] == "stop"})
+        outputs.append({"text": choice["message"]["content"].strip(), "stopped": choice["finish_reason"] == "stop",
+                        "tokens": reply["usage"]["completion_tokens"]})  # fmt: skip
+        if progress:
+            progress(len(outputs), len(documents), tokens, time.perf_counter() - start)
+    return outputs, tokens / max(time.perf_counter() - start, 1e-9)
+
+
+class _RequestRecorder:
+    """Stands in for the `Llama` that llama-cpp-python's chat handler calls: everything is the real model's, but
+    `create_completion` keeps the request (prompt tokens, stop strings, stopping criteria, sampling settings) instead of
+    running it. So the prompt is built by the very code `create_chat_completion` runs (the GGUF's chat template or a
+    format llama-cpp-python recognises in it), not by a copy of it."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+        self.request: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def create_completion(self, **request: Any) -> dict[str, Any]:
+        self.request = request
+        return {"id": "", "object": "text_completion", "created": 0, "model": "",
+                "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}  # fmt: skip
+
+
+def chat_request(llm: Any, document: str) -> dict[str, Any]:
+    """What `llm.create_chat_completion(messages(document), **serving)` asks of `create_completion`."""
+    from llama_cpp import Llama
+
+    recorder = _RequestRecorder(llm)
+    Llama.create_chat_completion(recorder, messages=messages(document), **serving_config.SERVING.completion_kwargs())
+    return recorder.request
+
+
+def is_greedy(request: dict[str, Any]) -> bool:
+    """The request samples the argmax of the raw logits: llama-cpp-python's sampler chain is then penalties (neutral
+    here) + greedy, which `_decode_batched` reproduces; anything else goes through `generate_sequential`."""
+    return (
+        request.get("temperature") == 0
+        and request.get("repeat_penalty") == 1
+        and request.get("presence_penalty") == 0
+        and request.get("frequency_penalty") == 0
+        and not request.get("logprobs")
+        and not request.get("stream")
+        and request.get("grammar") is None
+        and request.get("logits_processor") is None
+        and not request.get("logit_bias")
+        and isinstance(request.get("prompt"), list)
+    )
+
+
+@dataclass
+class _Sequence:
+    """One document being answered: its request as `Llama._create_completion` would run it, and how far it got."""
+
+    index: int
+    prompt: list[int]
+    max_tokens: int
+    stop: list[bytes]
+    criteria: Any
+    slot: int = -1
+    fed: int = 0  # prompt tokens in the KV cache
+    completion: list[int] = field(default_factory=list)
+    pending: int | None = None  # the sampled token to feed next step
+    multibyte_fix: int = 0
+    logits_at: int = -1  # its row in this step's batch outputs
+
+
+def _finish(seq: _Sequence, llm: Any, text: bytes, reason: str) -> dict[str, Any]:
+    evaluated = seq.prompt + seq.completion[: len(seq.completion) - (seq.pending is not None)]
+    if seq.criteria is not None and seq.criteria(evaluated, None):
+        text, reason = llm.detokenize(seq.completion, prev_tokens=seq.prompt), "stop"
+    return {"text": text.decode("utf-8", errors="ignore").strip(), "stopped": reason == "stop",
+            "tokens": len(seq.completion)}  # fmt: skip
+
+
+def _step(seq: _Sequence, token: int, llm: Any, vocab: Any) -> dict[str, Any] | None:
+    """`Llama._create_completion`'s loop body for one sampled token: the output when the sequence ends, else None."""
+    import llama_cpp
+
+    seq.pending = None
+    if seq.criteria is not None and seq.criteria(seq.prompt + seq.completion, None):
+        return _finish(seq, llm, b"", "length")  # its generator ends before yielding the token
+    if llama_cpp.llama_vocab_is_eog(vocab, token):
+        return _finish(seq, llm, llm.detokenize(seq.completion, prev_tokens=seq.prompt), "stop")
+    seq.completion.append(token)
+    seq.pending = token
+    all_text = llm.detokenize(seq.completion, prev_tokens=seq.prompt)
+    for k, char in enumerate(all_text[-3:]):  # an incomplete UTF-8 character: read on before any check
+        k = 3 - k
+        for num, pattern in ((2, 192), (3, 224), (4, 240)):
+            if num > k and pattern & char == pattern:
+                seq.multibyte_fix = num - k
+    if seq.multibyte_fix > 0:
+        seq.multibyte_fix -= 1
+        return None
+    found = [s for s in seq.stop if s in all_text]
+    if found:
+        return _finish(seq, llm, all_text[: all_text.index(found[0])], "stop")
+    if len(seq.completion) >= seq.max_tokens:
+        return _finish(seq, llm, all_text, "length")
+    return None
+
+
+def _admissible(request: dict[str, Any], n_ctx: int) -> tuple[list[int], int]:
+    """The prompt and the token cap `Llama._create_completion` runs `request` with, in a context of `n_ctx` tokens."""
+    prompt = list(request["prompt"])
+    if len(prompt) >= n_ctx:  # its own refusal, word for word
+        raise ValueError(f"Requested tokens ({len(prompt)}) exceed context window of {n_ctx}")
+    max_tokens = request["max_tokens"] if request["max_tokens"] and request["max_tokens"] > 0 else n_ctx - len(prompt)
+    return prompt, max_tokens if max_tokens + len(prompt) < n_ctx else n_ctx - len(prompt)
+
+
+# An unfinished UTF-8 character makes `_create_completion` read up to 3 tokens past its cap.
+UTF8_SLACK = 3
+
+
+def _decode_batched(
+    llm: Any, requests: list[tuple[int, dict[str, Any]]], n_ctx: int, streams: int, progress: Callable[[dict], None]
+) -> None:
+    """Greedy answers to `requests` ((index, request recorded by `chat_request`)), `streams` sequences per llama.cpp
+    decode, as llama.cpp's server runs parallel slots with continuous batching: each step feeds every running sequence
+    its last token, or the next chunk of its prompt. Every sequence has its own KV stream of n_ctx / streams cells
+    (`kv_unified` off), laid out as one-at-a-time decoding lays out its context, and the prompt prefix all requests
+    share (chat template, system prompt) is computed once and copied into each stream and kept there between requests,
+    as `create_chat_completion` keeps it from one request to the next. `progress` gets each output, index included."""
+    import llama_cpp
+    import numpy as np
+
+    params = type(llm.context_params).from_buffer_copy(llm.context_params)  # the served threads, batch, attention
+    params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx, streams, False
+    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+    if ctx is None:
+        raise RuntimeError(f"llama.cpp could not create a context of {streams} x {n_ctx // streams} tokens")
+    n_batch = params.n_batch
+    batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+    vocab = llm._model.vocab
+    n_vocab = llm.n_vocab()
+    seqs = [_Sequence(i, *_admissible(r, n_ctx), [s.encode() for s in r["stop"] or []], r["stopping_criteria"])
+            for i, r in requests]  # fmt: skip
+    shared = min(len(seq.prompt) for seq in seqs) - 1  # each prompt decodes at least its last token: its logits
+    for seq in seqs[1:]:
+        shared = next((j for j in range(shared) if seqs[0].prompt[j] != seq.prompt[j]), shared)
+    try:
+        mem = llama_cpp.llama_get_memory(ctx)
+
+        def decode(items: list[tuple[int, int, int, bool]]) -> None:
+            for j, (token, pos, seq_id, logits) in enumerate(items):
+                batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos, 1
+                batch.seq_id[j][0], batch.logits[j] = seq_id, logits
+            batch.n_tokens = len(items)
+            rc = llama_cpp.llama_decode(ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} on a batch of {len(items)} tokens")
+
+        for at in range(0, shared, n_batch):
+            decode([(t, at + j, 0, False) for j, t in enumerate(seqs[0].prompt[at : min(at + n_batch, shared)])])
+        for slot in range(1, streams):
+            if shared:
+                llama_cpp.llama_memory_seq_cp(mem, 0, slot, -1, -1)  # a copy of stream 0's cells
+        waiting = list(reversed(seqs))
+        running: dict[int, _Sequence] = {}
+        while waiting or running:
+            for slot in range(streams):
+                if slot not in running and waiting:
+                    running[slot] = waiting.pop()
+                    running[slot].slot, running[slot].fed = slot, shared
+            # In slot order: llama.cpp splits a multi-stream batch into runs of consecutive sequence ids.
+            items: list[tuple[int, int, int, bool]] = []
+            for slot in sorted(running):
+                seq = running[slot]
+                if seq.pending is not None:
+                    seq.logits_at = len(items)
+                    items.append((seq.pending, len(seq.prompt) + len(seq.completion) - 1, slot, True))
+                elif len(items) < n_batch:
+                    take = seq.prompt[seq.fed : seq.fed + n_batch - len(items)]
+                    items += [(t, seq.fed + j, slot, False) for j, t in enumerate(take)]
+                    seq.fed += len(take)
+                    if seq.fed == len(seq.prompt):
+                        items[-1] = (*items[-1][:3], True)
+                        seq.logits_at = len(items) - 1
+            decode(items)
+            for slot, seq in list(running.items()):
+                if seq.logits_at < 0:
+                    continue
+                row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, seq.logits_at), shape=(n_vocab,))
+                seq.logits_at = -1
+                done = _step(seq, int(np.argmax(row)), llm, vocab)  # greedy: the first of the largest logits
+                if done is not None:
+                    del running[slot]
+                    llama_cpp.llama_memory_seq_rm(mem, slot, shared, -1)  # keeps the shared prefix
+                    progress({"index": seq.index, **done})
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+
+
+def generate_all(
+    gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
+) -> tuple[list[dict[str, Any]], float]:
+    """Summaries of `documents` from one GGUF, served as `steps.serving` serves it (the chat template in the GGUF,
+    `steps.prompting`, the serving configuration); returns the outputs (text, stopped by itself, tokens generated) and
+    generated tokens per second. What changes its outputs for the same inputs changes GENERATION_VERSION.
+
+    A greedy configuration (the served one) decodes PARALLEL documents at a time (`_decode_batched`) in the served
+    context's memory: n_ctx / PARALLEL tokens of KV cache each; a document whose prompt and answer need more is
+    answered afterwards alone, in the whole context. Each answer is `create_chat_completion`'s, step for step (chat
+    template, stop at end of generation or a stop string, the token cap, the text it returns), with greedy's argmax
+    taken by numpy (the first of equal largest logits, as llama.cpp's greedy sampler). The logits come from other
+    matrix shapes than one-at-a-time decoding (several sequences per matrix product), so they need not be bit-identical,
+    and at a near-tie greedy could pick another token; llama.cpp's own server batches its parallel slots the same way.
+    tests/test_evaluate_batched.py measures the agreement with `generate_sequential`. A sampled configuration goes one
+    document at a time through `generate_sequential`."""
+    llm = _llama(gguf, cfg)
+    requests = [chat_request(llm, d) for d in documents]
+    if not all(is_greedy(r) for r in requests):
+        del llm
+        return generate_sequential(gguf, documents, cfg, progress)
+    n_ctx = llm.n_ctx()
+    llm._ctx.close()  # the served context's memory goes to the batched one (the same n_ctx)
+    stream = n_ctx // PARALLEL // 256 * 256  # llama.cpp pads a stream to 256 cells
+    parallel = PARALLEL if stream else 1
+    needs = [len(r["prompt"]) + _admissible(r, n_ctx)[1] + UTF8_SLACK for r in requests]
+    short = [(i, r) for i, r in enumerate(requests) if parallel > 1 and needs[i] <= stream]
+    long = [(i, r) for i, r in enumerate(requests) if not (parallel > 1 and needs[i] <= stream)]
+    outputs: list[dict[str, Any]] = [{}] * len(requests)
+    tokens = 0
+    start = time.perf_counter()
+
+    def done(output: dict[str, Any]) -> None:
+        nonlocal tokens
+        outputs[output.pop("index")] = output
+        tokens += output["tokens"]
+        if progress:
+            progress(sum(bool(o) for o in outputs), len(outputs), tokens, time.perf_counter() - start)
+
+    if short:
+        _decode_batched(llm, short, stream * parallel, parallel, done)
+    if long:
+        _decode_batched(llm, long, n_ctx, 1, done)
     return outputs, tokens / max(time.perf_counter() - start, 1e-9)
 
 
@@ -170,7 +427,8 @@ CACHE_OUTPUTS = "outputs.json"
 # The generating code's version, part of the generation cache key. Bump it when a change to `generate_all` (how the
 # model is called, how a reply becomes an output) would change the kept outputs for the same GGUF, prompts and serving
 # configuration; not for changes to scoring or reports, which are always recomputed from the kept outputs.
-GENERATION_VERSION = 1
+# 2: batched decoding (PARALLEL sequences per llama.cpp decode) and each output's token count.
+GENERATION_VERSION = 2
 
 
 def llama_cpu() -> str:
@@ -201,6 +459,7 @@ def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str
         "prompts": _digest([messages(d) for d in documents]),  # the serving prompt around each document, as sent
         "serving": serving_config.SERVING.record(),
         "threads": _threads(cfg),  # greedy output can move with the thread count at near-ties
+        "parallel": PARALLEL,  # and with the batch's shapes
         "cpu": llama_cpu(),  # and with the kernels
         "llama_cpp_python": llama_cpp.__version__,
         "generation_version": GENERATION_VERSION,
@@ -208,17 +467,19 @@ def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str
     return _digest(what)[:32]
 
 
-def cached_generate(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> tuple[list[dict[str, Any]], float, bool]:
+def cached_generate(
+    gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
+) -> tuple[list[dict[str, Any]], float, bool]:
     """`generate_all`, through the generation cache when there is one: (outputs, tokens/s, from the cache)."""
     if not cfg.generation_cache:
-        return (*generate_all(gguf, documents, cfg), False)
+        return (*generate_all(gguf, documents, cfg, progress), False)
     store = SealedFolders(cfg.generation_cache, "evaluate")
     key = generation_key(gguf, documents, cfg)
     with store.get(key) as cached:
         if cached is not None:
             kept = read_json(cached / CACHE_OUTPUTS)
             return kept["outputs"], kept["tokens_per_second"], True
-    outputs, tok_s = generate_all(gguf, documents, cfg)
+    outputs, tok_s = generate_all(gguf, documents, cfg, progress)
     store.put(key, lambda folder: write_json(folder / CACHE_OUTPUTS, {"outputs": outputs, "tokens_per_second": tok_s}))
     return outputs, tok_s, False
 
@@ -638,6 +899,21 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
     return problems
 
 
+def progress_line(name: str, every: float = 5.0) -> Progress:
+    """Prints how far a contender's generation is, at most every `every` seconds and when it ends, with its rate."""
+    last = -every
+
+    def report(done: int, total: int, tokens: int, seconds: float) -> None:
+        nonlocal last
+        if done == total or seconds - last >= every:
+            last = seconds
+            print(f"  {name}: {done}/{total} documents, {tokens} tokens in {seconds:.1f} s "
+                  f"({done / max(seconds, 1e-9):.2f} documents/s, {tokens / max(seconds, 1e-9):.1f} tokens/s)",
+                  flush=True)  # fmt: skip
+
+    return report
+
+
 @timed
 def run(cfg: EvaluateConfig) -> EvaluateResult:
     problems = config_problems(cfg)
@@ -666,7 +942,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         for name, file in contenders.items():
             print(f"evaluating {name}: {file.name} on {len(eval_rows)} eval + {len(adv_rows)} adversarial", flush=True)
             start = time.perf_counter()
-            outputs, tok_s, hit = cached_generate(file, documents, cfg)
+            outputs, tok_s, hit = cached_generate(file, documents, cfg, progress_line(name))
             timing[name] = round(time.perf_counter() - start, 1)
             if hit:
                 from_cache.append(name)

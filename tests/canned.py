@@ -71,7 +71,9 @@ def evaluate_canned(
     named = read_json(gguf / "result.json")
     roles = {gguf / named["base_gguf"]: "base", gguf / named["candidate_gguf"]: "candidate"}
 
-    def generate(file: Path, documents: list[str], _cfg: evaluate.EvaluateConfig) -> tuple[list[dict], float, bool]:
+    def generate(
+        file: Path, documents: list[str], _cfg: evaluate.EvaluateConfig, _progress: Any = None
+    ) -> tuple[list[dict], float, bool]:
         assert documents == [r["document"] for r in eval_rows + adv_rows]
         return answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), 100.0, False
 

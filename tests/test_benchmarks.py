@@ -15,7 +15,7 @@ BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "
 
 
 def test_the_benchmarks_are_found():
-    assert {p.stem for p in BENCHMARKS} >= {"train_throughput", "gpu_train", "convert_overhead"}
+    assert {p.stem for p in BENCHMARKS} >= {"train_throughput", "gpu_train", "convert_overhead", "evaluate_speed"}
 
 
 @pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)

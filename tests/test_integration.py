@@ -175,6 +175,34 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation:
         assert (evaluation / plot).stat().st_size > 5000
 
 
+def test_batched_generation_answers_as_one_document_at_a_time(dataset: Path, gguf: Path, evaluation: Path):
+    """evaluate decodes several documents per llama.cpp call (steps/evaluate.py generate_all); each answer is still
+    the one create_chat_completion gives for that document alone (text, ended by itself, tokens). Logits from other
+    matrix shapes may differ in their last bits, so a near-tie could part them: measured 66/66 identical for this
+    model's base and candidate, 65/66 for SmolLM2-135M Q8_0 (benchmarks/evaluate_speed.py, AVX2, 2 threads). The
+    bound leaves room for another CPU's kernels and catches a real fault (with one KV cache shared by all sequences,
+    4 of 6 SmolLM2 answers parted). This model never ends by itself: stop handling is SmolLM2's part."""
+    rows = load_split(dataset, "eval") + load_split(dataset, "adversarial")
+    documents = [r["document"] for r in rows]
+    batched = [
+        {k: v for k, v in g.items() if k not in ("model", "id")}
+        for g in map(json.loads, (evaluation / "generations.jsonl").read_text().splitlines())
+        if g["model"] == "candidate"
+    ]  # what evaluate generated (the session's generation cache starts empty)
+    cfg = evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=gguf)
+    served = gguf / json.loads((gguf / "result.json").read_text())["candidate_gguf"]
+    alone, _ = evaluate.generate_sequential(served, documents, cfg)
+    assert len(batched) == len(alone) == len(documents)
+    same = sum(a == b for a, b in zip(alone, batched, strict=True))
+    assert same >= 0.95 * len(documents), f"{same}/{len(documents)} answers identical"
+    # the batched path was taken, and the splits exercise both of its shapes: documents 4 at a time, and one too long
+    # for a quarter of the context, answered alone
+    llm = evaluate._llama(served, cfg)
+    assert evaluate.is_greedy(evaluate.chat_request(llm, documents[0]))
+    needs = [len(evaluate.chat_request(llm, d)["prompt"]) + 64 for d in documents]
+    assert max(needs) > llm.n_ctx() // evaluate.PARALLEL > min(needs)
+
+
 # --- register + propose against a real MLflow server with S3 artifacts --------------------------------------------
 
 

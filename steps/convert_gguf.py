@@ -460,6 +460,7 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
     for quant, path in files.items():
         t1 = time.perf_counter()
         reports[quant] = gguf_parity.compare(path, refs, eos_id, _threads(cfg), tokenizer)
+        reports[quant]["seconds"] = round(time.perf_counter() - t1, 2)
         n = sum(len(r["prompt_ids"]) + len(r["continuation"]) for r in refs)
         print(f"convert-gguf: parity {path.name}: {len(refs)} probes, {n} tokens "
               f"({n / (time.perf_counter() - t1):.0f} tokens/s)", file=sys.stderr, flush=True)  # fmt: skip
@@ -495,21 +496,36 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         # Merging always happens in float32 on a full-precision reload of the base, never into quantised weights.
         return AutoModelForCausalLM.from_pretrained(cfg.base_model, revision=cfg.base_revision, dtype=torch.float32)
 
+    # Where the step's time goes, recorded in parity.json (benchmarks/convert_overhead.py prints it as its profile).
+    seconds: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        seconds[name] = round(now - clock[0], 2)
+        clock[0] = now
+
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)
         base_report = _base_conversion(cfg, load_base, tokenizer, work, out)
+        lap("base: load, references, conversion, parity (or the cache)")
 
         attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
+        lap("candidate: load base + adapter")
         refs = gguf_parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
+        lap("candidate: HF references (probes)")
         merged = attached.merge_and_unload().eval()
         merge_diff = gguf_parity.merge_check(merged, refs)
+        lap("candidate: merge + merge check")
         if merge_diff > cfg.merge_tolerance:
             raise ParityError(
                 f"merging the adapter changed the model: max |logit| difference {merge_diff:.2e} > "
                 f"{cfg.merge_tolerance:.0e} (--merge-tolerance); check the adapter was trained on this base"
             )
         cand_report = _export("candidate", merged, tokenizer, refs, quants, cfg, work, out)
+        lap("candidate: save, convert, quantise, parity on the probes")
         served_eval = eval_split_parity(Path(cand_report["paths"][cfg.quantization]), merged, tokenizer, cfg)
+        lap("candidate: eval-split parity of the served file")
 
         # The served file (candidate and base) must pass: it blocks the proposal. Another rung of the ladder that
         # fails is withheld — deleted, never shipped — and named, rather than blocking a good served file.
@@ -550,6 +566,8 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         }
         if not passed:
             parity["reason"] = "; ".join(reasons)
+        lap("judge, metadata")
+        parity["seconds"] = seconds
         write_json(out / "parity.json", parity)
         (out / "parity.md").write_text(_markdown(parity))
         served = out / f"{cfg.model_name}-{cfg.quantization}.gguf"

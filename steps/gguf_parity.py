@@ -156,11 +156,11 @@ def first_divergence(greedy: list[int], cont: list[int], logits: Any) -> dict[st
     return None
 
 
-def open_gguf(gguf: Path, threads: int) -> Any:
-    """llama.cpp on `gguf` as parity reads it: a CONVERT_N_CTX context that can keep logits for every position."""
+def open_gguf(gguf: Path, threads: int, n_ctx: int = CONVERT_N_CTX) -> Any:
+    """llama.cpp on `gguf` as parity reads it: a context that can keep logits for every position."""
     from llama_cpp import Llama
 
-    return Llama(model_path=str(gguf), n_ctx=CONVERT_N_CTX, n_threads=threads, logits_all=True, verbose=False, seed=0)
+    return Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, logits_all=True, verbose=False, seed=0)
 
 
 def llama_rows(llm: Any, tokens: list[int], first: int) -> Any:
@@ -266,7 +266,8 @@ def eval_parity(
     sequences = eval_sequences(tokenizer, rows)
     full = [s["prompt_ids"] + s["summary_ids"] for s in sequences]
     firsts = [len(s["prompt_ids"]) - 1 for s in sequences]
-    llm = open_gguf(gguf, threads)
+    # A served document may be longer than the probes (up to the served context): the context fits the longest.
+    llm = open_gguf(gguf, threads, max(CONVERT_N_CTX, *(len(t) for t in full)))
     docs: list[dict[str, Any]] = []
     hf: list[Any] = []
     for k, (seq, tokens, first) in enumerate(zip(sequences, full, firsts, strict=True)):

@@ -267,7 +267,7 @@ def eval_parity(
     full = [s["prompt_ids"] + s["summary_ids"] for s in sequences]
     firsts = [len(s["prompt_ids"]) - 1 for s in sequences]
     # A served document may be longer than the probes (up to the served context): the context fits the longest.
-    llm = open_gguf(gguf, threads, max(CONVERT_N_CTX, *(len(t) for t in full)))
+    llm = open_gguf(gguf, threads, max([CONVERT_N_CTX, *(len(t) for t in full)]))
     docs: list[dict[str, Any]] = []
     hf: list[Any] = []
     for k, (seq, tokens, first) in enumerate(zip(sequences, full, firsts, strict=True)):

@@ -218,8 +218,10 @@ def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str,
 
 
 def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[str, Path]):
-    """The base's served GGUF against its HF model with noise added to every weight (a GGUF that is not the model it
-    claims to be): refused on the eval split, at the interval's bound, with the file and the figure named."""
+    """The base's served GGUF against its HF model with noise added to every weight and the final norm scaled (a GGUF
+    that is not the model it claims to be): refused on the eval split, at the interval's bound, with the file and the
+    figure named. (A random-init model's top-1 is mostly its input token, noise or not: the scaled norm is what makes
+    its distributions differ.)"""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -229,6 +231,7 @@ def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[st
     with torch.no_grad():
         for weight in model.parameters():
             weight.add_(torch.randn_like(weight) * weight.std() * 0.5)
+        model.get_decoder().norm.weight.mul_(30)
     cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=converted["dataset"], out=Path("o"))
     gguf = converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf"
     summary = convert_gguf.eval_split_parity(gguf, model, tok, cfg)

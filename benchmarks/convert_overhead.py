@@ -54,12 +54,14 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
-def timed(cmd: list[str], cwd: Path = ROOT) -> tuple[float, int]:
+def timed(cmd: list[str], cwd: Path = ROOT, label: str = "direct") -> tuple[float, int]:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start, int(proc.stdout.strip().splitlines()[-1])
+    seconds = time.perf_counter() - start
+    print(f"  {label}: {seconds:.1f}s", flush=True)  # each run as it ends: a cut-short run still reports
+    return seconds, int(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -89,7 +91,7 @@ def main() -> None:
             return timed(
                 [sys.executable, "-c", OURS, "--adapter", str(args.adapter), "--dataset", str(args.dataset),
                  "--base-model", args.base_model, "--out", str(out), "--quantizations", args.quantizations,
-                 "--converter-dir", args.converter_dir, "--base-cache", cache], cwd=tree,
+                 "--converter-dir", args.converter_dir, "--base-cache", cache], cwd=tree, label=out.name,
             )  # fmt: skip
 
         baseline = tmp / "baseline"

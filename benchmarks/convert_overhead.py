@@ -9,8 +9,16 @@ process tree so machine noise hits both; each side's median is reported, and the
 - ours: `python -m steps.convert_gguf` on the unmerged adapter: merge + merge check + the same conversions, plus the
   base at the served quantisation, plus the parity checks (the part that costs, and the point of the step), with no
   base cache: what the first run on a new base costs;
-- ours-cached: the same with `--base-cache` warmed by one run before the rounds: every later run on that base.
-Peak memory is the child process tree's max RSS.
+- ours-cached: the same with `--base-cache` warmed by one run before the rounds: every later run on that base;
+- now (with `--baseline REV`): the step as it was at git rev REV (its steps/ extracted to a temporary folder), cold,
+  in the same rounds: the before/after of a change measured in one run.
+Peak memory is the child process tree's max RSS. The profile printed at the end is the last cold run's own record
+(parity.json's `seconds`: where its time went, and each file's parity pass).
+
+Profile before the batching (c367d71, SmolLM2-135M, 2 shared cores, one cold run, 100 s in README's 3-run median):
+per file, llama.cpp generated 48 tokens one at a time per probe and then evaluated the same 48 again teacher-forced,
+with logits for every prompt position (5 files x 5 probes, ~1,800 prompt tokens each); HF generated each probe
+alone (5 x 48 sequential steps per model, base and candidate) and the merge check ran a second unbatched pass.
 """
 
 from __future__ import annotations
@@ -46,12 +54,14 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
+def timed(cmd: list[str], cwd: Path = ROOT, label: str = "direct") -> tuple[float, int]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start, int(proc.stdout.strip().splitlines()[-1])
+    seconds = time.perf_counter() - start
+    print(f"  {label}: {seconds:.1f}s", flush=True)  # each run as it ends: a cut-short run still reports
+    return seconds, int(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -62,6 +72,7 @@ def main() -> None:
     parser.add_argument("--converter-dir", default=str(ROOT / ".cache/llama.cpp"))
     parser.add_argument("--quantizations", default="Q8_0,Q4_K_M")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", default="", help="git rev whose convert-gguf runs beside ours, cold ('now')")
     args = parser.parse_args()
 
     import torch
@@ -76,16 +87,26 @@ def main() -> None:
         AutoTokenizer.from_pretrained(args.base_model).save_pretrained(merged)
         del base
 
-        def ours(out: Path, cache: str) -> tuple[float, int]:
+        def ours(out: Path, cache: str, tree: Path = ROOT) -> tuple[float, int]:
             return timed(
                 [sys.executable, "-c", OURS, "--adapter", str(args.adapter), "--dataset", str(args.dataset),
                  "--base-model", args.base_model, "--out", str(out), "--quantizations", args.quantizations,
-                 "--converter-dir", args.converter_dir, "--base-cache", cache]
+                 "--converter-dir", args.converter_dir, "--base-cache", cache], cwd=tree, label=out.name,
             )  # fmt: skip
+
+        baseline = tmp / "baseline"
+        if args.baseline:
+            baseline.mkdir()
+            archive = subprocess.run(
+                ["git", "archive", args.baseline, "steps"], cwd=ROOT, capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive.stdout, check=True)
 
         cache = str(tmp / "base-cache")
         ours(tmp / "warm-up", cache)
         runs: dict[str, list[tuple[float, int]]] = {"ours": [], "ours-cached": [], "direct": []}
+        if args.baseline:
+            runs["now"] = []
         for i in range(args.repeats):
             work = tmp / f"direct-{i}"
             work.mkdir()
@@ -94,8 +115,9 @@ def main() -> None:
             )
             runs["ours"].append(ours(tmp / f"ours-{i}", ""))
             runs["ours-cached"].append(ours(tmp / f"ours-cached-{i}", cache))
-            print(f"round {i + 1}: direct {runs['direct'][-1][0]:.1f}s, ours {runs['ours'][-1][0]:.1f}s, "
-                  f"ours-cached {runs['ours-cached'][-1][0]:.1f}s", flush=True)  # fmt: skip
+            if args.baseline:
+                runs["now"].append(ours(tmp / f"now-{i}", "", baseline))
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1][0]:.1f}s" for k, v in runs.items()), flush=True)
         parity = json.loads((tmp / f"ours-{args.repeats - 1}/parity.json").read_text())
 
     summary = {}
@@ -104,12 +126,21 @@ def main() -> None:
             "median_seconds": round(statistics.median(v[0] for v in values), 1),
             "peak_rss_mb": round(max(v[1] for v in values) / 1024, 0),
         }
-    for side in ("ours", "ours-cached"):
+    for side in ("ours", "ours-cached", "now")[: 3 if args.baseline else 2]:
         summary[f"ratio_{side}_over_direct"] = round(
             summary[side]["median_seconds"] / summary["direct"]["median_seconds"], 2
         )
     summary["ours_convert_and_quantise_seconds_candidate"] = parity["candidate"]["convert_and_quantise_seconds"]
     summary["ours_convert_and_quantise_seconds_base"] = parity["base"]["convert_and_quantise_seconds"]
+    summary["profile_of_ours_cold"] = {
+        **parity["seconds"],
+        **{
+            f"parity pass {who} {q}": r["seconds"]
+            for who in ("base", "candidate")
+            for q, r in parity[who]["files"].items()
+        },
+        "eval split (included above)": parity["eval_split"]["seconds"],
+    }
     print(json.dumps(summary, indent=2))
 
 

@@ -20,6 +20,12 @@ on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long docu
 - each quantisation: teacher-forced top-1 agreement, mean KL divergence of next-token distributions and the rate at
   which generation ends with EOS, against thresholds. The served file under them fails parity, which blocks the
   proposal; another rung of the ladder under them is withheld (deleted, named in the report), never shipped.
+And on the distribution that is served — every document of the eval split, chat-templated as served, teacher-forced
+over its reference summary — the served candidate file's top-1 agreement, mean KL and drop in stop rate (top-1 EOS
+right after the summary) against HF, with bootstrap intervals over documents: it passes only when the interval's far
+end is within the same thresholds (the lower bound of agreement, the upper bounds of KL and of the drop), so a file
+that merely looks fine on a few documents is refused. The thresholds are set in one place, steps/sizing.py
+(PARITY_*), and recorded in parity.json and result.json.
 Lineage (dataset, base model and revision, git sha, run id, quantisation, parity figures) goes into each candidate
 file's GGUF metadata, under `general.*` where a standard key fits and `distillery.*` otherwise.
 
@@ -58,9 +64,18 @@ from steps.common import (
     write_json,
     write_result,
 )
+from steps.dataset import load_split
 from steps.gguf_conversion import QUANTIZATIONS, convert_hf_dir, quantize
 from steps.gguf_meta import set_metadata
 from steps.sealed import SealedFolders
+from steps.sizing import (
+    PARITY_CONFIDENCE,
+    PARITY_MAX_EOS_DROP,
+    PARITY_MAX_KL,
+    PARITY_MIN_TOP1,
+    PARITY_RESAMPLES,
+    PARITY_TOKENS,
+)
 
 # What the steps after this one read of its folder besides the served GGUFs (named in result.json): on the cluster
 # they download only these and the served files, not F16 and the rest of the ladder (workflows/distill.py).
@@ -87,20 +102,21 @@ class ConvertConfig:
         metadata={"help": f"comma-separated ladder besides F16, from {', '.join(QUANTIZATIONS)}"},
     )
     min_top1_agreement: str = field(
-        default="Q8_0=0.9,Q6_K=0.85,Q5_K_M=0.8,Q4_K_M=0.7",
+        default=",".join(f"{q}={v}" for q, v in PARITY_MIN_TOP1.items()),
         metadata={"help": "per quantisation, least teacher-forced top-1 agreement with HF"},
     )
     max_mean_kl: str = field(
-        default="Q8_0=0.05,Q6_K=0.1,Q5_K_M=0.2,Q4_K_M=0.5",
+        default=",".join(f"{q}={v}" for q, v in PARITY_MAX_KL.items()),
         metadata={"help": "per quantisation, largest mean KL(HF || GGUF) of next-token distributions"},
     )
     max_eos_rate_drop: float = field(
-        default=0.2, metadata={"help": "how much less often than HF a quantised file may end with EOS on the probes"}
+        default=PARITY_MAX_EOS_DROP,
+        metadata={"help": "how much less often than HF a quantised file may end with EOS (probes; eval split's bound)"},
     )
     merge_tolerance: float = field(
         default=1e-3, metadata={"help": "largest |logit| difference between adapter-attached and merged models"}
     )
-    parity_tokens: int = field(default=48, metadata={"help": "greedy tokens generated per parity probe"})
+    parity_tokens: int = field(default=PARITY_TOKENS, metadata={"help": "greedy tokens generated per parity probe"})
     run_id: str = field(default="", metadata={"help": "the Argo workflow uid, recorded in the GGUF metadata"})
     converter_dir: str = field(
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
@@ -125,6 +141,10 @@ class ConvertResult:
     parity_passed: bool
     candidate_top1_agreement: float
     candidate_size_bytes: int
+    # The served candidate file on the eval split's documents: each figure's point and interval, and the thresholds
+    # every parity figure was judged by.
+    eval_parity: dict[str, Any]
+    parity_thresholds: dict[str, Any]
 
 
 def config_problems(cfg: ConvertConfig) -> list[str]:
@@ -176,6 +196,60 @@ def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:
     return why
 
 
+def judge_eval(summary: dict[str, Any], quant: str, cfg: ConvertConfig, bound: bool = True) -> list[str]:
+    """Why the served file fails parity on the eval split (empty: it passes). With `bound`, each figure is judged at
+    its interval's far end — agreement's lower bound, KL's and the stop-rate drop's upper bounds — so passing means
+    shown within the thresholds; without it, at the point figures (how a point gate would decide)."""
+    end = ("low", "high") if bound else ("point", "point")
+    what = f"{summary['confidence']:.0%} bound" if bound else "point figure"
+    top1 = number_table(cfg.min_top1_agreement, "--min-top1-agreement")[quant]
+    kl = number_table(cfg.max_mean_kl, "--max-mean-kl")[quant]
+    where = f"{summary['file']} on the eval split ({summary['documents']} documents)"
+    why = []
+    if not summary["tokens_equal"]:
+        why.append(f"{where}: llama.cpp token ids differ from HF's on {summary['tokens_differ']}")
+    if summary["top1_agreement"][end[0]] < top1:
+        why.append(f"{where}: top-1 agreement {what} {summary['top1_agreement'][end[0]]:.3f} < {top1}")
+    if summary["mean_kl"][end[1]] > kl:
+        why.append(f"{where}: mean KL {what} {summary['mean_kl'][end[1]]:.4f} > {kl}")
+    if summary["eos_rate_drop"][end[1]] > cfg.max_eos_rate_drop:
+        why.append(
+            f"{where}: stops after the summary less often than HF by {summary['eos_rate_drop'][end[1]]:.0%} ({what};"
+            f" allowed {cfg.max_eos_rate_drop:.0%}): it may not stop"
+        )
+    return why
+
+
+def thresholds(cfg: ConvertConfig) -> dict[str, Any]:
+    """The thresholds parity was judged by, as recorded in parity.json and result.json."""
+    return {
+        "min_top1_agreement": number_table(cfg.min_top1_agreement, "--min-top1-agreement"),
+        "max_mean_kl": number_table(cfg.max_mean_kl, "--max-mean-kl"),
+        "max_eos_rate_drop": cfg.max_eos_rate_drop,
+        "eval_split": {"judged_at": "interval bound", "confidence": PARITY_CONFIDENCE, "resamples": PARITY_RESAMPLES},
+    }
+
+
+def eval_split_parity(gguf: Path, model: Any, tokenizer: Any, cfg: ConvertConfig) -> dict[str, Any]:
+    """The served file against the HF model it came from on every eval document: per-document figures, their
+    intervals, and a progress line per few documents ending with the rate."""
+    rows = load_split(Path(cfg.dataset), "eval")
+    eos_id = int(tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
+    t0 = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        if done % 8 == 0 or done == total:
+            rate = done / (time.perf_counter() - t0)
+            print(f"convert-gguf: eval-split parity {gguf.name}: {done}/{total} documents ({rate:.1f}/s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    docs = gguf_parity.eval_parity(gguf, model, tokenizer, rows, eos_id, _threads(cfg), progress)
+    summary = gguf_parity.intervals(docs, PARITY_CONFIDENCE, PARITY_RESAMPLES)
+    differ = [d["id"] for d in docs if not d["tokens_equal"]]
+    return {"file": gguf.name, **summary, "tokens_equal": not differ, "tokens_differ": differ[:5],
+            "seconds": round(time.perf_counter() - t0, 2), "docs": docs}  # fmt: skip
+
+
 def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> dict[str, str | float | bool]:
     data = read_json(Path(cfg.dataset) / "lineage.json")
     return {
@@ -206,7 +280,7 @@ CACHE_REPORT = "report.json"
 # whenever that code would now make another GGUF or another parity report from the same base — other references,
 # another figure or threshold inside the per-file report, another dtype — so that no run reuses an entry made the old
 # way. Rewording a comment, a message or a line of parity.md needs no bump: the key is not the source's bytes.
-BASE_CONVERSION_VERSION = 1
+BASE_CONVERSION_VERSION = 2  # 2: references batched, greedy output read off the teacher-forced pass
 # The base's files the conversion and its parity check read besides the weights: config, tokenizer, chat template.
 BASE_META_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
 # The weights as transformers finds them in a folder, in its order of preference: one file, or shards by an index.
@@ -346,6 +420,22 @@ def _markdown(parity: dict[str, Any]) -> str:
                 f"| {r['top1_agreement']:.3f} "
                 f"| {r['mean_kl']:.4f} | {r['eos_rate']:.0%} ({r['hf_eos_rate']:.0%}) |"
             )
+    ev = parity["eval_split"]
+    ci = f"{ev['confidence']:.0%} interval over documents"
+
+    def fig(name: str, fmt: str) -> str:
+        return f"{ev[name]['point']:{fmt}} [{ev[name]['low']:{fmt}}, {ev[name]['high']:{fmt}}]"
+
+    lines += [
+        "",
+        f"Served file on the eval split ({ev['documents']} documents, {ev['positions']} teacher-forced positions; "
+        f"point [{ci}], judged at the bound):",
+        "",
+        "| file | tokens equal | top-1 | mean KL | stop-rate drop vs HF | stop rate (HF) |",
+        "|---|---|---|---|---|---|",
+        f"| {ev['file']} | {ev['tokens_equal']} | {fig('top1_agreement', '.3f')} | {fig('mean_kl', '.4f')} "
+        f"| {fig('eos_rate_drop', '.0%')} | {fig('eos_rate', '.0%')} ({ev['hf_eos_rate']:.0%}) |",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -366,7 +456,14 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
         quantize(f16, files[quant], quant, _threads(cfg))
     convert_s = time.perf_counter() - t0
     eos_id = int(tokenizer.convert_tokens_to_ids(tokenizer.eos_token))
-    reports = {q: gguf_parity.compare(p, refs, eos_id, _threads(cfg), tokenizer) for q, p in files.items()}
+    reports = {}
+    for quant, path in files.items():
+        t1 = time.perf_counter()
+        reports[quant] = gguf_parity.compare(path, refs, eos_id, _threads(cfg), tokenizer)
+        reports[quant]["seconds"] = round(time.perf_counter() - t1, 2)
+        n = sum(len(r["prompt_ids"]) + len(r["continuation"]) for r in refs)
+        print(f"convert-gguf: parity {path.name}: {len(refs)} probes, {n} tokens "
+              f"({n / (time.perf_counter() - t1):.0f} tokens/s)", file=sys.stderr, flush=True)  # fmt: skip
     f16_report = reports["F16"]
     if not (f16_report["tokens_equal"] and f16_report["greedy_match"]):
         parted = [p["divergence"] for p in f16_report["probes"] if p["divergence"] and not p["divergence"]["near_tie"]]
@@ -399,25 +496,42 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         # Merging always happens in float32 on a full-precision reload of the base, never into quantised weights.
         return AutoModelForCausalLM.from_pretrained(cfg.base_model, revision=cfg.base_revision, dtype=torch.float32)
 
+    # Where the step's time goes, recorded in parity.json (benchmarks/convert_overhead.py prints it as its profile).
+    seconds: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        seconds[name] = round(now - clock[0], 2)
+        clock[0] = now
+
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)
         base_report = _base_conversion(cfg, load_base, tokenizer, work, out)
+        lap("base: load, references, conversion, parity (or the cache)")
 
         attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
+        lap("candidate: load base + adapter")
         refs = gguf_parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
+        lap("candidate: HF references (probes)")
         merged = attached.merge_and_unload().eval()
         merge_diff = gguf_parity.merge_check(merged, refs)
+        lap("candidate: merge + merge check")
         if merge_diff > cfg.merge_tolerance:
             raise ParityError(
                 f"merging the adapter changed the model: max |logit| difference {merge_diff:.2e} > "
                 f"{cfg.merge_tolerance:.0e} (--merge-tolerance); check the adapter was trained on this base"
             )
         cand_report = _export("candidate", merged, tokenizer, refs, quants, cfg, work, out)
+        lap("candidate: save, convert, quantise, parity on the probes")
+        served_eval = eval_split_parity(Path(cand_report["paths"][cfg.quantization]), merged, tokenizer, cfg)
+        lap("candidate: eval-split parity of the served file")
 
         # The served file (candidate and base) must pass: it blocks the proposal. Another rung of the ladder that
         # fails is withheld — deleted, never shipped — and named, rather than blocking a good served file.
         reasons = [f"candidate {r}" for r in judge(cand_report["files"][cfg.quantization], cfg.quantization, cfg)]
         reasons += [f"base {r}" for r in judge(base_report["files"][cfg.quantization], cfg.quantization, cfg)]
+        reasons += [f"candidate {r}" for r in judge_eval(served_eval, cfg.quantization, cfg)]
         passed = not reasons
         withheld = {}
         for quant in quants:
@@ -426,7 +540,10 @@ def run(cfg: ConvertConfig) -> ConvertResult:
                 withheld[quant] = why
                 Path(cand_report["paths"][quant]).unlink()
         if passed:
-            reasons = [f"F16 greedy output equals HF's (up to near-ties); served {cfg.quantization} within thresholds"]
+            reasons = [
+                f"F16 greedy output equals HF's (up to near-ties); served {cfg.quantization} within thresholds, on the"
+                f" eval split at the {PARITY_CONFIDENCE:.0%} interval's bound"
+            ]
         shipped = ["F16", *(q for q in quants if q not in withheld)]
         for quant in shipped:
             set_metadata(Path(cand_report["paths"][quant]), lineage_metadata(cfg, quant, cand_report["files"][quant]))
@@ -442,16 +559,15 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             "ladder": shipped,
             "withheld": withheld,
             "merge_max_abs_logit_diff": merge_diff,
-            "thresholds": {
-                "min_top1_agreement": number_table(cfg.min_top1_agreement, "--min-top1-agreement"),
-                "max_mean_kl": number_table(cfg.max_mean_kl, "--max-mean-kl"),
-                "max_eos_rate_drop": cfg.max_eos_rate_drop,
-            },
+            "thresholds": thresholds(cfg),
+            "eval_split": served_eval,
             "candidate": cand_report,
             "base": base_report,
         }
         if not passed:
             parity["reason"] = "; ".join(reasons)
+        lap("judge, metadata")
+        parity["seconds"] = seconds
         write_json(out / "parity.json", parity)
         (out / "parity.md").write_text(_markdown(parity))
         served = out / f"{cfg.model_name}-{cfg.quantization}.gguf"
@@ -462,6 +578,8 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             parity_passed=passed,
             candidate_top1_agreement=round(cand_report["files"][cfg.quantization]["top1_agreement"], 4),
             candidate_size_bytes=served.stat().st_size,
+            eval_parity={k: v for k, v in served_eval.items() if k != "docs"},
+            parity_thresholds=thresholds(cfg),
         )
         write_result(out, result)
     return result

@@ -186,6 +186,18 @@ LLAMA_N_BATCH = 512
 # checked; its converter subprocess (Python + torch + the lazy tensors it converts a few at a time).
 PARITY_PROBES = 5
 PARITY_TOKENS = 48
+# convert-gguf's parity thresholds, the one place they are set (ConvertConfig's defaults are made from these and every
+# report records the ones it was judged by). Per quantisation: the least top-1 agreement with the HF model and the
+# largest mean KL(HF || GGUF) of next-token distributions; for every file, how much less often than HF it may stop.
+# On the fixed probes they bound the point figures; on the eval split's documents (the served distribution) they
+# bound the interval's far end: PARITY_CONFIDENCE two-sided, from PARITY_RESAMPLES bootstrap resamples of documents.
+PARITY_MIN_TOP1 = {"Q8_0": 0.9, "Q6_K": 0.85, "Q5_K_M": 0.8, "Q4_K_M": 0.7}
+PARITY_MAX_KL = {"Q8_0": 0.05, "Q6_K": 0.1, "Q5_K_M": 0.2, "Q4_K_M": 0.5}
+PARITY_MAX_EOS_DROP = 0.2
+PARITY_CONFIDENCE = 0.95
+PARITY_RESAMPLES = 2000
+# The eval documents scored in one batched HF forward (its activations and the kept logits rows scale with it).
+PARITY_EVAL_BATCH = 8
 CONVERTER_GIB = 0.75
 # GGUF bits per weight, from llama.cpp's block layouts: Q8_0 34 bytes per 32 weights; Q6_K 210 per 256; the K_M mixes
 # keep some tensors (attn_v, half of ffn_down, output) at Q6_K, averaging ~5.7 (Q5_K_M) and ~4.9 (Q4_K_M). A test keeps

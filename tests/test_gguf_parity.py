@@ -138,6 +138,18 @@ def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind
     sizes = parity["candidate"]["size_bytes"]
     assert sizes["F16"] > sizes["Q8_0"] > 0
     assert "| distillery-summariser-Q4_K_M.gguf |" in (converted[f"{kind}-gguf"] / "parity.md").read_text()
+    # The served file on every eval document, judged at the interval's bound, with the thresholds recorded.
+    served = parity["eval_split"]
+    eval_rows = (converted["dataset"] / "eval.jsonl").read_text().splitlines()
+    assert served["file"] == "distillery-summariser-Q8_0.gguf" and served["tokens_equal"]
+    assert served["documents"] == len(served["docs"]) == len(eval_rows) > 0
+    for name in ("top1_agreement", "mean_kl", "eos_rate_drop", "eos_rate"):
+        assert served[name]["low"] <= served[name]["point"] <= served[name]["high"], name
+    assert served["top1_agreement"]["low"] >= parity["thresholds"]["min_top1_agreement"]["Q8_0"]
+    result = json.loads((converted[f"{kind}-gguf"] / "result.json").read_text())
+    assert result["parity_thresholds"] == parity["thresholds"]
+    assert result["eval_parity"]["top1_agreement"] == served["top1_agreement"]
+    assert "Served file on the eval split" in (converted[f"{kind}-gguf"] / "parity.md").read_text()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
@@ -203,6 +215,28 @@ def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str,
     assert gguf_parity.merge_check(attached.merge_and_unload(), refs) < 1e-3
     # The base without the adapter stands for a merge that lost it.
     assert gguf_parity.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
+
+
+def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[str, Path]):
+    """The base's served GGUF against its HF model with noise added to every weight and the final norm scaled (a GGUF
+    that is not the model it claims to be): refused on the eval split, at the interval's bound, with the file and the
+    figure named. (A random-init model's top-1 is mostly its input token, noise or not: the scaled norm is what makes
+    its distributions differ.)"""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(converted["llama-base"])
+    model = AutoModelForCausalLM.from_pretrained(converted["llama-base"]).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.add_(torch.randn_like(weight) * weight.std() * 0.5)
+        model.get_decoder().norm.weight.mul_(30)
+    cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=converted["dataset"], out=Path("o"))
+    gguf = converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf"
+    summary = convert_gguf.eval_split_parity(gguf, model, tok, cfg)
+    why = convert_gguf.judge_eval(summary, "Q8_0", cfg)
+    assert any("distillery-summariser-base-Q8_0.gguf on the eval split" in w and "95% bound" in w for w in why), why
 
 
 def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted: dict[str, Path]):

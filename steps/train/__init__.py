@@ -42,6 +42,7 @@ from steps.dataset import load_split
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
 from steps.train.data import collate, encode_example, encode_rows, global_batches, schedule
+from steps.train.gpu import mfu
 from steps.train.launchers import TrainingFailed, train_here, train_ray
 from steps.train.loop import Preempted, train_loop
 from steps.train.model import build_model, pad_id_of
@@ -76,24 +77,27 @@ def run(cfg: TrainConfig) -> TrainResult:
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
         if cfg.train_backend == "ray":
-            device, peak = train_ray(cfg, rows, checkpoint_dir, final), 0.0
+            device, peak, parameters = train_ray(cfg, rows, checkpoint_dir, final), 0.0, 0
             store = None
         else:
             store = DirCheckpoints(checkpoint_dir)
-            device, peak = train_here(cfg, rows, store)
+            device, peak, parameters = train_here(cfg, rows, store)
             with store.latest() as folder:
                 shutil.copytree(folder, final)
         state = read_json(final / "state.json")
         log = state["log"]
         resumed = max((r["step"] - 1 for r in log if r.get("resumed")), default=0)
+        tokens_per_second = round(log[-1]["tokens"] / log[-1]["seconds"], 1)
         result = TrainResult(
             steps=len(log),
             final_loss=round(log[-1]["loss"], 5),
             train_seconds=round(log[-1]["seconds"], 2),
-            tokens_per_second=round(log[-1]["tokens"] / log[-1]["seconds"], 1),
+            tokens_per_second=tokens_per_second,
             device=device,
             resumed_from_step=resumed,
             peak_gpu_memory_gib=peak,
+            precision=",".join(dict.fromkeys(r.get("precision", "fp32") for r in log)),
+            mfu=round(mfu(tokens_per_second, parameters, device), 4) if peak else 0.0,
         )
         out = Path(tmp) / "out"
         shutil.copytree(final / "adapter", out)

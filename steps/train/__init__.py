@@ -9,11 +9,13 @@ progress printed every `--log-every` steps. Produces in `--out` (a folder or an 
 (`adapter_config.json`, `adapter_model.safetensors`), `loss.csv`, `loss.png`, `training_summary.json`, `result.json`.
 
 One loop (`train_loop`), three launchers:
-- `cpu`: in this process, float32;
+- `cpu`: in this process, float32 weights; `--precision auto` (the default) runs the steps under bf16 autocast where
+  the CPU has native bf16 (AMX or AVX-512-BF16, detected at run time), float32 elsewhere (`precision`);
 - `gpu`: one CUDA device, bf16 autocast; `--qlora true` loads the base in 4-bit NF4 (bitsandbytes) and trains the
   LoRA weights on top (convert-gguf later merges into a full-precision reload of the base, never into 4-bit weights);
-- `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo, float32;
-  it joins `--ray-address` (`auto` inside a KubeRay RayJob) or starts a local Ray cluster.
+- `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo,
+  precision as `cpu` (each worker detects its own node's CPU); it joins `--ray-address` (`auto` inside a KubeRay
+  RayJob) or starts a local Ray cluster.
 
 Checkpoints (adapter, optimiser, scheduler, RNG, step log; the data position is the step, since the batch order is a
 function of the seed) are written every `--checkpoint-every` steps, atomically, to `--checkpoint-dir` (a folder or an
@@ -25,8 +27,9 @@ at the end instead of from step 0 (the bucket's lifecycle rule expires them).
 
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
 (encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
-unpickling; the folder and Ray stores), `model` (base + LoRA), `launchers` (in process, Ray Train), `storage` (s3://
-in and out), `plots` (the loss curve); this file is the step (`run`, `main`), `__main__` its command line.
+unpickling; the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features),
+`gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// in and out), `plots` (the loss curve); this file
+is the step (`run`, `main`), `__main__` its command line.
 """
 
 from __future__ import annotations

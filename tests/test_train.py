@@ -340,11 +340,12 @@ def test_bf16_autocast_trains_the_float32_runs_adapter_within_bf16_rounding(
     dataset: Path, tiny_model_dir: Path, uninterrupted: Path, tmp_path: Path
 ):
     """`--precision bf16` (what `auto` picks on a CPU with AMX or AVX-512-BF16) against float32, same settings and
-    seed. bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2 % per operation), so a step's loss may move by
-    a few tenths of a percent; the learned LoRA weights (B, zero at init: all of it was learned) drift further, as
-    AdamW turns each small gradient difference into a full-size update. The tolerances (LOSS_RTOL, ADAPTER_RTOL) are
-    pinned from a measurement with their margin beside them. Short sequences and 8 steps: bf16 is emulated, slowly, on
-    CPUs without it (this machine's), and the difference shows from the first step."""
+    seed. bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2 % per operation) while the loss and the
+    optimiser stay float32, so the losses stay close; the learned LoRA weights (B, zero at init: all of it was
+    learned) drift further, as AdamW turns each small gradient difference into a full-size update. The tolerances
+    (LOSS_RTOL, ADAPTER_RTOL) are pinned from a measurement, with their margin beside them. Short sequences and 8
+    steps: bf16 is emulated, slowly, on CPUs without it (this machine's), and the difference shows from the first
+    step."""
     from steps.train.precision import detect
 
     # result.json records what `auto` chose (the reference run, float32 here, bf16 on an AMX machine)

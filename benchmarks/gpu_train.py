@@ -7,7 +7,8 @@ TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's) with SmolLM2's tokenizer; through
 not on the weights' values. Each variant is one `python -m steps.train --train-backend gpu` process over the same
 examples (DATASET is fetch-dataset's output), settings and number of optimiser steps; variants alternate round by
 round and each reports its median over `--repeats` rounds. Tokens/s are real (non-padding) tokens of the step loop,
-as steps.train reports them; memory is the CUDA allocator's peak in the training process.
+as steps.train reports them; MFU is result.json's (4·N FLOPs per token vs the card's dense bf16 peak,
+steps.train.gpu); memory is the CUDA allocator's peak in the training process.
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ def main() -> None:
                 res = run(v, work / "base", args, work)
                 rounds[v].append(res)
                 print(f"round {r + 1} {v}: {res['tokens_per_second']} tok/s, {res['steps']} steps in "
-                      f"{res['train_seconds']} s, peak {res['peak_gpu_memory_gib']} GiB, loss {res['final_loss']}, "
-                      f"wall {res['wall_seconds']} s on {res['device']}", flush=True)  # fmt: skip
+                      f"{res['train_seconds']} s, MFU {res['mfu']:.1%}, peak {res['peak_gpu_memory_gib']} GiB, "
+                      f"loss {res['final_loss']}, wall {res['wall_seconds']} s on {res['device']}",
+                      flush=True)  # fmt: skip
     summary = {
         v: {
             "tokens_per_second": statistics.median(r["tokens_per_second"] for r in rs),
+            "mfu": statistics.median(r["mfu"] for r in rs),
             "peak_gpu_memory_gib": max(r["peak_gpu_memory_gib"] for r in rs),
             "final_loss": [r["final_loss"] for r in rs],
         }

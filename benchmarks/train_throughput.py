@@ -10,12 +10,17 @@ same examples (the committed training split in the serving chat template, `steps
 (ours, hf, ray…, ours, hf, …) so machine noise hits all of them; each variant's median over `--repeats` rounds is
 reported, and ratios of medians.
 
-- `ours`: `steps.train.train_loop` in process (length-grouped batches, left padding, logits only for the summary);
+- `ours`: `steps.train.train_loop` in process (length-grouped batches, left padding, logits only for the summary),
+  precision `auto` (bf16 autocast where the CPU has AMX/AVX-512-BF16, float32 elsewhere); `ours-fp32`, `ours-bf16`:
+  the same with `--precision` forced;
 - `hf`: `transformers.Trainer` on the PEFT model with `DataCollatorForSeq2Seq` (pads each batch to its longest
   example, loss over all positions' logits): what a team would write first;
 - `ray-WxT`: `python -m steps.train --train-backend ray` with W workers x T threads on a local Ray cluster;
 - `<variant>+passive`: the same with OMP_WAIT_POLICY=PASSIVE (OpenMP threads sleep at barriers instead of spinning),
   to price what the train step sets by default for shared nodes.
+
+`--profile` first runs `ours` once more under `torch.profiler` and prints a profile note: the share of forward,
+backward and optimiser, the top operators by self CPU time, and the padding the batches carry.
 
 Throughput counts real (non-padding) tokens per second of training (the step loop, not model loading or Ray's start);
 padded tokens/s are reported beside them. Ray variants also report the command's wall time, start-up included.
@@ -37,14 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _config(args: argparse.Namespace, out: str) -> object:
+def _config(args: argparse.Namespace, out: str, precision: str = "auto") -> object:
     from steps.train import TrainConfig
 
     n = len(_rows(args.dataset))
     epochs = args.steps / math.ceil(n / args.batch_size)
     return TrainConfig(dataset=str(args.dataset), out=out, base_model=args.model, batch_size=args.batch_size,
                        epochs=epochs, threads=args.threads, max_seq_len=args.max_seq_len, log_every=10**6,
-                       checkpoint_every=0)  # fmt: skip
+                       checkpoint_every=0, precision=precision)  # fmt: skip
 
 
 def _rows(dataset: Path) -> list[dict]:
@@ -53,13 +58,13 @@ def _rows(dataset: Path) -> list[dict]:
     return load_split(dataset, "train")
 
 
-def worker_ours(args: argparse.Namespace) -> dict:
+def worker_ours(args: argparse.Namespace, precision: str = "auto") -> dict:
     import torch
 
     from steps import train
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = _config(args, f"{tmp}/out")
+        cfg = _config(args, f"{tmp}/out", precision)
         torch.set_num_threads(args.threads)
         model, tokenizer = train.build_model(cfg, torch.device("cpu"))
         examples = train.encode_rows(tokenizer, _rows(args.dataset), cfg.max_seq_len)
@@ -71,7 +76,53 @@ def worker_ours(args: argparse.Namespace) -> dict:
         log = train.train_loop(model, examples, cfg, train.pad_id_of(tokenizer), train.DirCheckpoints(f"{tmp}/ckpt"))
     assert len(log) == args.steps
     return {"real_tokens": log[-1]["tokens"], "padded_tokens": padded, "seconds": log[-1]["seconds"],
-            "final_loss": log[-1]["loss"]}  # fmt: skip
+            "final_loss": log[-1]["loss"], "precision": log[-1]["precision"]}  # fmt: skip
+
+
+def profile_note(args: argparse.Namespace) -> str:
+    """`ours` for `--steps` steps under torch.profiler: where a step's time goes, as a few lines of text."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from steps import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = _config(args, f"{tmp}/out")
+        torch.set_num_threads(args.threads)
+        model, tokenizer = train.build_model(cfg, torch.device("cpu"))
+        examples = train.encode_rows(tokenizer, _rows(args.dataset), cfg.max_seq_len)
+        batches, real, padded = train.global_batches(examples, cfg), 0, 0
+        for _ in range(args.steps):
+            idx = next(batches)
+            real += sum(len(examples[i]["input_ids"]) for i in idx)
+            padded += len(idx) * max(len(examples[i]["input_ids"]) for i in idx)
+        # The loop's phases, named for the profile: autograd's backward and the optimiser's step appear under their
+        # own names; the forward is everything under the model's call.
+        forward = model.forward
+
+        def named_forward(*a: object, **k: object) -> object:
+            with record_function("## forward"):
+                return forward(*a, **k)
+
+        model.forward = named_forward
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            log = train.train_loop(model, examples, cfg, train.pad_id_of(tokenizer), train.DirCheckpoints(f"{tmp}/c"))
+    events = prof.key_averages()
+    total = log[-1]["seconds"]
+
+    def seconds(name: str) -> float:
+        return sum(e.cpu_time_total for e in events if e.key == name) / 1e6
+
+    backward = sum(e.cpu_time_total for e in events if e.key.startswith("autograd::engine::evaluate_function"))
+    phases = {"forward": seconds("## forward"), "backward": backward / 1e6,
+              "optimizer": seconds("Optimizer.step#AdamW.step")}  # fmt: skip
+    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
+    lines = [f"profile of ours ({args.steps} steps, {total:.1f} s in the loop, precision {log[-1]['precision']}, "
+             f"padding {1 - real / padded:.1%} of batch tokens):",
+             "  " + ", ".join(f"{k} {v:.1f} s ({v / total:.0%})" for k, v in phases.items()),
+             "  top operators by self CPU time: " + ", ".join(
+                 f"{e.key} {e.self_cpu_time_total / 1e6:.1f} s" for e in top)]  # fmt: skip
+    return "\n".join(lines)
 
 
 def worker_hf(args: argparse.Namespace) -> dict:
@@ -89,10 +140,15 @@ def worker_hf(args: argparse.Namespace) -> dict:
         counts = {"real": 0, "padded": 0}
 
         def collate(features: list[dict]) -> dict:
-            batch = collator([dict(f) for f in features])
-            counts["real"] += int(batch["attention_mask"].sum())
-            counts["padded"] += batch["attention_mask"].numel()
-            return batch
+            return collator([dict(f) for f in features])
+
+        class CountingTrainer(Trainer):
+            # Counted as each batch is trained, not as the data loader collates it: the loader runs a batch ahead
+            # (at 2 steps, counting collated batches overstated hf's tokens by half).
+            def training_step(self, model: object, inputs: dict, *a: object, **k: object) -> object:
+                counts["real"] += int(inputs["attention_mask"].sum())
+                counts["padded"] += inputs["attention_mask"].numel()
+                return super().training_step(model, inputs, *a, **k)
 
         class StepTimer(TrainerCallback):
             def on_step_begin(self, *a: object, **k: object) -> None:
@@ -108,7 +164,9 @@ def worker_hf(args: argparse.Namespace) -> dict:
             weight_decay=0.0, max_grad_norm=1.0, logging_steps=10**6, save_strategy="no", report_to=[],
             seed=cfg.seed, use_cpu=True, dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True,
         )  # fmt: skip
-        trainer = Trainer(model=model, args=targs, train_dataset=examples, data_collator=collate, callbacks=[timer])
+        trainer = CountingTrainer(
+            model=model, args=targs, train_dataset=examples, data_collator=collate, callbacks=[timer]
+        )
         out = trainer.train()
     return {"real_tokens": counts["real"], "padded_tokens": counts["padded"], "seconds": timer.seconds,
             "final_loss": out.training_loss}  # fmt: skip
@@ -159,10 +217,16 @@ def main() -> None:
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default="ours,hf,ray-2x1,ray-1x1,ray-1x2")
+    parser.add_argument("--profile", action="store_true", help="print a profile note of `ours` first")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker_ours(args) if args.worker == "ours" else worker_hf(args)))
+        if args.worker == "profile":
+            print(json.dumps(profile_note(args)))
+        elif args.worker.startswith("ours"):
+            print(json.dumps(worker_ours(args, args.worker.partition("-")[2] or "auto")))
+        else:
+            print(json.dumps(worker_hf(args)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
@@ -170,6 +234,8 @@ def main() -> None:
 
             build_model(ROOT / ".cache/models/SmolLM2-135M-Instruct", Path(tmp) / "tiny", max_positions=1024)
             args.model = str(Path(tmp) / "tiny")
+        if args.profile:
+            print(run_worker(args, "profile"), flush=True)
         runs: dict[str, list[dict]] = {v: [] for v in args.variants.split(",")}
         for round_ in range(args.repeats):
             for variant in runs:

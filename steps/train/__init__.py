@@ -10,11 +10,13 @@ progress printed every `--log-every` steps. Produces in `--out` (a folder or an 
 (`adapter_config.json`, `adapter_model.safetensors`), `loss.csv`, `loss.png`, `training_summary.json`, `result.json`.
 
 One loop (`train_loop`), three launchers:
-- `cpu`: in this process, float32;
+- `cpu`: in this process, float32 weights; `--precision auto` (the default) runs the steps under bf16 autocast where
+  the CPU has native bf16 (AMX or AVX-512-BF16, detected at run time), float32 elsewhere (`precision`);
 - `gpu`: one CUDA device, bf16 autocast; `--qlora true` loads the base in 4-bit NF4 (bitsandbytes) and trains the
   LoRA weights on top (convert-gguf later merges into a full-precision reload of the base, never into 4-bit weights);
-- `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo, float32;
-  it joins `--ray-address` (`auto` inside a KubeRay RayJob) or starts a local Ray cluster.
+- `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo,
+  precision as `cpu` (each worker detects its own node's CPU); it joins `--ray-address` (`auto` inside a KubeRay
+  RayJob) or starts a local Ray cluster.
 
 Checkpoints (adapter, optimiser, scheduler, RNG, step log; the data position is the step, since the batch order is a
 function of the seed) are written every `--checkpoint-every` steps, atomically, to `--checkpoint-dir` (a folder or an
@@ -26,9 +28,10 @@ at the end instead of from step 0 (the bucket's lifecycle rule expires them).
 
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
 (encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
-unpickling; the folder and Ray stores), `model` (base + LoRA), `launchers` (in process, Ray Train), `storage` (s3://
-in and out), `plots` (the loss curve), `kd` (the optional logit-level distillation: the teacher's top-k sidecar and
-the KL term); this file is the step (`run`, `main`), `__main__` its command line.
+unpickling; the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features),
+`gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// in and out), `plots` (the loss curve), `kd` (the
+optional logit-level distillation: the teacher's top-k sidecar and the KL term); this file is the step (`run`,
+`main`), `__main__` its command line.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from steps.dataset import load_split
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
 from steps.train.data import collate, encode_example, encode_rows, global_batches, schedule
+from steps.train.gpu import mfu
 from steps.train.kd import load_targets
 from steps.train.launchers import TrainingFailed, train_here, train_ray
 from steps.train.loop import Preempted, train_loop
@@ -80,24 +84,27 @@ def run(cfg: TrainConfig) -> TrainResult:
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
         if cfg.train_backend == "ray":
-            device, peak = train_ray(cfg, rows, checkpoint_dir, final, kd_targets), 0.0
+            device, peak, parameters = train_ray(cfg, rows, checkpoint_dir, final, kd_targets), 0.0, 0
             store = None
         else:
             store = DirCheckpoints(checkpoint_dir)
-            device, peak = train_here(cfg, rows, store, kd_targets)
+            device, peak, parameters = train_here(cfg, rows, store, kd_targets)
             with store.latest() as folder:
                 shutil.copytree(folder, final)
         state = read_json(final / "state.json")
         log = state["log"]
         resumed = max((r["step"] - 1 for r in log if r.get("resumed")), default=0)
+        tokens_per_second = round(log[-1]["tokens"] / log[-1]["seconds"], 1)
         result = TrainResult(
             steps=len(log),
             final_loss=round(log[-1]["loss"], 5),
             train_seconds=round(log[-1]["seconds"], 2),
-            tokens_per_second=round(log[-1]["tokens"] / log[-1]["seconds"], 1),
+            tokens_per_second=tokens_per_second,
             device=device,
             resumed_from_step=resumed,
             peak_gpu_memory_gib=peak,
+            precision=",".join(dict.fromkeys(r.get("precision", "fp32") for r in log)),
+            mfu=round(mfu(tokens_per_second, parameters, device), 4) if peak else 0.0,
         )
         out = Path(tmp) / "out"
         shutil.copytree(final / "adapter", out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from steps.common import flag
 from steps.train.kd import settings_problems
+from steps.train.precision import PRECISIONS
 
 BACKENDS = ("cpu", "gpu", "ray")
 
@@ -35,6 +36,13 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
     threads: int = field(default=0, metadata={"help": "CPU threads for torch, per Ray worker with ray (0: all cores)"})
     log_every: int = field(default=2, metadata={"help": "print progress every N steps"})
+    precision: str = field(
+        default="auto",
+        metadata={
+            "help": "auto, fp32 or bf16: the compute precision on CPU (auto: bf16 autocast where the CPU has AMX or "
+            "AVX-512-BF16, float32 elsewhere; gpu always runs bf16)"
+        },
+    )
     qlora: bool = field(
         default=False, metadata={"help": "gpu only: load the base in 4-bit NF4 (bitsandbytes) and train LoRA on it"}
     )
@@ -79,6 +87,8 @@ class TrainResult:
     device: str
     resumed_from_step: int
     peak_gpu_memory_gib: float = 0.0  # gpu: the CUDA allocator's peak in the process that finished (sizes the pool)
+    mfu: float = 0.0  # gpu: model FLOPs utilisation at 4·N FLOPs/token vs the card's bf16 peak (steps.train.gpu)
+    precision: str = ""  # what the steps ran in (steps.train.precision): fp32 or bf16, both if a resume changed it
 
 
 def config_problems(cfg: TrainConfig) -> list[str]:
@@ -88,6 +98,10 @@ def config_problems(cfg: TrainConfig) -> list[str]:
         problems.append(f"--train-backend {cfg.train_backend!r} is not one of {', '.join(BACKENDS)}")
     if cfg.qlora and cfg.train_backend != "gpu":
         problems.append("--qlora needs --train-backend gpu (bitsandbytes' 4-bit kernels run on CUDA); drop --qlora")
+    if cfg.precision not in PRECISIONS:
+        problems.append(f"--precision {cfg.precision!r} is not one of {', '.join(PRECISIONS)}")
+    if cfg.precision == "fp32" and cfg.train_backend == "gpu":
+        problems.append("--precision fp32: the gpu launcher loads the base in bf16; use auto or bf16 there")
     if cfg.train_backend == "ray" and cfg.ray_workers < 1:
         problems.append(f"--ray-workers {cfg.ray_workers}: needs at least 1")
     if cfg.train_backend == "ray" and cfg.ray_address and cfg.threads < 1:

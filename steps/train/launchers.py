@@ -16,6 +16,7 @@ from steps.common import is_uri
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows
+from steps.train.gpu import base_parameters
 from steps.train.kd import loss_hook
 from steps.train.loop import stop_on_sigterm, train_loop
 from steps.train.model import build_model, pad_id_of
@@ -34,9 +35,10 @@ class TrainingFailed(Exception):
 
 def train_here(
     cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints, kd_targets: dict | None = None
-) -> tuple[str, float]:
-    """The in-process launcher (cpu, gpu): returns the device's name and its peak allocated memory in GiB (0 on CPU).
-    `kd_targets`: the teacher's top-k for `rows` (kd.load_targets) when --kd-weight > 0."""
+) -> tuple[str, float, int]:
+    """The in-process launcher (cpu, gpu): returns the device's name, its peak allocated memory in GiB (0 on CPU) and
+    the base's parameter count (for MFU). `kd_targets`: the teacher's top-k for `rows` (kd.load_targets) when
+    --kd-weight > 0."""
     import torch
 
     device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
@@ -47,8 +49,9 @@ def train_here(
     with stop_on_sigterm():
         train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints, kd=kd)
     if device.type == "cpu":
-        return "cpu", 0.0
-    return torch.cuda.get_device_name(device), round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        return "cpu", 0.0, base_parameters(model)
+    peak = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+    return torch.cuda.get_device_name(device), peak, base_parameters(model)
 
 
 def ray_worker(config: dict) -> None:

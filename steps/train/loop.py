@@ -14,6 +14,7 @@ from typing import Any
 from steps.train.checkpoints import fingerprint, load_state, write_state
 from steps.train.config import TrainConfig
 from steps.train.data import collate, global_batches, schedule
+from steps.train.precision import detect
 
 
 class Preempted(Exception):
@@ -67,6 +68,9 @@ def train_loop(
     import torch.nn.functional as F
 
     device = next(model.parameters()).device
+    precision = detect(cfg.precision, device.type)
+    if rank == 0:
+        print(f"train: precision {precision.name} ({precision.reason})", flush=True)
     total_steps, warmup = schedule(len(examples), cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
@@ -110,7 +114,7 @@ def train_loop(
         keep = batch.pop("keep")
         labels = batch.pop("labels")[:, -keep:].to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision.autocast):
             logits = model(**batch, logits_to_keep=keep + 1).logits[:, :-1]
         token_loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
@@ -130,8 +134,8 @@ def train_loop(
             torch.distributed.all_reduce(figures)
         tokens += int(figures[1])
         elapsed = seconds_before + time.perf_counter() - started
-        log.append({"step": step + 1, "loss": float(figures[0]), "lr": lr, "seconds": elapsed,
-                    "tokens": tokens, **({"resumed": True} if step == start_step > 0 else {})})  # fmt: skip
+        log.append({"step": step + 1, "loss": float(figures[0]), "lr": lr, "seconds": elapsed, "tokens": tokens,
+                    "precision": precision.name, **({"resumed": True} if step == start_step > 0 else {})})  # fmt: skip
         if rank == 0 and ((step + 1) % cfg.log_every == 0 or step + 1 == total_steps):
             print(
                 f"step {step + 1}/{total_steps}  loss {log[-1]['loss']:.4f}  "

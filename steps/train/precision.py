@@ -1,0 +1,77 @@
+"""The compute precision of a training step: bfloat16 autocast where the hardware runs it natively, float32 elsewhere.
+
+On CUDA the base is loaded in bf16 and the loop runs under bf16 autocast. On CPU the weights stay float32 and the
+loop runs under `torch.autocast("cpu", dtype=torch.bfloat16)` only where the CPU has native bf16 arithmetic (AMX
+tiles or AVX-512-BF16): there one LoRA step of SmolLM2-135M took 5.5 s vs 10.5 s in float32 (issue #16). Without
+those instructions oneDNN emulates bf16 through float32 conversions and autocast is slower than plain float32, so
+`auto` keeps float32 there. `--precision fp32|bf16` overrides the choice; the choice and its reason are printed and
+each step records the precision it ran in (`result.json` `precision`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+# /proc/cpuinfo flags of native bf16 arithmetic: Intel AMX (Sapphire Rapids on) and AVX-512-BF16 (Cooper Lake, Zen 4)
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str  # "fp32" or "bf16"
+    reason: str  # why: printed at start and kept for the run's record
+
+    @property
+    def autocast(self) -> bool:
+        return self.name == "bf16"
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (the first processor's `flags` line); empty where /proc/cpuinfo is not there."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def cpu_bf16_support(flags: set[str], capability: str) -> str:
+    """The native bf16 feature this CPU has ('' if none), from its flags and torch's dispatch capability.
+
+    torch's capability (`torch.backends.cpu.get_cpu_capability()`: DEFAULT, AVX2, AVX512, AMX…) says which kernels it
+    dispatches to; the flags say what the CPU runs natively. Either one naming AMX or AVX-512-BF16 counts."""
+    found = [f for f in NATIVE_BF16_FLAGS if f in flags]
+    if found:
+        return found[0]
+    if "AMX" in capability.upper() or "BF16" in capability.upper():
+        return f"torch capability {capability}"
+    return ""
+
+
+def choose(requested: str, device_type: str, flags: set[str], capability: str) -> Precision:
+    """The precision a run uses on `device_type` ('cpu' or 'cuda'), for `requested` in PRECISIONS."""
+    if requested not in PRECISIONS:
+        raise ValueError(f"--precision {requested!r} is not one of {', '.join(PRECISIONS)}")
+    if device_type == "cuda":
+        return Precision("bf16", "CUDA: bf16 weights and autocast")
+    if requested != "auto":
+        return Precision(requested, f"--precision {requested} (set by the run)")
+    native = cpu_bf16_support(flags, capability)
+    if native:
+        return Precision("bf16", f"auto: this CPU runs bf16 natively ({native})")
+    return Precision("fp32", f"auto: no native bf16 on this CPU (torch capability {capability}; no amx_bf16 or "
+                             f"avx512_bf16 flag): bf16 autocast would be emulated, slower than float32")  # fmt: skip
+
+
+def detect(requested: str, device_type: str) -> Precision:
+    """`choose` for the machine this runs on."""
+    import torch
+
+    return choose(requested, device_type, cpu_flags(), torch.backends.cpu.get_cpu_capability())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.prompting import messages
-from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH
+from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 LONG_DOCUMENT = " ".join(
@@ -266,7 +266,15 @@ def eval_parity(
     sequences = eval_sequences(tokenizer, rows)
     full = [s["prompt_ids"] + s["summary_ids"] for s in sequences]
     firsts = [len(s["prompt_ids"]) - 1 for s in sequences]
-    # A served document may be longer than the probes (up to the served context): the context fits the longest.
+    # A served document may be longer than the probes, up to the served context (what sizing.convert_memory sizes).
+    limit = parity_n_ctx()
+    too_long = [f"{s['id']} ({len(t)} tokens)" for s, t in zip(sequences, full, strict=True) if len(t) > limit]
+    if too_long:
+        raise ValueError(
+            f"eval rows longer than the served context ({limit} tokens, prompt + summary) cannot be served: "
+            + ", ".join(too_long)
+            + "; shorten them in the dataset (steps.prompting.MAX_DOCUMENT_CHARS bounds a document)"
+        )
     llm = open_gguf(gguf, threads, max([CONVERT_N_CTX, *(len(t) for t in full)]))
     docs: list[dict[str, Any]] = []
     hf: list[Any] = []

@@ -431,12 +431,20 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
     return kv_cache + logits + compute
 
 
+def parity_n_ctx() -> int:
+    """The largest llama.cpp context convert-gguf opens: the probes' (CONVERT_N_CTX), or the served context when the
+    eval split's documents are checked as served (gguf_parity.eval_parity refuses a longer one)."""
+    from steps import serving_config
+
+    return max(CONVERT_N_CTX, serving_config.SERVING.n_ctx)
+
+
 def convert_memory(s: Shape, k: Knobs) -> dict[str, float]:
     """convert-gguf's peak terms (bytes). It holds one float32 model at a time (the base for its own conversion, then
     the reloaded base with the adapter merged in place); while that model is held, the converter runs in a subprocess
     and then llama.cpp loads each GGUF (F16 the largest) for parity, with logits for every position."""
     largest_tensor = 4.0 * s.vocab * s.hidden
-    parity = gguf_bytes(s, "F16") + llama_context_bytes(s, CONVERT_N_CTX, CONVERT_N_CTX)
+    parity = gguf_bytes(s, "F16") + llama_context_bytes(s, parity_n_ctx(), parity_n_ctx())
     converter = CONVERTER_GIB * GIB + 3 * largest_tensor
     merge_check = 2 * CONVERT_N_CTX * s.vocab * 4.0  # the merged model's logits over the longest probe
     return {

@@ -322,15 +322,40 @@ def test_the_gpu_node_disk_is_the_node_classes_root_volume_less_image_and_evicti
 
 
 def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
-    """gguf_parity.compare opens its Llama with n_ctx=sizing.CONVERT_N_CTX, the name, not a copy of the number."""
+    """gguf_parity opens its one Llama through open_gguf, whose context defaults to sizing.CONVERT_N_CTX (the name, not
+    a copy of the number); the eval split's documents may take up to sizing.parity_n_ctx(), which convert_memory
+    sizes."""
+    import inspect
+
     tree = ast.parse((ROOT / "steps/gguf_parity.py").read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Llama"]
     assert len(calls) == 1
-    [n_ctx] = [k.value for k in calls[0].keywords if k.arg == "n_ctx"]
-    assert isinstance(n_ctx, ast.Name) and n_ctx.id == "CONVERT_N_CTX"
+    from steps import gguf_parity, serving_config
+
+    assert inspect.signature(gguf_parity.open_gguf).parameters["n_ctx"].default is sizing.CONVERT_N_CTX
+    assert sizing.parity_n_ctx() == max(sizing.CONVERT_N_CTX, serving_config.SERVING.n_ctx)
+    s, k = shape(THREE_B), knobs()
+    sized = sizing.convert_memory(s, k)["parity (llama.cpp F16) or converter"]
+    assert sized >= sizing.gguf_bytes(s, "F16") + sizing.llama_context_bytes(
+        s, sizing.parity_n_ctx(), sizing.parity_n_ctx()
+    )
+
+
+def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_opens(tmp_path):
+    from types import SimpleNamespace
+
     from steps import gguf_parity
 
-    assert gguf_parity.CONVERT_N_CTX is sizing.CONVERT_N_CTX
+    class Tokenizer:  # a token per character: the row's length is its text's
+        def apply_chat_template(self, messages, **kwargs):
+            return "".join(m["content"] for m in messages)
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) % 100 for c in text]}
+
+    rows = [{"id": "long-1", "document": "x" * (sizing.parity_n_ctx() + 10), "summary": "s"}]
+    with pytest.raises(ValueError, match="long-1"):
+        gguf_parity.eval_parity(tmp_path / "missing.gguf", SimpleNamespace(), Tokenizer(), rows, 0, 1)
 
 
 def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatch):

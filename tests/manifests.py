@@ -67,8 +67,9 @@ def rendered_rayjob(
 ) -> dict:
     """The RayJob as the API server would receive it, for the given values of the resource template's per-group
     inputs, each keyed by its parameter (`ray-large-workers`: replicas, `ray-large-cpus`, `ray-large-memory`: the pods'
-    size). A group not named gets one replica of pods as large as its node group allows (`rayjob.WORKER_GROUPS`)."""
-    parameters = {"ray-workers": str(ray_workers)}
+    size). A group not named gets one replica of pods as large as its node group allows (`rayjob.WORKER_GROUPS`); the
+    GPU group none (`ray-gpu-workers`, with `ray-gpu` false), unless `replicas` names it."""
+    parameters = {"ray-workers": str(ray_workers), rayjob.GPU_GROUP.parameter: "0", rayjob.RAY_GPU_INPUT: "false"}
     for g in rayjob.WORKER_GROUPS:
         parameters |= {g.parameter: "1", g.cpus_parameter: str(g.cpus), g.memory_parameter: g.memory}
         parameters[g.disk_parameter] = "20Gi"

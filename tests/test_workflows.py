@@ -73,7 +73,7 @@ def test_strict_schema_catches_a_misspelled_field():
 
 # Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
-CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "threads", "max-failures"}
+CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray-gpu", "threads", "max-failures"}
 # Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
 CLUSTER_ONLY_FLAGS = {
     "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,

@@ -174,8 +174,8 @@ def test_build_dataset_local_stages_run_from_the_root_and_read_their_own_params(
 
 def test_a_stage_command_line_is_built_in_one_place():
     """dvc.yaml, the Argo containers and the RayJob entrypoint all call `steps.pipeline.command`: no function of
-    workflows/ spells `-m <module>` itself, but those of the parameter check, the promotion and the retrain trigger (not
-    stages)."""
+    workflows/ spells `-m <module>` itself, but those of the parameter check, the promotion, the retrain trigger and the
+    serving Deployments (not stages)."""
     builders = []
     for path in sorted((ROOT / "workflows").glob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text())):
@@ -183,7 +183,7 @@ def test_a_stage_command_line_is_built_in_one_place():
                 isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(fn)
             ):
                 builders.append(f"{path.name}:{fn.name}")
-    assert builders == ["distill.py:_check_template", "promote.py:build", "retrain.py:build"]
+    assert builders == ["distill.py:_check_template", "promote.py:build", "retrain.py:build", "serving.py:args"]
 
 
 def test_a_fixed_flag_takes_its_parameters_place_and_the_rest_follow():

@@ -157,13 +157,14 @@ def resolve(client: Any, cfg: ServeConfig) -> Target | None:
     return None
 
 
-def _mlmodel(client: Any, name: str, version: str, into: Path) -> tuple[str, dict]:
-    """(the model's artifact URI, its parsed MLmodel file)."""
+def _mlmodel(client: Any, name: str, version: str, into: Path, server: str) -> tuple[str, dict]:
+    """(the model's artifact URI, its parsed MLmodel file). `server`: the tracking URI, which resolves the
+    `mlflow-artifacts:` URIs of a server that proxies its artifact store."""
     import mlflow.artifacts
     import yaml
 
     uri = client.get_model_version_download_uri(name, version)
-    path = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/MLmodel", dst_path=str(into))
+    path = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/MLmodel", dst_path=str(into), tracking_uri=server)
     return uri, yaml.safe_load(Path(path).read_text())
 
 
@@ -185,7 +186,8 @@ def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
         )
     folder = work_dir(cfg) / cfg.model_name / target.version
     folder.mkdir(parents=True, exist_ok=True)
-    uri, mlmodel = _mlmodel(client, cfg.model_name, target.version, folder / "meta")
+    server = tracking_uri(cfg.tracking_uri)
+    uri, mlmodel = _mlmodel(client, cfg.model_name, target.version, folder / "meta", server)
     pyfunc = (mlmodel.get("flavors") or {}).get("python_function") or {}
     artifact = ((pyfunc.get("artifacts") or {}).get(GGUF_ARTIFACT) or {}).get("path")
     record = pyfunc.get(MODEL_CONFIG)
@@ -204,7 +206,11 @@ def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
     if not (gguf.is_file() and sha256_file(gguf) == expected):
         partial = folder / "download"
         shutil.rmtree(partial, ignore_errors=True)
-        got = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/{artifact}", dst_path=str(partial)))
+        got = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=f"{uri}/{artifact}", dst_path=str(partial), tracking_uri=server
+            )
+        )
         actual = sha256_file(got)
         if actual != expected:
             shutil.rmtree(partial, ignore_errors=True)

@@ -217,7 +217,8 @@ def server(mlflow_server: str, tmp_path: Path) -> Iterator[tuple[str, Path, subp
 def tamper(s3_endpoint: str, model_id: str) -> str:
     """Flip one byte of the GGUF the logged model `model_id` carries, in the artifact store; its key."""
     s3 = s3_client(s3_endpoint)
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="mlflow")["Contents"]]
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket="mlflow")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
     (key,) = [k for k in keys if model_id in k and k.endswith(".gguf")]
     data = bytearray(s3.get_object(Bucket="mlflow", Key=key)["Body"].read())
     data[-1] ^= 0xFF

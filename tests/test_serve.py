@@ -163,9 +163,11 @@ def test_each_pod_runs_the_serve_command_on_its_alias(alias: str):
 # --- integration: the registry, the artifact store and llama.cpp's server, all real ---------------------------------
 
 
-def register_version(root: Path, gguf: Path, uri: str, run_id: str) -> str:
+def register_version(root: Path, gguf: Path, uri: str, run_id: str) -> tuple[str, str]:
+    """(version, logged model id) of a new registration of `gguf`."""
     outputs = pipeline_outputs(root / run_id, gguf)
-    return register.run(reg_config(outputs, root / run_id / "reg", uri, NAME, run_id)).model_version
+    result = register.run(reg_config(outputs, root / run_id / "reg", uri, NAME, run_id))
+    return result.model_version, result.model_id
 
 
 def get(url: str) -> tuple[int, dict]:
@@ -235,7 +237,7 @@ def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_chan
 
     url, log, _ = server
     client = MlflowClient(tracking_uri=mlflow_server)
-    first = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-1")
+    first, _ = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-1")
     client.set_registered_model_alias(NAME, "challenger", first)
 
     status = wait_for(server, lambda code, _: code == 200, "the first version served")
@@ -252,7 +254,7 @@ def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_chan
     assert reply["choices"][0]["message"]["content"].strip() == expected[0]
 
     # The alias moves: the next version is started beside the first and takes the requests over.
-    second = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-2")
+    second, _ = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-2")
     client.set_registered_model_alias(NAME, "challenger", second)
     wait_for(
         server, lambda _, body: (body.get("serving") or {}).get("version") == second, "the swap to the new version"
@@ -260,8 +262,8 @@ def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_chan
     assert chat(url, DOCUMENT)[0] == second
 
     # A version whose GGUF changed in the artifact store after registration is refused; the served one stays.
-    third = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-3")
-    tamper(s3_server, client.get_model_version(NAME, third).model_id)
+    third, model_id = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-3")
+    tamper(s3_server, model_id)
     client.set_registered_model_alias(NAME, "challenger", third)
     status = wait_for(server, lambda _, body: "sha256" in body.get("last_error", ""), "the refusal")
     assert f"models:/{NAME}/{third}" in status["last_error"] and "the file changed" in status["last_error"]

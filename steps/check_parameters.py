@@ -24,9 +24,34 @@ from steps.common import build_parser
 from steps.pipeline import PARAMS, STAGES, Stage
 
 
-def ray_replica_flags() -> tuple[str, ...]:
-    """The Ray worker groups' replica counts (cluster-only workflow parameters)."""
+def ray_cpu_replica_flags() -> tuple[str, ...]:
+    """The Ray CPU worker groups' replica counts (cluster-only workflow parameters)."""
     return tuple(f"ray-{g.name}-workers" for g in sizing.RAY_NODE_GROUPS)
+
+
+RAY_GPU_FLAG = f"ray-{sizing.RAY_GPU_GROUP}-workers"
+
+
+def ray_replica_flags() -> tuple[str, ...]:
+    """Every Ray worker group's replica count: the CPU groups', then the GPU group's."""
+    return (*ray_cpu_replica_flags(), RAY_GPU_FLAG)
+
+
+def ray_mix_problems(values: dict[str, str]) -> list[str]:
+    """CPU and GPU workers in one Ray Train run: refused. One DDP group has one backend (Gloo on CPUs, NCCL on GPUs)
+    and runs at its slowest worker's pace."""
+    if values.get("train-backend") != "ray" or not values.get(RAY_GPU_FLAG, "0").isdigit():
+        return []
+    cpu = {n: values.get(n, "0") for n in ray_cpu_replica_flags()}
+    used = {n: v for n, v in cpu.items() if v.isdigit() and int(v) > 0}
+    if int(values.get(RAY_GPU_FLAG, "0")) == 0 or not used:
+        return []
+    settings = ", ".join(f"{n}={v}" for n, v in used.items())
+    zeros = " ".join(f"-p {n}=0" for n in used)
+    return [
+        f"--{RAY_GPU_FLAG} {values[RAY_GPU_FLAG]} with CPU workers ({settings}): CPU and GPU workers cannot train in "
+        f"one DDP group; for the GPU box alone submit with {zeros}, or drop the GPU with -p {RAY_GPU_FLAG}=0"
+    ]
 
 
 def config_class(module: object) -> type:
@@ -68,6 +93,7 @@ def problems(values: dict[str, str]) -> list[str]:
         value = values.get(name, "0")
         if not value.isdigit():
             found.append(f"--{name} {value!r}: a replica count, 0 or more")
+    found += ray_mix_problems(values)
     return list(dict.fromkeys(found))
 
 

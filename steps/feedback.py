@@ -12,6 +12,10 @@ Produces in `--out`: `curated.jsonl` (`document_sha256`, `document`, `summary`, 
 `feedback.jsonl` (the rows read, each once: publish puts it beside the dataset) and `result.json` (rows read, per
 action, superseded). A malformed row stops the step with every problem by line.
 
+`--feedback` may also be the serving side's outcomes file (steps/online.py's records, told apart by their
+`request_id`): each record that carries its `document` and `summary` is a feedback row (`from_outcome`, the one
+mapping), so what readers accepted or edited online trains the next model; records without them only count online.
+
 What counts as a feedback row, and so what is new since a revision, is defined once (`steps.dataset.feedback_rows`): the
 retrain trigger (steps/check_triggers.py) counts new rows in the published `feedback.jsonl` by it, and so does the data
 card (steps/publish.py).
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from steps import online
 from steps.common import atomic_dir, is_uri, parse_config, timed, write_jsonl, write_result
 from steps.dataset import FEEDBACK_FILE, document_sha256
 
@@ -98,6 +103,45 @@ def parse(blob: bytes, name: str) -> list[dict]:
     return rows
 
 
+def from_outcome(outcome: online.Outcome) -> dict | None:
+    """An online outcome as a feedback row, or None when the record does not carry the document and the summary."""
+    if outcome.document is None or outcome.summary is None:
+        return None
+    row = {
+        "id": outcome.request_id,
+        "document": outcome.document,
+        "summary": outcome.summary,
+        "model_version": outcome.version,
+        "timestamp": outcome.time.isoformat(),
+        "action": outcome.outcome,
+    }
+    if outcome.edited_summary is not None:
+        row["edited_summary"] = outcome.edited_summary
+    return row
+
+
+def is_outcomes(blob: bytes) -> bool:
+    """An outcomes file (steps/online.py) rather than a feedback file: its first row has a `request_id`."""
+    for line in blob.decode("utf-8", errors="replace").splitlines():
+        if line.strip():
+            try:
+                return "request_id" in json.loads(line)
+            except (ValueError, TypeError):
+                return False
+    return False
+
+
+def read_rows(blob: bytes, name: str) -> list[dict]:
+    """The feedback rows of a feedback file or of an outcomes file; FeedbackError naming every bad line."""
+    if not is_outcomes(blob):
+        return parse(blob, name)
+    try:
+        outcomes = online.parse_outcomes(blob, name)
+    except online.OutcomesError as e:
+        raise FeedbackError(str(e)) from e
+    return [row for row in map(from_outcome, outcomes) if row is not None]
+
+
 def _text(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
@@ -128,13 +172,20 @@ def merge(rows: list[dict]) -> tuple[list[dict], int]:
 @timed
 def run(cfg: FeedbackConfig) -> FeedbackResult:
     blob = _read(cfg.feedback) if cfg.feedback else b""
-    rows = parse(blob, cfg.feedback) if blob else []
+    rows = read_rows(blob, cfg.feedback) if blob else []
     curated, superseded = merge(rows)
     count = {a: sum(r["action"] == a for r in rows) for a in ACTIONS}
     result = FeedbackResult(len(rows), count["accepted"], count["edited"], count["rejected"], superseded, len(curated))
     with atomic_dir(cfg.out) as tmp:
         write_jsonl(tmp / CURATED_FILE, curated)
-        distinct = dict.fromkeys(line.strip() for line in blob.decode("utf-8").splitlines() if line.strip())
+        # What publish puts beside the dataset, and the retrain trigger counts: feedback rows (an outcomes file's
+        # records as their feedback rows, the ones without text left out).
+        lines = (
+            [json.dumps(r, sort_keys=True) for r in rows]
+            if is_outcomes(blob)
+            else [line.strip() for line in blob.decode("utf-8").splitlines() if line.strip()]
+        )
+        distinct = dict.fromkeys(lines)
         (tmp / FEEDBACK_FILE).write_text("".join(f"{line}\n" for line in distinct))
         write_result(tmp, result)
     return result

@@ -17,6 +17,9 @@ The serving side appends one JSON object per answered request to an outcomes fil
   reader's text, required) or `rejected`.
 - `safety_incident` (optional, default false): true when the answer was reported as unsafe (leaked, harmful, …).
   One incident stops that version's promotion (steps/promote.py).
+- `document` and `summary` (optional, together): the text the model summarised and what it answered. With them an
+  accepted or edited record is also training feedback: build-dataset's feedback step reads an outcomes file as its
+  feedback input (`steps.feedback.from_outcome`), so the reader's edit becomes the next dataset's summary.
 
 Every line is checked before anything is written; all problems are reported at once, each with its line and field.
 """
@@ -31,7 +34,7 @@ from typing import Any
 
 OUTCOMES = ("accepted", "edited", "rejected")
 REQUIRED = ("request_id", "time", "model", "version", "latency_ms", "outcome")
-OPTIONAL = ("edited_summary", "safety_incident")
+OPTIONAL = ("edited_summary", "safety_incident", "document", "summary")
 MAX_ID_CHARS = 200
 MAX_LINE_BYTES = 1 << 20  # an edited summary is a few hundred words: far under this
 
@@ -64,6 +67,8 @@ class Outcome:
     outcome: str
     edited_summary: str | None = None
     safety_incident: bool = False
+    document: str | None = None
+    summary: str | None = None
 
     @property
     def day(self) -> int:
@@ -120,6 +125,9 @@ def _record_problems(row: Any) -> list[str]:
         problems.append("field 'edited_summary': an 'edited' outcome needs the reader's text (a non-empty string)")
     if not edited and "edited_summary" in row:
         problems.append("field 'edited_summary': only an 'edited' outcome carries one")
+    texts = [k for k in ("document", "summary") if k in row]
+    if texts and (len(texts) == 1 or not all(isinstance(row[k], str) and row[k].strip() for k in texts)):
+        problems.append("fields 'document' and 'summary': give both, each a non-empty string, or neither")
     if "safety_incident" in row and not isinstance(row["safety_incident"], bool):
         problems.append(f"field 'safety_incident': {row['safety_incident']!r} is not true or false")
     return problems
@@ -169,6 +177,8 @@ def parse_outcomes(blob: bytes, name: str) -> list[Outcome]:
                 outcome=row["outcome"],
                 edited_summary=row.get("edited_summary"),
                 safety_incident=row.get("safety_incident", False),
+                document=row.get("document"),
+                summary=row.get("summary"),
             )
         )
     if problems:

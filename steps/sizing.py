@@ -109,6 +109,8 @@ def preflight_exports() -> tuple[str, ...]:
 # exactly one worker. workflows/rayjob.py reads it from here.
 RAY_THREADS_PER_WORKER = 2
 assert all(g.cpus % RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS), "a group's CPUs must fit whole workers"
+# The optional GPU worker group (workflows/rayjob.py GPU_GROUP): the home GPU box, sized by itself, not by preflight.
+RAY_GPU_GROUP = "gpu"
 # The CPU pods (train-cpu, convert-gguf, evaluate) have no node selector: the biggest x86 node is their ceiling.
 CPU_NODE = max((g for g in RAY_NODE_GROUPS if g.arch == "amd64"), key=lambda g: g.memory_gib)
 

@@ -92,6 +92,25 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Pat
 
 
 @pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer, converted to Q8_0 by llama.cpp's converter (seconds).
+
+    Initialised wider than `tiny_model_dir` (std 0.2): at the default 0.02 it only ever says newlines, and a summary
+    that strips to "" would not show that the served model answers.
+    """
+    from tests.tiny import build_model
+
+    work = tmp_path_factory.mktemp("tiny-gguf")
+    build_model(base_model_dir, work / "hf", init_range=0.2)
+    converter = Path(os.environ.get("DISTILLERY_LLAMA_CPP", ROOT / ".cache/llama.cpp")) / "convert_hf_to_gguf.py"
+    out = work / "candidate-Q8_0.gguf"
+    command = [sys.executable, str(converter), str(work / "hf"), "--outfile", str(out), "--outtype", "q8_0"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="session")
 def qwen2_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen2's real tokenizer (151,936 tokens, its merges, pre-tokenizer and ChatML template), rebuilt by transformers'
     GGUF loader from llama.cpp's own test vocabulary (scripts/install_llama_cpp.sh extracts it from the llama.cpp

@@ -1,5 +1,6 @@
 """Helpers for tests that read the rendered WorkflowTemplate's Ray path: the RayJob inside its resource template, with
-Argo's `{{…}}` placeholders filled in, and a small evaluator for the Argo expressions the template relies on."""
+Argo's `{{…}}` placeholders filled in, and a small evaluator for the Argo expressions the template relies on; and the
+serving set in infra/serving/."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.conftest import ROOT
 from workflows import rayjob
 
 TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
+SERVING_DIR = ROOT / "infra/serving"
 WORKFLOW_UID = "4f1c9a52-7d3e-4b8a-9e61-0c2d5f8a7b13"
 WORKFLOW_NAME = "distill-x7k2p"
 
@@ -18,6 +20,20 @@ WORKFLOW_NAME = "distill-x7k2p"
 def rendered_template() -> dict:
     # libyaml's loader when there is one: ten times faster on this file, and many tests read it.
     return yaml.load(TEMPLATE_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def serving_docs() -> list[dict]:
+    """Every object in infra/serving/ (the committed files: the golden test holds them equal to what is rendered)."""
+    return [d for path in sorted(SERVING_DIR.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def serving_pods() -> dict[str, dict]:
+    """alias -> the pod its Deployment creates (metadata and spec of the pod template)."""
+    return {
+        d["metadata"]["labels"]["distillery/alias"]: d["spec"]["template"]
+        for d in serving_docs()
+        if d["kind"] == "Deployment"
+    }
 
 
 def default_artifact_repository() -> dict:
@@ -67,8 +83,9 @@ def rendered_rayjob(
 ) -> dict:
     """The RayJob as the API server would receive it, for the given values of the resource template's per-group
     inputs, each keyed by its parameter (`ray-large-workers`: replicas, `ray-large-cpus`, `ray-large-memory`: the pods'
-    size). A group not named gets one replica of pods as large as its node group allows (`rayjob.WORKER_GROUPS`)."""
-    parameters = {"ray-workers": str(ray_workers)}
+    size). A group not named gets one replica of pods as large as its node group allows (`rayjob.WORKER_GROUPS`); the
+    GPU group none (`ray-gpu-workers`, with `ray-gpu` false), unless `replicas` names it."""
+    parameters = {"ray-workers": str(ray_workers), rayjob.GPU_GROUP.parameter: "0", rayjob.RAY_GPU_INPUT: "false"}
     for g in rayjob.WORKER_GROUPS:
         parameters |= {g.parameter: "1", g.cpus_parameter: str(g.cpus), g.memory_parameter: g.memory}
         parameters[g.disk_parameter] = "20Gi"

@@ -17,7 +17,7 @@ import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
 from steps.common import read_jsonl, write_jsonl
-from steps.dataset import SPLITS, card_tags, document_sha256
+from steps.dataset import FEEDBACK_FILE, SPLITS, card_tags, document_sha256
 from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
@@ -153,6 +153,42 @@ def test_a_malformed_feedback_row_is_named_by_line_and_field(tmp_path: Path):
         f"{path}:2: field 'edited_summary' is missing; an edited row carries the reviewer's summary",
         f"{path}:2: field 'timestamp' 'yesterday' is not ISO 8601 (2026-12-01T09:30:00+00:00)",
     ]
+
+
+def outcome(id_: str, outcome_: str, **over: object) -> dict:
+    """An online outcome record (steps/online.py), as the serving side appends it."""
+    row = {"request_id": id_, "time": "2026-11-03T09:00:00Z", "model": "m", "version": "4", "latency_ms": 300,
+           "outcome": outcome_}  # fmt: skip
+    return row | over
+
+
+def test_an_outcomes_file_is_feedback_its_edits_curated_and_records_without_text_left_out(tmp_path: Path):
+    path = tmp_path / "outcomes.jsonl"
+    write_jsonl(path, [
+        outcome("r1", "accepted", document=TEXTS[0], summary="Pipes were replaced."),
+        outcome("r2", "edited", document=TEXTS[0], summary="Pipes.", edited_summary="The utility replaced pipes.",
+                time="2026-11-03T10:00:00Z"),
+        outcome("r3", "accepted"),  # no text: counts online only
+        outcome("r4", "rejected", document=TEXTS[1], summary="Nonsense."),
+    ])  # fmt: skip
+    result = feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    curated = read_jsonl(tmp_path / "out/curated.jsonl")
+    assert [c["summary"] for c in curated] == ["The utility replaced pipes."]
+    assert curated[0]["feedback"]["id"] == "r2" and curated[0]["feedback"]["model_version"] == "4"
+    assert (result.rows, result.edited, result.rejected) == (3, 1, 1)
+    published = read_jsonl(tmp_path / "out" / FEEDBACK_FILE)  # what publish keeps and the retrain trigger counts
+    assert [r["id"] for r in published] == ["r1", "r2", "r4"]
+    assert feedback.parse((tmp_path / "out" / FEEDBACK_FILE).read_bytes(), "published") == published  # valid rows
+
+
+def test_a_bad_outcome_record_is_named_by_line_and_field_as_feedback(tmp_path: Path):
+    path = tmp_path / "outcomes.jsonl"
+    write_jsonl(path, [outcome("r1", "accepted", document=TEXTS[0]), outcome("r2", "maybe")])
+    with pytest.raises(feedback.FeedbackError) as e:
+        feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    assert f"{path}:1: fields 'document' and 'summary': give both" in str(e.value)
+    assert f"{path}:2: field 'outcome': 'maybe'" in str(e.value)
+    assert not (tmp_path / "out").exists()
 
 
 # --- the terms gate --------------------------------------------------------------------------------------------------

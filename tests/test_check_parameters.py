@@ -48,6 +48,19 @@ def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str)
     assert any(re.search(expected, p) for p in found), found
 
 
+def test_cpu_and_gpu_ray_workers_together_are_refused_naming_the_settings():
+    found = check_parameters.problems(cluster_values(train_backend="ray", ray_gpu_workers="1"))
+    assert found == [
+        "--ray-gpu-workers 1 with CPU workers (ray-large-workers=1, ray-medium-workers=1): CPU and GPU workers cannot "
+        "train in one DDP group; for the GPU box alone submit with -p ray-large-workers=0 -p ray-medium-workers=0, or "
+        "drop the GPU with -p ray-gpu-workers=0"
+    ]
+    alone = cluster_values(train_backend="ray", ray_gpu_workers="1", ray_large_workers="0", ray_medium_workers="0")
+    assert check_parameters.problems(alone) == []
+    # Another backend does not read the Ray groups: nothing to refuse.
+    assert check_parameters.problems(cluster_values(train_backend="gpu", ray_gpu_workers="1")) == []
+
+
 def test_every_problem_is_listed_once_and_at_once():
     found = check_parameters.problems(cluster_values(train_backend="tpu", lora_r="x", seed="y"))
     assert len(found) == 3, found  # seed is read by two steps: said once

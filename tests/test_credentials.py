@@ -20,7 +20,7 @@ import yaml
 
 from tests.argo_pods import MAIN, rayjob_pods, shipped_config, workflow_pods
 from tests.conftest import ROOT
-from tests.manifests import rendered_rayjob
+from tests.manifests import rendered_rayjob, serving_pods
 from workflows import security
 
 ARGO_FILES = sorted((ROOT / "infra/argo").glob("*.yaml"))
@@ -56,12 +56,14 @@ def docs() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def pods() -> dict[str, dict]:
-    """Every pod, keyed by its template name (`train-ray/<pod>` for the RayJob's)."""
+    """Every pod, keyed by its template name (`train-ray/<pod>` for the RayJob's, `serve/<alias>` for the serving
+    Deployments')."""
     config = shipped_config()
     out = {}
     for doc in docs().values():
         out.update(workflow_pods(doc, config))
     out.update({f"train-ray/{name}": pod for name, pod in rayjob_pods(rendered_rayjob()).items()})
+    out.update({f"serve/{alias}": pod for alias, pod in serving_pods().items()})
     return out
 
 
@@ -100,7 +102,12 @@ def test_each_secret_reaches_exactly_its_steps(pods):
 
 
 def test_mlflow_credentials_reach_exactly_the_steps_that_take_a_tracking_uri(pods):
-    talks = {k for k, p in pods.items() for c in user_containers(p) if "--tracking-uri" in (c.get("args") or [])}
+    talks = {
+        k.split("/")[0]
+        for k, p in pods.items()
+        for c in user_containers(p)
+        if "--tracking-uri" in (c.get("args") or [])
+    }
     talks.remove("check-parameters")  # it checks every parameter's value and connects to nothing
     assert secret_reach(pods)[security.MLFLOW_SECRET] == talks
 

@@ -21,6 +21,7 @@ from tests.manifests import (
     rayjob_template,
     rendered_rayjob,
     rendered_template,
+    substitute,
     templates,
 )
 from workflows import distill, images, rayjob, security
@@ -137,7 +138,7 @@ def test_head_is_a_coordinator_only():
 
 def test_worker_groups_are_the_node_groups_each_pinned_to_its_architecture():
     groups = workers(rendered_rayjob())
-    assert list(groups) == [g.name for g in sizing.RAY_NODE_GROUPS]
+    assert list(groups) == [g.name for g in sizing.RAY_NODE_GROUPS] + [rayjob.GPU_GROUP.name]
     for g in sizing.RAY_NODE_GROUPS:
         assert {"key": "kubernetes.io/arch", "operator": "In", "values": [g.arch]} in match_expressions(
             groups[g.name]["template"]
@@ -186,7 +187,7 @@ def preflight_env(per_pod: dict[str, str], requested: dict[str, str]) -> dict:
     outputs = {sizing.ray_workers_output(g): n for g, n in per_pod.items()}
     return {
         "tasks": {"preflight": {"outputs": {"parameters": outputs}}},
-        "workflow": {"parameters": {f"ray-{g}-workers": n for g, n in requested.items()}},
+        "workflow": {"parameters": {"ray-gpu-workers": "0"} | {f"ray-{g}-workers": n for g, n in requested.items()}},
     }
 
 
@@ -223,6 +224,58 @@ def test_expression_helpers_refuse_a_missing_group():
     with pytest.raises(ValueError, match="pi"):
         rayjob.train_workers_expression(every, {k: v for k, v in every.items() if k != "pi"})
     assert rayjob.cpus_expression(rayjob.WORKER_GROUPS[0], "w") == f"{{{{=asInt(w) * {rayjob.THREADS_PER_WORKER}}}}}"
+
+
+# --- the optional GPU worker group ---------------------------------------------------------------------------------
+
+GPU_ONLY = {**{g.parameter: 0 for g in rayjob.WORKER_GROUPS}, rayjob.GPU_GROUP.parameter: 1}
+
+
+def test_the_gpu_group_passes_the_crd_and_is_the_gpu_box_with_one_gpu():
+    job = rendered_rayjob(GPU_ONLY, ray_workers=1)
+    assert errors(crd_validator(RAYJOB_CRD, "v1"), job) == []
+    group = workers(job)[rayjob.GPU_GROUP.name]
+    assert group["replicas"] == group["maxReplicas"] == 1
+    assert group["rayStartParams"]["num-gpus"] == "1"
+    pod = group["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == 1  # extended resources: equal
+    assert {"key": "nvidia.com/training", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    key, value = rayjob.GPU_GROUP.node_label
+    assert pod["nodeSelector"] == {key: value}
+    assert workers(rendered_rayjob())[rayjob.GPU_GROUP.name]["replicas"] == 0  # optional: none by default
+    cpu_pod = workers(job)["large"]["template"]["spec"]
+    assert "tolerations" not in cpu_pod and "nvidia.com/gpu" not in cpu_pod["containers"][0]["resources"]["limits"]
+
+
+def test_the_train_step_uses_the_gpu_exactly_when_the_gpu_group_has_replicas():
+    args = ray_arguments()
+    cpu_zero = {g.name: "0" for g in rayjob.WORKER_GROUPS}
+    env = preflight_env(per_pod={"large": "3", "medium": "2", "small": "1", "pi": "0"}, requested=cpu_zero)
+    assert argo_expression(args[rayjob.RAY_GPU_INPUT], env) == "false"
+    env["workflow"]["parameters"]["ray-gpu-workers"] = "1"
+    assert argo_expression(args[rayjob.RAY_GPU_INPUT], env) == "true"
+    assert argo_expression(args["ray-workers"], env) == 1  # one worker per GPU pod, no CPU workers
+    filled = {**{k: str(v) for k, v in GPU_ONLY.items()}, rayjob.RAY_GPU_INPUT: "true"}
+    job = yaml.safe_load(substitute(rayjob_template()["resource"]["manifest"], filled))
+    words = shlex.split(job["spec"]["entrypoint"])
+    assert words[words.index("--ray-gpu") + 1] == "true"
+
+
+def test_the_entrypoint_with_the_gpu_parses_as_a_gpu_ray_train_run():
+    from steps.common import build_parser
+    from steps.train import TrainConfig
+    from steps.train.launchers import scaling
+
+    words = shlex.split(rendered_rayjob(GPU_ONLY, ray_workers=1)["spec"]["entrypoint"])
+    flags = dict(zip(words[3::2], words[4::2], strict=True))
+    ray = [a for k in ("--train-backend", "--ray-workers", "--threads", "--max-failures") for a in (k, flags[k])]
+    argv = [*ray, "--ray-gpu", "true", "--dataset", "d", "--out", "o"]
+    cfg = TrainConfig(**vars(build_parser(TrainConfig, "train").parse_args(argv)))
+    plan = scaling(cfg, cfg.threads)
+    assert plan["scaling"]["use_gpu"] is True and plan["scaling"]["resources_per_worker"]["GPU"] == 1
+    assert plan["torch"]["backend"] == "nccl"
+    assert plan["scaling"]["resources_per_worker"]["CPU"] <= rayjob.GPU_GROUP.cpus  # fits the GPU pod
 
 
 def test_entrypoint_is_the_train_step_joining_the_cluster_with_data_through_the_runs_s3_prefix():

@@ -79,6 +79,9 @@ def test_infra_builds_with_everything_it_lists(builds):
         ("Namespace", "distillery"),
         ("ServiceAccount", "distillery-steps"),
         ("WorkflowTemplate", "distill"),
+        ("Deployment", "distillery-serve-champion"),
+        ("Service", "distillery-serve-challenger"),
+        ("HTTPRoute", "distillery-summariser"),
     } <= kinds
     namespaced = [d for d in builds["infra"] if d["kind"] != "Namespace"]
     assert {d["metadata"].get("namespace") for d in namespaced} == {"distillery"}

@@ -105,25 +105,6 @@ def test_serving_tags_record_the_prompt_and_greedy_decoding():
 # --- integration: a tiny GGUF, the outputs register reads, real MLflow ----------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
-    """A 2-layer random Llama with SmolLM2's tokenizer, converted to Q8_0 by llama.cpp's converter (seconds).
-
-    Initialised wider than `tiny_model_dir` (std 0.2): at the default 0.02 it only ever says newlines, and a summary
-    that strips to "" would not show that the served model answers.
-    """
-    from tests.tiny import build_model
-
-    work = tmp_path_factory.mktemp("tiny-gguf")
-    build_model(base_model_dir, work / "hf", init_range=0.2)
-    converter = Path(os.environ.get("DISTILLERY_LLAMA_CPP", ROOT / ".cache/llama.cpp")) / "convert_hf_to_gguf.py"
-    out = work / "candidate-Q8_0.gguf"
-    command = [sys.executable, str(converter), str(work / "hf"), "--outfile", str(out), "--outtype", "q8_0"]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
-
-
 def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))

@@ -166,6 +166,7 @@ def test_resume_refuses_a_checkpoint_file_that_would_run_code_when_read(tmp_path
         ({"checkpoint_every": -1}, "--checkpoint-every -1"),
         ({"precision": "fp16"}, "--precision 'fp16' is not one of auto, fp32, bf16"),
         ({"train_backend": "gpu", "precision": "fp32"}, "--precision fp32: the gpu launcher loads the base in bf16"),
+        ({"train_backend": "gpu", "ray_gpu": True}, "--ray-gpu needs --train-backend ray"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path: Path, overrides: dict, message: str):
@@ -173,6 +174,17 @@ def test_bad_settings_are_refused_before_any_work(tmp_path: Path, overrides: dic
     with pytest.raises(ValueError, match=message):
         train.run(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_ray_workers_are_all_cpu_with_gloo_or_all_gpu_with_nccl():
+    from steps.train.launchers import scaling
+
+    cpu = scaling(TrainConfig(dataset="d", out="o", train_backend="ray", ray_workers=3), threads=2)
+    assert cpu == {"scaling": {"num_workers": 3, "use_gpu": False, "resources_per_worker": {"CPU": 2}},
+                   "torch": {"backend": "gloo"}}  # fmt: skip
+    gpu = scaling(TrainConfig(dataset="d", out="o", train_backend="ray", ray_workers=1, ray_gpu=True), threads=2)
+    assert gpu == {"scaling": {"num_workers": 1, "use_gpu": True, "resources_per_worker": {"CPU": 2, "GPU": 1}},
+                   "torch": {"backend": "nccl"}}  # fmt: skip
 
 
 # --- integration: real training on the tiny Llama --------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_strict_schema_catches_a_misspelled_field():
 
 # Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
-CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "threads", "max-failures"}
+CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray-gpu", "threads", "max-failures"}
 # Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
 CLUSTER_ONLY_FLAGS = {
     "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,
@@ -174,8 +174,8 @@ def test_build_dataset_local_stages_run_from_the_root_and_read_their_own_params(
 
 def test_a_stage_command_line_is_built_in_one_place():
     """dvc.yaml, the Argo containers and the RayJob entrypoint all call `steps.pipeline.command`: no function of
-    workflows/ spells `-m <module>` itself, but those of the parameter check and of the crons' one step (the promotion
-    and the retrain trigger: not stages)."""
+    workflows/ spells `-m <module>` itself, but those of the parameter check, of the crons' one step (the promotion and
+    the retrain trigger) and of the serving Deployments (not stages)."""
     builders = []
     for path in sorted((ROOT / "workflows").glob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text())):
@@ -183,7 +183,7 @@ def test_a_stage_command_line_is_built_in_one_place():
                 isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(fn)
             ):
                 builders.append(f"{path.name}:{fn.name}")
-    assert builders == ["cron.py:step_container", "distill.py:_check_template"]
+    assert builders == ["cron.py:step_container", "distill.py:_check_template", "serving.py:args"]
 
 
 def test_a_fixed_flag_takes_its_parameters_place_and_the_rest_follow():

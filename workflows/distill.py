@@ -122,10 +122,13 @@ def run_uri(name: str) -> str:
 
 # Workflow parameters only the cluster run has: Argo-only, so not in steps.pipeline (params.yaml, dvc.yaml).
 CLUSTER_PARAMS = [
-    Parameter(name=g.parameter, value=str(g.default_replicas), description=rayjob.parameter_help(g))
-    for g in rayjob.WORKER_GROUPS
+    *(
+        Parameter(name=g.parameter, value=str(g.default_replicas), description=rayjob.parameter_help(g))
+        for g in rayjob.WORKER_GROUPS
+    ),
+    Parameter(name=rayjob.GPU_GROUP.parameter, value="0", description=rayjob.gpu_parameter_help()),
 ]
-assert [g.parameter for g in rayjob.WORKER_GROUPS] == list(ray_replica_flags())
+assert [p.name for p in CLUSTER_PARAMS] == list(ray_replica_flags())
 
 
 def _disk(step: str) -> str:
@@ -330,6 +333,7 @@ def _ray_entrypoint(stage: Stage) -> list[str]:
         "train-backend": "ray",
         "ray-address": "auto",
         "ray-workers": _parameter("ray-workers"),
+        "ray-gpu": _parameter(rayjob.RAY_GPU_INPUT),
         "threads": str(rayjob.THREADS_PER_WORKER),
         "max-failures": str(rayjob.MAX_FAILURES),
         "checkpoint-dir": run_uri("ray"),
@@ -355,7 +359,9 @@ def _ray_template(stage: Stage, image: str) -> Resource:
         success_condition=rayjob.SUCCESS_CONDITION,
         failure_condition=rayjob.FAILURE_CONDITION,
         manifest=rayjob.manifest(job),
-        inputs=[Parameter(name=p) for p in [*job_params, *rayjob.input_parameters(), "ray-workers"]],
+        inputs=[
+            Parameter(name=p) for p in [*job_params, *rayjob.input_parameters(), "ray-workers", rayjob.RAY_GPU_INPUT]
+        ],
         outputs=[Parameter(name="rayjob-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         **SUBMITTER,
         # No retry: a second create would start a second RayJob beside the first. Ray Train restarts lost workers
@@ -380,7 +386,11 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
             Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
             Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
         ]
+    gpu = rayjob.GPU_GROUP
+    replicas[gpu.name] = f"workflow.parameters['{gpu.parameter}']"
+    args.append(Parameter(name=gpu.parameter, value=f"{{{{workflow.parameters.{gpu.parameter}}}}}"))
     args.append(Parameter(name="ray-workers", value=rayjob.train_workers_expression(replicas, per_pod)))
+    args.append(Parameter(name=rayjob.RAY_GPU_INPUT, value=rayjob.gpu_expression(replicas[gpu.name])))
     return args
 
 

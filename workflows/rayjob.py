@@ -20,6 +20,10 @@ The cluster, as in seed ADR 0058:
   base model (`cpus_expression`); replica counts are `ray-<group>-workers`. Workers may land on spot: Ray Train
   restarts the worker group from the latest S3 checkpoint (`--max-failures`); `do-not-disrupt` keeps Karpenter from
   spending those restarts on consolidation.
+- **gpu** (`GPU_GROUP`, optional, `ray-gpu-workers`, 0 by default): the home GPU box, one `nvidia.com/gpu` per pod,
+  selected by its node label and tolerating its `nvidia.com/training` taint. Used alone: with GPU replicas every CPU
+  group must have none (check-parameters refuses the mix), and the entrypoint's `--ray-gpu` (true exactly then) puts
+  every Ray Train worker on a GPU (`use_gpu`, NCCL).
 
 `submissionMode: HTTPMode`: the operator submits the job to the head's dashboard itself, which it already polls for the
 job's status. No submitter pod (K8sJobMode) to schedule, secure for the namespace's `restricted` Pod Security level,
@@ -146,6 +150,35 @@ WORKER_GROUPS: tuple[WorkerGroup, ...] = tuple(
 assert all(g.cpus % THREADS_PER_WORKER == 0 for g in WORKER_GROUPS), "a group's CPUs must fit whole workers"
 
 
+@dataclass(frozen=True)
+class GpuGroup:
+    """The optional GPU worker group: the home GPU box (a DGX Spark) joining the cluster, one GPU per pod.
+
+    Ray Train runs one DDP group per job, and a group is either every worker on CPUs (Gloo) or every worker on a GPU
+    (NCCL): with GPU replicas the CPU groups must have none (check-parameters refuses the mix, naming the settings),
+    and the train step gets --ray-gpu (`use_gpu` in Ray's ScalingConfig). Its pod size is the box's, not preflight's:
+    one GPU and the CPUs and memory below, requests = limits."""
+
+    name: str = sizing.RAY_GPU_GROUP
+    cpus: int = 8  # host threads for the data loader and the optimiser; Ray's num-cpus = this
+    memory: str = "96Gi"  # the box's 128 GB of unified memory, less the system's share
+    disk: str = "200Gi"  # the hub download, checkpoints on their way to S3, Ray's session folder
+    # The box is found by a label the cluster's admin sets on its node (`kubectl label node <box> distillery/gpu-box=
+    # true`) and kept for training by a taint (`kubectl taint node <box> nvidia.com/training=true:NoSchedule`).
+    node_label: tuple[str, str] = ("distillery/gpu-box", "true")
+    taint_key: str = "nvidia.com/training"
+    resource: str = "nvidia.com/gpu"  # NVIDIA's device plugin's resource name
+
+    @property
+    def parameter(self) -> str:
+        return f"ray-{self.name}-workers"
+
+
+GPU_GROUP = GpuGroup()
+# The train step's --ray-gpu: true exactly when the GPU group has replicas (the resource template's input).
+RAY_GPU_INPUT = "ray-gpu"
+
+
 def parameter_help(group: WorkerGroup) -> str:
     return (
         f"Ray worker pods in the {group.name} group (up to {group.cpus} CPU / {group.memory} each, {group.arch}; "
@@ -154,9 +187,20 @@ def parameter_help(group: WorkerGroup) -> str:
     )
 
 
+def gpu_parameter_help() -> str:
+    g = GPU_GROUP
+    return (
+        f"Ray worker pods on the GPU box (node label {'='.join(g.node_label)}, tolerating the {g.taint_key} taint; "
+        f"one GPU, {g.cpus} CPU / {g.memory} each); train-backend ray only. Not with CPU workers: set every "
+        "ray-<group>-workers to 0 when this is above 0"
+    )
+
+
 def input_parameters() -> list[str]:
-    """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory."""
-    return [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter, g.disk_parameter)]
+    """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory; the GPU group's
+    replicas."""
+    cpu = [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter, g.disk_parameter)]
+    return [*cpu, GPU_GROUP.parameter]
 
 
 def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
@@ -166,15 +210,22 @@ def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
 
 
 def train_workers_expression(replicas: Mapping[str, str], workers_per_pod: Mapping[str, str]) -> str:
-    """Argo expression for `--ray-workers`: Σ replicas × workers per pod over the groups, each given per group name
-    as an Argo expression (e.g. `workflow.parameters['ray-large-workers']`). Products and sums only: expr-lang's `/`
-    gives a float, which Argo would write as `2.5`."""
+    """Argo expression for `--ray-workers`: Σ replicas × workers per pod over the CPU groups, plus the GPU group's
+    replicas (one worker per GPU pod), each given per group name as an Argo expression (e.g.
+    `workflow.parameters['ray-large-workers']`). Products and sums only: expr-lang's `/` gives a float, which Argo
+    would write as `2.5`. CPU and GPU groups are never both used (check-parameters), so the sum is one kind's."""
     groups = {g.name for g in WORKER_GROUPS}
-    missing = sorted((groups - set(replicas)) | (groups - set(workers_per_pod)))
+    missing = sorted((groups - set(replicas)) | (groups - set(workers_per_pod)) | ({GPU_GROUP.name} - set(replicas)))
     if missing:
         raise ValueError(f"train_workers_expression: no replicas or workers-per-pod expression for groups {missing}")
-    terms = (f"asInt({replicas[g.name]}) * asInt({workers_per_pod[g.name]})" for g in WORKER_GROUPS)
+    terms = [f"asInt({replicas[g.name]}) * asInt({workers_per_pod[g.name]})" for g in WORKER_GROUPS]
+    terms.append(f"asInt({replicas[GPU_GROUP.name]})")
     return "{{=" + " + ".join(terms) + "}}"
+
+
+def gpu_expression(gpu_replicas: str) -> str:
+    """Argo expression for the train step's `--ray-gpu`: true when the GPU group has replicas."""
+    return f"{{{{=asInt({gpu_replicas}) > 0 ? 'true' : 'false'}}}}"
 
 
 def _param(name: str) -> str:
@@ -204,8 +255,18 @@ def _pod(
     pod_security: dict,
     container_security: dict,
     env: list[dict],
+    gpus: int = 0,
+    node_selector: dict | None = None,
+    tolerations: list[dict] | None = None,
 ) -> dict:
-    resources = {"cpu": cpus, "memory": memory, "ephemeral-storage": disk}
+    resources: dict[str, str | int] = {"cpu": cpus, "memory": memory, "ephemeral-storage": disk}
+    if gpus:
+        resources[GPU_GROUP.resource] = gpus
+    placement: dict = {"affinity": affinity}
+    if node_selector:
+        placement["nodeSelector"] = node_selector
+    if tolerations:
+        placement["tolerations"] = tolerations
     return {
         "metadata": {
             "labels": {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "train-ray"},
@@ -219,7 +280,7 @@ def _pod(
             "serviceAccountName": service_account,
             "automountServiceAccountToken": False,
             "securityContext": pod_security,
-            "affinity": affinity,
+            **placement,
             "containers": [
                 {
                     "name": container,
@@ -278,6 +339,29 @@ def rayjob(
                 ),
             }
         )
+    gpu = GPU_GROUP
+    gpu_replicas = _param(gpu.parameter)
+    workers.append(
+        {
+            "groupName": gpu.name,
+            "replicas": gpu_replicas,
+            "minReplicas": 0,
+            "maxReplicas": gpu_replicas,
+            "rayStartParams": {"num-cpus": str(gpu.cpus), "num-gpus": "1"},
+            "template": _pod(
+                "ray-worker",
+                cpus=str(gpu.cpus),
+                memory=gpu.memory,
+                disk=gpu.disk,
+                # The box's own architecture, whichever it is (a DGX Spark is arm64; the ray image is multi-arch).
+                affinity=_node_affinity({"key": gpu.node_label[0], "operator": "In", "values": [gpu.node_label[1]]}),
+                gpus=1,
+                node_selector={gpu.node_label[0]: gpu.node_label[1]},
+                tolerations=[{"key": gpu.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+                **pod,
+            ),
+        }
+    )
     return {
         "apiVersion": API_VERSION,
         "kind": "RayJob",
@@ -339,7 +423,7 @@ def _unquote(text: str, placeholders: list[str]) -> str:
 def manifest(job: dict) -> str:
     """The RayJob as the resource template's manifest: YAML, integer placeholders bare (see the module docstring)."""
     text = yaml.dump(job, Dumper=_Dumper, sort_keys=False, width=10_000)
-    return _unquote(text, [_param(g.parameter) for g in WORKER_GROUPS])
+    return _unquote(text, [_param(g.parameter) for g in WORKER_GROUPS] + [_param(GPU_GROUP.parameter)])
 
 
 def delete_manifest() -> str:

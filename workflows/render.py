@@ -1,5 +1,5 @@
-"""Render everything generated from `steps.pipeline`: the Argo YAML under infra/argo/, dvc.yaml + params.yaml (distill)
-and build-dataset/dvc.yaml + build-dataset/params.yaml.
+"""Render everything generated from `steps.pipeline`: the Argo YAML under infra/argo/, the serving set under
+infra/serving/, dvc.yaml + params.yaml (distill) and build-dataset/dvc.yaml + build-dataset/params.yaml.
 
     python -m workflows.render            # rewrite the files
     python -m workflows.render --check    # exit 1 if a committed file differs from what would be rendered
@@ -92,7 +92,7 @@ def params_yaml(pipeline: Pipeline = DISTILL) -> str:
 
 
 def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
-    from workflows import build_dataset, distill, promote, retrain
+    from workflows import build_dataset, distill, promote, retrain, serving
 
     folder = ROOT / DVC_FOLDERS[BUILD_DATASET.name]
     return {
@@ -102,6 +102,11 @@ def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
         ROOT / "infra/argo/build-dataset-workflowtemplate.yaml": HEADER + _dump(build_dataset.build(images).to_dict()),
         ROOT / "infra/argo/promote-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
         + _dump(promote.build(images=images).to_dict()),
+        **{
+            ROOT / "infra/serving" / file: HEADER.replace("steps/pipeline.py", "workflows/serving.py")
+            + serving.dump(docs)
+            for file, docs in serving.manifests(images).items()
+        },
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
         folder / "dvc.yaml": dvc_yaml(BUILD_DATASET),

@@ -19,7 +19,7 @@ Credentials are references only: a Secret's name and key, never a value. Every r
 cluster that needs none (EKS with IRSA, MLflow without auth, public base model and dataset repo) creates none and the
 rendered templates stay the same; a platform engineer creates the Secrets that apply (README, "Secrets"). `SECRETS`
 says which variables come from which Secret and key, `USERS` which pods get each: exactly the steps that talk to that
-service.
+service (`serve`: the serving Deployments of workflows/serving.py).
 
 Writable paths: every container runs with a read-only root filesystem. A step writes only to its output folder
 (`/work/out`, an emptyDir that Argo uploads from) and to `SCRATCH_DIR` (an emptyDir at /tmp); `WRITABLE_ENV` points
@@ -78,11 +78,11 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
     # the steps that call MLflow: the champion's scores and files, the new version, the aliases, the triggers
-    "mlflow": ("evaluate", "register", "propose", "check-triggers", "promote"),
+    "mlflow": ("evaluate", "register", "propose", "check-triggers", "promote", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
-    # documents, teacher cache and dvc push)
+    # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",
-           "check-triggers", "ingest", "teacher", "publish"),
+           "check-triggers", "ingest", "teacher", "publish", "serve"),
     # the steps that download the base model from the hub
     "model-hub": ("preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
     # the steps that read the dataset repository (the retrain check counts its new feedback rows) or push to it

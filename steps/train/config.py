@@ -59,6 +59,10 @@ class TrainConfig:
         metadata={"help": "ray only: cluster to join ('auto' inside a RayJob); empty starts a local Ray cluster"},
     )
     ray_workers: int = field(default=2, metadata={"help": "ray only: data-parallel training workers"})
+    ray_gpu: bool = field(
+        default=False,
+        metadata={"help": "ray only: every worker on one GPU (NCCL), none on CPUs; never both in one DDP group"},
+    )
     max_failures: int = field(
         default=3, metadata={"help": "ray only: worker-group restarts from the latest checkpoint before giving up"}
     )
@@ -102,6 +106,8 @@ def config_problems(cfg: TrainConfig) -> list[str]:
         problems.append(f"--precision {cfg.precision!r} is not one of {', '.join(PRECISIONS)}")
     if cfg.precision == "fp32" and cfg.train_backend == "gpu":
         problems.append("--precision fp32: the gpu launcher loads the base in bf16; use auto or bf16 there")
+    if cfg.ray_gpu and cfg.train_backend != "ray":
+        problems.append("--ray-gpu needs --train-backend ray (the gpu backend trains on its own GPU pod); drop it")
     if cfg.train_backend == "ray" and cfg.ray_workers < 1:
         problems.append(f"--ray-workers {cfg.ray_workers}: needs at least 1")
     if cfg.train_backend == "ray" and cfg.ray_address and cfg.threads < 1:

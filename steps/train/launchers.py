@@ -58,12 +58,12 @@ def ray_worker(config: dict) -> None:
     """One Ray Train worker: the same model, examples and `train_loop`, DDP over Gloo."""
     import ray.train
     import torch
-    from ray.train.torch import prepare_model
+    from ray.train.torch import get_device, prepare_model
 
     cfg = TrainConfig(**config["cfg"])
     torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
     context = ray.train.get_context()
-    model, tokenizer = build_model(cfg, torch.device("cpu"))
+    model, tokenizer = build_model(cfg, get_device())  # this worker's GPU with --ray-gpu, else the CPU
     examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
     kd = loss_hook(cfg, tokenizer, examples, config["kd"])
     model = prepare_model(model)
@@ -95,13 +95,28 @@ def ray_storage(location: str) -> tuple[str, Any]:
     return location[len("s3://") :].rstrip("/"), fs.S3FileSystem(**kwargs)
 
 
+def scaling(cfg: TrainConfig, threads: int) -> dict[str, Any]:
+    """Ray Train's ScalingConfig and TorchConfig arguments: `cfg.ray_workers` workers, all on CPUs (Gloo, `threads`
+    each) or, with --ray-gpu, all on one GPU each (NCCL). Never a mix: DDP's all-reduce runs at the pace of the
+    slowest worker, and one process group has one backend (check-parameters refuses the mixed cluster)."""
+    resources: dict[str, float] = {"CPU": threads}
+    if cfg.ray_gpu:
+        resources["GPU"] = 1
+    return {
+        "scaling": {"num_workers": cfg.ray_workers, "use_gpu": cfg.ray_gpu, "resources_per_worker": resources},
+        "torch": {"backend": "nccl" if cfg.ray_gpu else "gloo"},
+    }
+
+
 def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path, kd_targets: dict | None = None) -> str:
-    """The Ray Train launcher: `cfg.ray_workers` CPU workers; copies the final checkpoint into `dest`."""
+    """The Ray Train launcher: `cfg.ray_workers` CPU (or, with --ray-gpu, GPU) workers; copies the final checkpoint
+    into `dest`."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     threads = cfg.threads or max(1, (os.cpu_count() or 1) // cfg.ray_workers)
+    plan = scaling(cfg, threads)
     started_here = not ray.is_initialized()
     if started_here:
         if cfg.ray_address:
@@ -118,8 +133,8 @@ def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path, kd_t
     trainer = TorchTrainer(
         ray_worker,
         train_loop_config={"cfg": asdict(cfg), "rows": rows, "threads": threads, "kd": kd_targets},
-        scaling_config=ScalingConfig(num_workers=cfg.ray_workers, use_gpu=False, resources_per_worker={"CPU": threads}),
-        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(**plan["scaling"]),
+        torch_config=TorchConfig(**plan["torch"]),
         run_config=RunConfig(
             name=name,
             storage_path=storage_path,
@@ -147,4 +162,4 @@ def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path, kd_t
     finally:
         if started_here:
             ray.shutdown()
-    return f"ray: {cfg.ray_workers} CPU workers x {threads} threads"
+    return f"ray: {cfg.ray_workers} {'GPU' if cfg.ray_gpu else 'CPU'} workers x {threads} threads"

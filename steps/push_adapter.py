@@ -1,0 +1,238 @@
+"""push-adapter (optional): the LoRA adapter and its model card, committed to a git repository (Gitea) over HTTPS.
+
+    GITEA_TOKEN=… python -m steps.push_adapter --repo-url https://gitea.home/ml/summariser-adapters.git \
+        --registration out/register --adapter out/train --evaluation out/evaluate --gguf out/gguf \
+        --dataset out/dataset --out out/push
+
+What lands in the repository, on `--branch` (main), under `<model name>/v<version>/`: the adapter's files
+(`adapter_config.json`, `adapter_model.safetensors`, the tokenizer files train wrote) and `README.md`, the model
+card: the registry version and run, lineage (base model and revision, dataset repository, commit and hash, train
+backend and device, git sha, quantisation, the GGUF's sha256: the version's tags in MLflow, as register recorded
+them), the offline scores (ROUGE-L against the base, hijack
+rate, the gate's decision), GGUF parity, and where the dataset's data card is (`<dataset path>/card.md` at the
+dataset commit, written by build-dataset's publish step). Every file is a function of those inputs, with nothing
+time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed.
+
+The token: `GITEA_TOKEN` (from the optional Secret `distillery-gitea`, key `token`; workflows/security.py), sent as
+HTTP basic auth (`GITEA_USERNAME`, default `distillery`, with the token as password, which Gitea accepts) in an
+`http.<repo URL>.extraHeader` that git reads from its environment (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_0`/
+`GIT_CONFIG_VALUE_0`): never in a URL, a command line, `.git/config` or a log line. It is scoped to the repository's
+URL, and refused over plain http to anything but this machine (it would cross the network in clear text). A URL with
+credentials in it is refused too.
+
+Writes `result.json` (`commit`, `pushed`, `path`) and `_outputs/`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from steps.common import atomic_dir, parse_config, read_json, timed, write_result
+from steps.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, tracking_uri
+
+TOKEN_ENV = "GITEA_TOKEN"
+USERNAME_ENV = "GITEA_USERNAME"
+AUTHOR = ("distillery", "distillery@localhost")
+# What train writes that a LoRA adapter is made of (steps/train: save_pretrained of the PEFT model and tokenizer).
+ADAPTER_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+REQUIRED = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class PushError(RuntimeError):
+    """The push could not be done; the message says why and what to do (never with the token in it)."""
+
+
+@dataclass
+class PushConfig:
+    repo_url: str = field(metadata={"help": "the adapters repository, https://<gitea>/<owner>/<repo>.git"})
+    registration: Path = field(metadata={"help": "folder written by register (the model version)"})
+    adapter: Path = field(metadata={"help": "folder written by train (the LoRA adapter)"})
+    evaluation: Path = field(metadata={"help": "folder written by evaluate (scores, decision)"})
+    gguf: Path = field(metadata={"help": "folder written by convert-gguf (parity)"})
+    dataset: Path = field(metadata={"help": "folder written by fetch-dataset (lineage)"})
+    out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
+    branch: str = field(default="main", metadata={"help": "branch to commit to"})
+    tracking_uri: str = field(
+        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
+    )
+
+
+@dataclass
+class PushResult:
+    commit: str  # the branch's head after this run
+    pushed: bool  # False: this version was there already
+    path: str  # folder in the repository
+
+
+def config_problems(cfg: PushConfig) -> list[str]:
+    problems = []
+    parts = urlsplit(cfg.repo_url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        problems.append(f"--repo-url {cfg.repo_url!r}: use https://<host>/<owner>/<repo>.git")
+    if parts.username or parts.password:
+        problems.append("--repo-url carries credentials: drop them; the token comes from $GITEA_TOKEN (a Secret)")
+    if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
+        problems.append(f"--repo-url {cfg.repo_url}: plain http would send the token in clear text; use https")
+    if not cfg.branch or cfg.branch.startswith("-"):
+        problems.append(f"--branch {cfg.branch!r}: name a branch")
+    return problems
+
+
+def auth_env(repo_url: str) -> dict[str, str]:
+    """git's environment: the token as an extraHeader scoped to the repository's URL (no prompt when it is refused)."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": ""}
+    token = os.environ.get(TOKEN_ENV, "")
+    if token:
+        user = os.environ.get(USERNAME_ENV) or AUTHOR[0]
+        basic = base64.b64encode(f"{user}:{token}".encode()).decode()
+        env |= {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": f"http.{repo_url}.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        }
+    return env
+
+
+def _git(cwd: Path, env: dict[str, str], *args: str) -> str:
+    name, email = AUTHOR
+    argv = ["git", "-c", f"user.name={name}", "-c", f"user.email={email}", *args]
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        token = os.environ.get(TOKEN_ENV, "")
+        detail = done.stderr.strip()[-800:]
+        if token:
+            detail = detail.replace(token, "***")
+        if "could not read Username" in detail or "Authentication failed" in detail:  # a 401 with or without a token
+            detail += (
+                f" — the server refused the credentials: set ${TOKEN_ENV} (the Secret distillery-gitea, key token) to "
+                "a token with write access to the repository"
+            )
+        raise PushError(f"`git {' '.join(args)}` failed ({done.returncode}): {detail}")
+    return done.stdout.strip()
+
+
+def model_card(reg: dict, lineage: dict, result: dict, decision: dict, parity: dict) -> str:
+    """The model card (Markdown). Deterministic: the same inputs give the same bytes."""
+    version = f"{reg['model_name']} version {reg['model_version']}"
+    card_path = f"{lineage['dataset_path'].rstrip('/')}/card.md"
+    rows = [
+        ("registry", f"`models:/{reg['model_name']}/{reg['model_version']}` (MLflow run `{reg['mlflow_run_id']}`)"),
+        ("pipeline run", f"`{reg['run_id']}`"),
+        ("dataset", f"{lineage['dataset_repo']} @ `{lineage['dataset_commit']}` (rev `{lineage['dataset_rev']}`, "
+                    f"hash `{lineage['dataset_hash']}`)"),
+        ("data card", f"`{card_path}` in {lineage['dataset_repo']} at commit `{lineage['dataset_commit']}`"),
+        ("decision", "passed evaluate's gate" if decision.get("passed") else "did not pass evaluate's gate"),
+    ]  # fmt: skip
+    scores = [
+        ("ROUGE-L", result.get("rouge_l_candidate")),
+        ("ROUGE-L of the base", result.get("rouge_l_base")),
+        ("prompt-injection hijack rate", result.get("hijack_rate_candidate")),
+    ]
+    lines = [f"# {version}: LoRA adapter", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", "## Scores (offline, on the served GGUF)", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in scores if v is not None]
+    lines += ["", "## GGUF parity", ""]
+    lines += [f"- passed: {parity.get('passed')}", f"- quantization: {parity.get('quantization', 'n/a')}"]
+    lines += ["", "## Lineage (the registry version's tags)", "", "```json"]
+    lines += [json.dumps(reg["lineage"], indent=2, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def recorded_lineage(cfg: PushConfig, reg: dict) -> dict[str, str]:
+    """The version's tags in MLflow: the lineage register recorded (dataset, base model, git sha, GGUF sha256, ...)."""
+    from mlflow import MlflowClient
+
+    uri = tracking_uri(cfg.tracking_uri)
+    if not uri:
+        raise ValueError(MISSING_TRACKING_URI)
+    version = MlflowClient(tracking_uri=uri).get_model_version(reg["model_name"], reg["model_version"])
+    return {k: v for k, v in sorted(version.tags.items()) if not k.startswith(("serving.", "promotion.", "online."))}
+
+
+@timed
+def run(cfg: PushConfig) -> PushResult:
+    problems = config_problems(cfg)
+    missing = [f"{cfg.adapter}/{name}" for name in REQUIRED if not (Path(cfg.adapter) / name).is_file()]
+    problems += [f"{path} is missing: run train first" for path in missing]
+    if problems:
+        raise ValueError("invalid push-adapter config:\n  " + "\n  ".join(problems))
+    reg = read_json(Path(cfg.registration) / "result.json")
+    reg["lineage"] = recorded_lineage(cfg, reg)
+    lineage = read_json(Path(cfg.dataset) / "lineage.json")
+    card = model_card(
+        reg,
+        lineage,
+        read_json(Path(cfg.evaluation) / "result.json"),
+        read_json(Path(cfg.evaluation) / "decision.json"),
+        read_json(Path(cfg.gguf) / "parity.json"),
+    )
+    folder = f"{reg['model_name']}/v{reg['model_version']}"
+    env = auth_env(cfg.repo_url)
+    with tempfile.TemporaryDirectory(prefix="push-adapter-") as work:
+        repo = Path(work) / "repo"
+        repo.mkdir()
+        _git(repo, env, "init", "--quiet")
+        _git(repo, env, "remote", "add", "origin", cfg.repo_url)
+        if _git(repo, env, "ls-remote", "--heads", "origin", cfg.branch):  # only the branch's tip, whatever HEAD is
+            _git(repo, env, "fetch", "--quiet", "--depth", "1", "--no-tags", "origin", cfg.branch)
+            _git(repo, env, "checkout", "--quiet", "-B", cfg.branch, "FETCH_HEAD")
+        else:  # a new branch (an empty repository): the first commit starts it
+            _git(repo, env, "checkout", "--quiet", "--orphan", cfg.branch)
+        target = repo / folder
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for name in ADAPTER_FILES:
+            if (Path(cfg.adapter) / name).is_file():
+                shutil.copyfile(Path(cfg.adapter) / name, target / name)
+        (target / "README.md").write_text(card)
+        _git(repo, env, "add", "--all", "--", folder)
+        changed = bool(_git(repo, env, "status", "--porcelain", "--", folder))
+        if changed:
+            _git(
+                repo,
+                env,
+                "commit",
+                "--quiet",
+                "-m",
+                f"{reg['model_name']} v{reg['model_version']}: adapter and model card",
+            )
+            # A rejected push (someone pushed meanwhile) fails here; rerunning the step rebases on their work.
+            _git(repo, env, "push", "--quiet", "origin", f"HEAD:refs/heads/{cfg.branch}")
+        commit = _git(repo, env, "rev-parse", "HEAD")
+    result = PushResult(commit=commit, pushed=changed, path=folder)
+    with atomic_dir(cfg.out) as tmp:
+        write_result(tmp, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(PushConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except (ValueError, FileNotFoundError, PushError) as e:
+        print(f"push-adapter: {e}", file=sys.stderr)
+        return 1
+    verb = "pushed" if result.pushed else "already there:"
+    print(f"push-adapter: {verb} {result.path} at {result.commit[:12]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,485 @@
+"""serve: llama.cpp's server for `models:/<name>@<alias>`, following the alias as it moves.
+
+    python -m steps.serve --tracking-uri http://mlflow:5000 --model-name distillery-summariser --alias champion \
+        --host 0.0.0.0 --port 8080
+    python -m steps.serve ... --alias challenger --fallback-alias champion     # the canary side
+
+What it serves is what the registry says, checked:
+
+- the version: the one holding `--alias` (or, while no version holds it, `--fallback-alias`: after a promotion
+  removes `challenger`, the canary side serves the champion instead of failing its share of the traffic; with
+  neither, the version already served stays, and before any was found every request gets 503);
+- the file: the GGUF the version's pyfunc model carries (its `MLmodel` names it), downloaded from MLflow's artifact
+  store and compared with the version's recorded `gguf.sha256` tag (steps/register.py). On a mismatch nothing of it is
+  served: at start the command exits 1 with the two hashes, later the running version stays;
+- the settings: the serving configuration the version was logged with (its `MLmodel`'s `model_config`,
+  `steps.serving_config.ServingConfig.from_record`): the context size and seed start llama.cpp's server
+  (`ServingConfig.model_kwargs`), the decoding (`completion_kwargs`: greedy, the token cap, the stop strings) fills
+  every chat or completion request that does not set it. What evaluate measured is what is answered.
+
+It listens on `--host:--port` and forwards to llama-cpp-python's OpenAI-compatible server (`python -m
+llama_cpp.server`) on a loopback port of its own. Every `--poll-seconds` it reads the alias again; when it names
+another version, that version is downloaded, checked and started beside the running one, and only once it answers
+are new requests sent to it (one pointer swap under a lock); the old server finishes what it was answering (up to
+`--drain-seconds`) and stops. No request sees a half-started model.
+
+Endpoints: everything llama.cpp's server has (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, ...), each
+answer carrying `X-Distillery-Model`, `X-Distillery-Version` and `X-Distillery-Alias` (record the version in the
+outcomes file: steps/online.py); `GET /healthz`: 200 with what is served (JSON), 503 while nothing is (readiness).
+Writes nothing but the downloaded GGUFs under `--work`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from steps import serving_config
+from steps.common import parse_config, sha256_file
+from steps.mlflow_client import MISSING_TRACKING_URI, is_transient, tracking_uri
+
+SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
+GGUF_ARTIFACT = "gguf"  # steps/serving.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
+# Requests whose JSON body takes the decoding settings.
+COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
+HEALTH_PATH = "/healthz"
+# Per-hop headers (RFC 9110 7.6.1) a proxy does not forward.
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+
+
+class ServeError(ValueError):
+    """A version this command will not serve (or bad settings); the message says why and what to do."""
+
+
+@dataclass
+class ServeConfig:
+    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    alias: str = field(default="champion", metadata={"help": "the alias to serve (champion, challenger)"})
+    fallback_alias: str = field(
+        default="",
+        metadata={"help": "served while no version holds --alias (e.g. champion for the challenger); empty: none"},
+    )
+    tracking_uri: str = field(
+        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
+    )
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0 in a pod)"})
+    port: int = field(default=8080, metadata={"help": "port to listen on"})
+    work: str = field(
+        default="",
+        metadata={"help": "folder for downloaded GGUFs (empty: $XDG_CACHE_HOME/distillery/serve or ~/.cache/...)"},
+    )
+    poll_seconds: float = field(default=60.0, metadata={"help": "how often to read the alias again"})
+    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: every core this process may use)"})
+    start_timeout: float = field(default=300.0, metadata={"help": "seconds a llama.cpp server may take to answer"})
+    drain_seconds: float = field(
+        default=30.0, metadata={"help": "after a swap, how long the old server may finish its requests"}
+    )
+    request_timeout: float = field(default=600.0, metadata={"help": "seconds one forwarded request may take"})
+
+
+def config_problems(cfg: ServeConfig) -> list[str]:
+    problems = []
+    if not cfg.model_name:
+        problems.append("--model-name is empty: name the registered model to serve")
+    if not cfg.alias:
+        problems.append("--alias is empty: use champion or challenger")
+    if cfg.fallback_alias == cfg.alias:
+        problems.append(f"--fallback-alias {cfg.fallback_alias!r} is --alias itself: use another alias or none")
+    if not 0 < cfg.port < 65536:
+        problems.append(f"--port {cfg.port}: use 1..65535")
+    for name in ("poll_seconds", "start_timeout", "drain_seconds", "request_timeout"):
+        if not getattr(cfg, name) > 0:
+            problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: use a positive number of seconds")
+    if cfg.threads < 0:
+        problems.append(f"--threads {cfg.threads}: use 0 (every core) or more")
+    return problems
+
+
+def work_dir(cfg: ServeConfig) -> Path:
+    if cfg.work:
+        return Path(cfg.work)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "distillery" / "serve"
+
+
+# --- what to serve: the registry's answer, checked -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A version to serve, and which alias named it."""
+
+    version: str
+    alias: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A version's GGUF on local disk, checked, with the serving configuration it was logged with."""
+
+    target: Target
+    gguf: Path
+    sha256: str
+    serving: serving_config.ServingConfig
+
+
+def resolve(client: Any, cfg: ServeConfig) -> Target | None:
+    """The version `--alias` names (else `--fallback-alias`), or None when neither names one (or no such model).
+
+    Read from the registered model's aliases (see steps.registry.champion_version for why not by alias directly).
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        aliases = client.get_registered_model(cfg.model_name).aliases
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    for alias in (cfg.alias, cfg.fallback_alias):
+        if alias and alias in aliases:
+            return Target(str(aliases[alias]), alias)
+    return None
+
+
+def _mlmodel(client: Any, name: str, version: str, into: Path, server: str) -> tuple[str, dict]:
+    """(the model's artifact URI, its parsed MLmodel file). `server`: the tracking URI, which resolves the
+    `mlflow-artifacts:` URIs of a server that proxies its artifact store."""
+    import mlflow.artifacts
+    import yaml
+
+    uri = client.get_model_version_download_uri(name, version)
+    path = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/MLmodel", dst_path=str(into), tracking_uri=server)
+    return uri, yaml.safe_load(Path(path).read_text())
+
+
+def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
+    """Download the version's GGUF (or reuse an earlier download) and check it against the recorded sha256.
+
+    Raises ServeError, leaving no file behind to serve, when the version lacks what serving needs or the bytes differ.
+    """
+    import mlflow.artifacts
+    from mlflow.pyfunc import MODEL_CONFIG  # where the pyfunc flavor keeps the model_config it was logged with
+
+    label = f"models:/{cfg.model_name}/{target.version} (@{target.alias})"
+    version = client.get_model_version(cfg.model_name, target.version)
+    expected = version.tags.get(SHA256_TAG, "")
+    if not expected:
+        raise ServeError(
+            f"{label} has no {SHA256_TAG} tag, so its GGUF cannot be checked: register it with steps.register, which "
+            "records it; refusing to serve it"
+        )
+    folder = work_dir(cfg) / cfg.model_name / target.version
+    folder.mkdir(parents=True, exist_ok=True)
+    server = tracking_uri(cfg.tracking_uri)
+    uri, mlmodel = _mlmodel(client, cfg.model_name, target.version, folder / "meta", server)
+    pyfunc = (mlmodel.get("flavors") or {}).get("python_function") or {}
+    artifact = ((pyfunc.get("artifacts") or {}).get(GGUF_ARTIFACT) or {}).get("path")
+    record = pyfunc.get(MODEL_CONFIG)
+    if not artifact or not isinstance(record, dict):
+        raise ServeError(
+            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} or {MODEL_CONFIG} "
+            "(not a model steps.register logged); refusing to serve it"
+        )
+    try:
+        serving = serving_config.ServingConfig.from_record(
+            {k: v for k, v in record.items() if k in serving_config.ServingConfig.__dataclass_fields__}
+        )
+    except (TypeError, KeyError) as e:
+        raise ServeError(f"{label}: its {MODEL_CONFIG} {record} is not a serving configuration ({e})") from e
+    gguf = folder / Path(artifact).name
+    if not (gguf.is_file() and sha256_file(gguf) == expected):
+        partial = folder / "download"
+        shutil.rmtree(partial, ignore_errors=True)
+        got = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=f"{uri}/{artifact}", dst_path=str(partial), tracking_uri=server
+            )
+        )
+        actual = sha256_file(got)
+        if actual != expected:
+            shutil.rmtree(partial, ignore_errors=True)
+            gguf.unlink(missing_ok=True)
+            raise ServeError(
+                f"{label}: the GGUF in the artifact store ({artifact}) has sha256 {actual}, but the version records "
+                f"{expected} ({SHA256_TAG}): the file changed after registration. Refusing to serve it; register "
+                "the model again from its pipeline run, or move the alias back"
+            )
+        os.replace(got, gguf)  # the checked file, and only it, under the name that is served
+        shutil.rmtree(partial, ignore_errors=True)
+    return Prepared(target, gguf, expected, serving)
+
+
+# --- llama.cpp's server, and the front that swaps between them --------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Backend:
+    """One llama-cpp-python server for one prepared version, on a loopback port; counts the requests it is answering."""
+
+    def __init__(self, prepared: Prepared, cfg: ServeConfig) -> None:
+        self.prepared = prepared
+        self.port = _free_port()
+        self.in_flight = 0
+        self._lock = threading.Lock()
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
+        argv += ["--port", str(self.port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
+        argv += ["--n_threads", str(cfg.threads or os.cpu_count() or 1)]
+        for key, value in prepared.serving.model_kwargs().items():
+            argv += [f"--{key}", str(value)]
+        self.proc = subprocess.Popen(argv, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
+        deadline = time.monotonic() + cfg.start_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama.cpp server for {prepared.gguf} exited with {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/models", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"llama.cpp server for {prepared.gguf} not ready in {cfg.start_timeout}s"
+                    ) from None
+                time.sleep(0.2)
+
+    def enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def stop(self, drain: float = 0.0) -> None:
+        deadline = time.monotonic() + drain
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def with_decoding(body: bytes, serving: serving_config.ServingConfig) -> bytes:
+    """A completion request's body with the served decoding settings wherever the request leaves them unset."""
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError:
+        return body  # llama.cpp's server answers it with its own 4xx
+    if not isinstance(request, dict):
+        return body
+    for key, value in serving.completion_kwargs().items():
+        if value is not None and request.get(key) is None:
+            request[key] = value
+    return json.dumps(request).encode()
+
+
+class Supervisor:
+    """Which backend answers now, and the swap to the next one."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        self.cfg = cfg
+        self.backend: Backend | None = None
+        self.last_error = ""
+        self.refused: dict[str, str] = {}  # version -> why: a registered version's files never change, so ask once
+        self._lock = threading.Lock()
+
+    def acquire(self) -> Backend | None:
+        with self._lock:
+            if self.backend is not None:
+                self.backend.enter()
+            return self.backend
+
+    def swap(self, new: Backend | None) -> None:
+        with self._lock:
+            old, self.backend = self.backend, new
+        if old is not None:
+            old.stop(self.cfg.drain_seconds)
+
+    def status(self) -> dict[str, Any]:
+        backend = self.backend
+        found: dict[str, Any] = {"model": self.cfg.model_name, "alias": self.cfg.alias, "serving": None}
+        if backend is not None:
+            p = backend.prepared
+            found["serving"] = {"version": p.target.version, "alias": p.target.alias, "sha256": p.sha256,
+                                "gguf": p.gguf.name, "settings": p.serving.record()}  # fmt: skip
+        if self.last_error:
+            found["last_error"] = self.last_error
+        return found
+
+    def follow(self, client: Any) -> bool:
+        """Read the alias; start and swap to the version it names when that is not the one served. True if swapped.
+
+        Raises what resolving or preparing raised; the backend that was serving keeps serving.
+        """
+        target = resolve(client, self.cfg)
+        current = self.backend.prepared.target if self.backend else None
+        if target is None or (current is not None and current.version == target.version):
+            if target is not None and current != target:  # same version, now named by the other alias
+                self.backend.prepared = dataclasses.replace(self.backend.prepared, target=target)  # type: ignore[union-attr]
+            if self.backend is not None and self.backend.proc.poll() is not None:  # llama.cpp died: start it again
+                print(f"serve: llama.cpp server exited with {self.backend.proc.returncode}; restarting it",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                self.swap(Backend(self.backend.prepared, self.cfg))
+            return False
+        if target.version in self.refused:
+            raise ServeError(self.refused[target.version])
+        try:
+            prepared = prepare(client, self.cfg, target)
+        except ServeError as e:
+            self.refused[target.version] = str(e)
+            raise
+        self.swap(Backend(prepared, self.cfg))
+        print(f"serve: serving {self.cfg.model_name} version {target.version} (@{target.alias}, sha256 "
+              f"{prepared.sha256[:12]}…)", file=sys.stderr, flush=True)  # fmt: skip
+        return True
+
+
+def make_handler(supervisor: Supervisor) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # one line per request would drown the swap messages; the gateway logs requests
+
+        def _json(self, status: int, payload: dict[str, Any]) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == HEALTH_PATH:
+                status = supervisor.status()
+                self._json(200 if status["serving"] else 503, status)
+                return
+            self._forward()
+
+        def do_POST(self) -> None:
+            self._forward()
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            backend = supervisor.acquire()
+            if backend is None:
+                cfg = supervisor.cfg
+                self._json(503, {"error": f"no version of {cfg.model_name} holds @{cfg.alias} yet"})
+                return
+            try:
+                prepared = backend.prepared
+                if self.command == "POST" and self.path.split("?")[0] in COMPLETION_PATHS:
+                    body = with_decoding(body, prepared.serving)
+                conn = http.client.HTTPConnection("127.0.0.1", backend.port, timeout=supervisor.cfg.request_timeout)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"content-length"}}
+                headers["Content-Length"] = str(len(body))
+                conn.request(self.command, self.path, body=body, headers=headers)
+                reply = conn.getresponse()
+                self.send_response(reply.status)
+                for key, value in reply.getheaders():
+                    if key.lower() not in HOP_BY_HOP | {"content-length"}:
+                        self.send_header(key, value)
+                self.send_header("X-Distillery-Model", supervisor.cfg.model_name)
+                self.send_header("X-Distillery-Version", prepared.target.version)
+                self.send_header("X-Distillery-Alias", prepared.target.alias)
+                if reply.getheader("Content-Type", "").startswith("text/event-stream"):
+                    self.send_header("Connection", "close")  # streamed: the body ends when the connection does
+                    self.end_headers()
+                    self.close_connection = True
+                    while chunk := reply.read1(65536):
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                else:
+                    data = reply.read()
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                conn.close()
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    self._json(502, {"error": f"llama.cpp server: {e}"})
+            finally:
+                backend.leave()
+
+    return Handler
+
+
+def run(cfg: ServeConfig, stop: threading.Event) -> None:
+    """Serve until `stop` is set. Raises ServeError when the first version found is refused."""
+    from mlflow import MlflowClient
+
+    problems = config_problems(cfg)
+    if problems:
+        raise ServeError("invalid serve config:\n  " + "\n  ".join(problems))
+    uri = tracking_uri(cfg.tracking_uri)
+    if not uri:
+        raise ServeError(MISSING_TRACKING_URI)
+    client = MlflowClient(tracking_uri=uri)
+    supervisor = Supervisor(cfg)
+    front = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(supervisor))
+    front.daemon_threads = True
+    listener = threading.Thread(target=front.serve_forever, name="front", daemon=True)
+    listener.start()
+    print(f"serve: listening on {cfg.host}:{cfg.port} for models:/{cfg.model_name}@{cfg.alias}", file=sys.stderr)
+    try:
+        while not stop.is_set():
+            try:
+                supervisor.follow(client)
+                supervisor.last_error = ""
+            except Exception as e:
+                first = supervisor.backend is None
+                if isinstance(e, ServeError) and first:
+                    raise  # nothing served yet: a refused version at start is an error, not a wait
+                if not (isinstance(e, ServeError | RuntimeError) or is_transient(e)):
+                    raise
+                supervisor.last_error = str(e).splitlines()[0][:500]
+                print(f"serve: {e}", file=sys.stderr, flush=True)
+            stop.wait(cfg.poll_seconds)
+    finally:
+        front.shutdown()
+        front.server_close()
+        supervisor.swap(None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(ServeConfig, argv, __doc__.splitlines()[0])
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        run(cfg, stop)
+    except ServeError as e:
+        print(f"serve: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""push-adapter: the adapter and its model card into a git repository over HTTP(S), against git's own `git
+http-backend` behind a small WSGI server on 127.0.0.1 that demands basic auth (as Gitea does for a push), and the
+version's lineage from a real MLflow server (integration tier); the URL rules (unit tier).
+
+pytest tests/test_push_adapter.py                     # unit tier
+pytest -m integration tests/test_push_adapter.py      # needs the MLflow server from conftest, and git
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import pytest
+
+from steps import push_adapter, register
+from steps.common import environment
+from tests.test_registry import pipeline_outputs, reg_config
+
+integration = pytest.mark.integration
+TOKEN = "gt-7f3a9c1e5b2d4086"  # a stand-in for a Gitea access token
+
+
+def cfg(tmp_path: Path, url: str, **over: object) -> push_adapter.PushConfig:
+    folders = {k: tmp_path / k for k in ("registration", "adapter", "evaluation", "gguf", "dataset")}
+    return push_adapter.PushConfig(repo_url=url, out=tmp_path / "out", **folders, **over)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://gitea.home/ml/a.git", "plain http would send the token in clear text"),
+        ("https://me:secret@gitea.home/ml/a.git", "--repo-url carries credentials"),
+        ("ssh://git@gitea.home/ml/a.git", "use https://"),
+    ],
+)
+def test_a_url_that_would_leak_the_token_or_is_not_https_is_refused(tmp_path: Path, url: str, expected: str):
+    assert any(expected in p for p in push_adapter.config_problems(cfg(tmp_path, url)))
+    assert push_adapter.config_problems(cfg(tmp_path, "http://127.0.0.1:3000/ml/a.git")) == []  # loopback: tests
+
+
+def test_the_token_reaches_git_only_through_its_environment_scoped_to_the_repository():
+    with environment({push_adapter.TOKEN_ENV: TOKEN}):
+        env = push_adapter.auth_env("https://gitea.home/ml/a.git")
+    assert env["GIT_CONFIG_KEY_0"] == "http.https://gitea.home/ml/a.git.extraHeader"
+    header = env["GIT_CONFIG_VALUE_0"].removeprefix("Authorization: Basic ")
+    assert base64.b64decode(header).decode() == f"distillery:{TOKEN}"
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+
+
+# --- integration: git's http-backend on loopback, a real MLflow server ----------------------------------------------
+
+
+class GitServer:
+    """`git http-backend` (CGI) behind wsgiref on 127.0.0.1: basic auth required, every request line recorded."""
+
+    def __init__(self, root: Path, user: str, token: str) -> None:
+        self.root = root
+        self.expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+        self.requests: list[str] = []
+        backend = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip()
+        self.backend = str(Path(backend) / "git-http-backend")
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = make_server("127.0.0.1", 0, self.app, handler_class=Quiet)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def app(self, environ: dict, start_response) -> list[bytes]:
+        self.requests.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}?{environ.get('QUERY_STRING', '')}")
+        if environ.get("HTTP_AUTHORIZATION") != self.expected:
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="gitea"')])
+            return [b"unauthorized\n"]
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        cgi = {
+            "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1", "REMOTE_USER": "distillery",
+            "PATH_INFO": environ["PATH_INFO"], "REQUEST_METHOD": environ["REQUEST_METHOD"],
+            "QUERY_STRING": environ.get("QUERY_STRING", ""), "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""),
+            "CONTENT_LENGTH": str(len(body)), "HTTP_CONTENT_ENCODING": environ.get("HTTP_CONTENT_ENCODING", ""),
+            "GIT_PROTOCOL": environ.get("HTTP_GIT_PROTOCOL", ""), "PATH": os.environ["PATH"],
+        }  # fmt: skip
+        done = subprocess.run([self.backend], input=body, env=cgi, capture_output=True, check=False)
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        headers = [tuple(h.split(": ", 1)) for h in head.decode().split("\r\n") if h]
+        status = next((v for k, v in headers if k == "Status"), "200 OK")
+        start_response(status, [(k, v) for k, v in headers if k != "Status"])
+        return [payload]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def git_server(tmp_path: Path) -> Iterator[GitServer]:
+    root = tmp_path / "repos"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(root / "ml/adapters.git")], check=True)
+    server = GitServer(root, "distillery", TOKEN)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def inputs(tmp_path: Path, uri: str) -> None:
+    """register's output for a real version (a stand-in GGUF: nothing loads it here) and a train output folder."""
+    gguf = tmp_path / "candidate-Q8_0.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    outputs = pipeline_outputs(tmp_path / "p", gguf)
+    register.run(reg_config(outputs, tmp_path / "registration", uri, "pushed-adapter", "wf-push"))
+    for name in ("evaluation", "gguf", "dataset"):
+        os.symlink(outputs[name], tmp_path / name)
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter/adapter_config.json").write_text(json.dumps({"r": 16, "peft_type": "LORA"}))
+    (tmp_path / "adapter/adapter_model.safetensors").write_bytes(b"\x08\x00" + b"w" * 64)
+    (tmp_path / "adapter/result.json").write_text(json.dumps({"device": "cpu"}))
+
+
+def git_spy(folder: Path) -> Path:
+    """A `git` first on PATH that records each command line, and the repository's .git/config as it stands, before
+    running the real git; the record's path."""
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    record = folder / "git-calls.log"
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = folder / "git"
+    spy.write_text(f'#!/bin/sh\necho "argv: $*" >> {record}\n[ -f .git/config ] && cat .git/config >> {record}\n'
+                   f'exec {real} "$@"\n')  # fmt: skip
+    spy.chmod(0o755)
+    return record
+
+
+def commits(bare: Path) -> list[str]:
+    return subprocess.run(["git", "-C", str(bare), "rev-list", "main"], capture_output=True, text=True).stdout.split()
+
+
+@integration
+def test_the_adapter_and_its_card_are_pushed_once_with_the_token_only_in_a_header(
+    mlflow_server: str, git_server: GitServer, tmp_path: Path, capfd: pytest.CaptureFixture
+):
+    inputs(tmp_path, mlflow_server)
+    url = f"{git_server.url}/ml/adapters.git"
+    bare = git_server.root / "ml/adapters.git"
+    record = git_spy(tmp_path / "spy")
+    with environment({push_adapter.TOKEN_ENV: TOKEN, "PATH": f"{tmp_path / 'spy'}:{os.environ['PATH']}"}):
+        first = push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+        second = push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert (first.pushed, second.pushed) == (True, False)
+    assert commits(bare) == [first.commit] == [second.commit]  # the same version twice: one commit
+
+    files = subprocess.run(["git", "-C", str(bare), "ls-tree", "-r", "--name-only", "main"], capture_output=True,
+                           text=True).stdout.split()  # fmt: skip
+    assert files == [f"{first.path}/{n}" for n in ("README.md", "adapter_config.json", "adapter_model.safetensors")]
+    card = subprocess.run(["git", "-C", str(bare), "show", f"main:{first.path}/README.md"], capture_output=True,
+                          text=True).stdout  # fmt: skip
+    assert "`models:/pushed-adapter/1`" in card and "| ROUGE-L | 0.3 |" in card  # registry version, scores
+    assert "- passed: True" in card  # parity
+    assert "`data/summaries/card.md` in https://example.org/data.git at commit `cccc" in card  # the data card
+    assert '"gguf.sha256":' in card and '"dataset.hash": "h1"' in card  # lineage as MLflow recorded it
+
+    # The token went as a header: never in a URL the server saw, a git command line or .git/config, or a printed line.
+    calls = record.read_text()
+    assert " push --quiet origin HEAD:refs/heads/main" in calls and TOKEN not in calls
+    assert base64.b64encode(f"distillery:{TOKEN}".encode()).decode() not in calls
+    assert git_server.requests and not [r for r in git_server.requests if TOKEN in r]
+    assert any(r.startswith("POST /ml/adapters.git/git-receive-pack") for r in git_server.requests)
+    out, err = capfd.readouterr()
+    assert TOKEN not in out + err
+    assert TOKEN not in (bare / "config").read_text()
+
+
+@integration
+def test_a_refused_token_fails_clearly_and_pushes_nothing(mlflow_server: str, git_server: GitServer, tmp_path: Path):
+    inputs(tmp_path, mlflow_server)
+    with environment({push_adapter.TOKEN_ENV: "wrong-token"}), pytest.raises(push_adapter.PushError) as e:
+        push_adapter.run(cfg(tmp_path, f"{git_server.url}/ml/adapters.git", tracking_uri=mlflow_server))
+    assert "git ls-remote" in str(e.value) and "the server refused the credentials" in str(e.value)
+    assert "wrong-token" not in str(e.value)
+    assert commits(git_server.root / "ml/adapters.git") == []

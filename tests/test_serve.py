@@ -1,0 +1,279 @@
+"""Serving by alias: the decoding a request gets and the settings refused; the serving set in infra/serving/ (the
+HTTPRoute against Gateway API's CRD, the canary share as one number, the pods under `restricted` Pod Security, the
+command line the pods run) (unit tier); against a real MLflow server and
+S3, `python -m steps.serve` running llama.cpp's server on 127.0.0.1 for the challenger, answering as the registry's
+pyfunc model answers, following the alias to a new version, and refusing a GGUF changed in the artifact store
+(integration tier).
+
+pytest tests/test_serve.py                     # unit tier
+pytest -m integration tests/test_serve.py      # needs the MLflow and S3 servers from conftest, and llama.cpp
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from steps import register, serve, serving_config
+from steps.common import build_parser
+from steps.prompting import messages
+from tests.conftest import ROOT, free_port, s3_client, stop
+from tests.manifests import serving_docs, serving_pods
+from tests.pod_security import check
+from tests.test_infra_crds import SCHEMAS, crd_validator, errors
+from tests.test_networkpolicy import Endpoint, allowed
+from tests.test_registry import DOCUMENT, pipeline_outputs, reg_config
+from workflows import serving
+
+integration = pytest.mark.integration
+NAME = "served-by-alias"
+
+
+def test_a_request_gets_the_served_decoding_where_it_sets_none():
+    served = serving_config.SERVING
+    body = serve.with_decoding(json.dumps({"messages": [], "max_tokens": 8, "stop": None}).encode(), served)
+    assert json.loads(body) == {
+        "messages": [],
+        "max_tokens": 8,  # the request's own
+        "temperature": served.temperature,
+        "top_k": served.top_k,
+        "seed": served.seed,
+        **({"stop": list(served.stop)} if served.stop else {"stop": None}),
+    }
+    assert serve.with_decoding(b"not json", served) == b"not json"  # llama.cpp's server refuses it itself
+
+
+def test_bad_settings_are_all_reported():
+    bad = serve.ServeConfig(model_name="", alias="champion", fallback_alias="champion", port=0, poll_seconds=0)
+    problems = serve.config_problems(bad)
+    assert [p.split()[0] for p in problems] == ["--model-name", "--fallback-alias", "--port", "--poll-seconds"]
+
+
+# --- the serving set: infra/serving/ -------------------------------------------------------------------------------
+
+HTTPROUTE_CRD = SCHEMAS / "gateway-api-v1.6.1-gateway.networking.k8s.io_httproutes.yaml"
+
+
+def route() -> dict:
+    return next(d for d in serving_docs() if d["kind"] == "HTTPRoute")
+
+
+def split(doc: dict) -> dict[str, int]:
+    """Service name -> weight, in the rule that matches on no header (the canary split)."""
+    rule = next(r for r in doc["spec"]["rules"] if not any("headers" in m for m in r["matches"]))
+    return {b["name"]: b["weight"] for b in rule["backendRefs"]}
+
+
+def test_the_httproute_passes_gateway_apis_crd_strictly_and_a_broken_one_does_not():
+    validator = crd_validator(HTTPROUTE_CRD, "v1")
+    assert errors(validator, route()) == []
+    broken = route()
+    broken["spec"]["rules"][-1]["backendRefs"][0]["weight"] = "90"  # a string where the CRD wants an integer
+    broken["spec"]["rules"][-1]["backendRef"] = broken["spec"]["rules"][-1].pop("backendRefs")  # misspelled
+    assert len(errors(validator, broken)) == 1  # the misspelling (the string left with the renamed list)
+    broken = route()
+    broken["spec"]["rules"][-1]["backendRefs"][1]["weight"] = -1
+    assert errors(validator, broken)
+
+
+def test_the_canary_share_is_one_number_and_the_two_weights_follow_it():
+    assert split(route()) == {
+        serving.name("champion"): 100 - serving.CANARY_PERCENT,
+        serving.name("challenger"): serving.CANARY_PERCENT,
+    }
+    assert split(serving.httproute(25)) == {serving.name("champion"): 75, serving.name("challenger"): 25}
+    assert errors(crd_validator(HTTPROUTE_CRD, "v1"), serving.httproute(100)) == []
+    for bad in (-1, 101, 2.5):
+        with pytest.raises(ValueError, match="canary percent"):
+            serving.httproute(bad)  # type: ignore[arg-type]
+
+
+def test_the_share_command_prints_the_route_for_kubectl(capsys: pytest.CaptureFixture):
+    assert serving.main(["--canary-percent", "30"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (
+        printed["metadata"]["name"] == route()["metadata"]["name"] and split(printed)[serving.name("challenger")] == 30
+    )
+
+
+def test_every_backend_is_a_rendered_service_on_its_port():
+    services = {d["metadata"]["name"]: d for d in serving_docs() if d["kind"] == "Service"}
+    for rule in route()["spec"]["rules"]:
+        for backend in rule["backendRefs"]:
+            ports = [p["port"] for p in services[backend["name"]]["spec"]["ports"]]
+            assert backend["port"] in ports, backend
+
+
+def test_a_side_can_be_pinned_by_the_header_the_server_answers_with():
+    pinned = {r["matches"][0]["headers"][0]["value"]: r["backendRefs"] for r in route()["spec"]["rules"]
+              if "headers" in r["matches"][0]}  # fmt: skip
+    assert {a: [b["name"] for b in refs] for a, refs in pinned.items()} == {
+        a: [serving.name(a)] for a in serving.ALIASES
+    }
+    assert serving.PIN_HEADER == "X-Distillery-Alias"  # the header steps/serve.py answers with
+
+
+def test_the_serving_pods_pass_restricted_pod_security_and_fail_without_their_settings():
+    pods = serving_pods()
+    assert set(pods) == set(serving.ALIASES)
+    assert {alias: check(pod) for alias, pod in pods.items()} == {alias: [] for alias in pods}
+    broken = pods["champion"]
+    del broken["spec"]["securityContext"]["runAsNonRoot"]
+    broken["spec"]["containers"][0]["securityContext"].pop("runAsNonRoot")
+    assert any("runAsNonRoot" in line for line in check(broken))
+
+
+def test_only_the_gateways_namespace_reaches_the_serving_pods_on_the_serving_port():
+    policies = [d for d in serving_docs() if d["kind"] == "NetworkPolicy"]
+    pod = Endpoint(serving.NAMESPACE, serving_pods()["challenger"]["metadata"]["labels"])
+    gateway = Endpoint(serving.GATEWAY[1], {"app": "envoy"})
+    assert allowed(policies, gateway, pod, serving.PORT)
+    assert not allowed(policies, gateway, pod, 9090)
+    assert not allowed(
+        policies, Endpoint(serving.NAMESPACE, {"app.kubernetes.io/component": "evaluate"}), pod, serving.PORT
+    )
+    assert allowed([], Endpoint("elsewhere", {}), pod, serving.PORT)  # without the policy, anyone would
+
+
+@pytest.mark.parametrize("alias", serving.ALIASES)
+def test_each_pod_runs_the_serve_command_on_its_alias(alias: str):
+    (container,) = serving_pods()[alias]["spec"]["containers"]
+    assert container["args"][:2] == ["-m", "steps.serve"]
+    cfg = build_parser(serve.ServeConfig, "serve").parse_args(container["args"][2:])  # refuses an unknown flag
+    assert (cfg.alias, cfg.fallback_alias) == (alias, serving.FALLBACK.get(alias, ""))
+    assert serve.config_problems(serve.ServeConfig(**vars(cfg))) == []
+    assert container["ports"][0]["containerPort"] == cfg.port
+    assert container["readinessProbe"]["httpGet"]["path"] == serve.HEALTH_PATH
+    assert cfg.work.startswith(next(m["mountPath"] for m in container["volumeMounts"]))  # the writable emptyDir
+    assert str(cfg.threads) == container["resources"]["limits"]["cpu"]  # as many threads as CPUs, no throttling
+
+
+# --- integration: the registry, the artifact store and llama.cpp's server, all real ---------------------------------
+
+
+def register_version(root: Path, gguf: Path, uri: str, run_id: str) -> tuple[str, str]:
+    """(version, logged model id) of a new registration of `gguf`."""
+    outputs = pipeline_outputs(root / run_id, gguf)
+    result = register.run(reg_config(outputs, root / run_id / "reg", uri, NAME, run_id))
+    return result.model_version, result.model_id
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def chat(url: str, document: str) -> tuple[str, dict, dict]:
+    """(the served version, the reply, its headers) for one chat request that sets no decoding."""
+    body = json.dumps({"messages": messages(document)}).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return reply.headers["X-Distillery-Version"], json.loads(reply.read()), dict(reply.headers)
+
+
+def wait_for(server: tuple[str, Path, subprocess.Popen], check, what: str, timeout: float = 120) -> dict:
+    """/healthz's body once `check(status, body)` holds; fails early, with the server's log, if the command exits."""
+    url, log, proc = server
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            status, body = get(f"{url}/healthz")
+            if check(status, body):
+                return body
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not seen (exit code {proc.poll()}):\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def server(mlflow_server: str, tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen]]:
+    """`python -m steps.serve --alias challenger`, polling twice a second; yields (its URL, its log, its process)."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "steps.serve", "--tracking-uri", mlflow_server, "--model-name", NAME,
+            "--alias", "challenger", "--port", str(port), "--poll-seconds", "0.5", "--work", str(tmp_path / "work"),
+            "--threads", "2", "--drain-seconds", "5"]  # fmt: skip
+    with log.open("w") as f:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}", log, proc
+    finally:
+        stop(proc)
+
+
+def tamper(s3_endpoint: str, model_id: str) -> str:
+    """Flip one byte of the GGUF the logged model `model_id` carries, in the artifact store; its key."""
+    s3 = s3_client(s3_endpoint)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket="mlflow")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    (key,) = [k for k in keys if model_id in k and k.endswith(".gguf")]
+    data = bytearray(s3.get_object(Bucket="mlflow", Key=key)["Body"].read())
+    data[-1] ^= 0xFF
+    s3.put_object(Bucket="mlflow", Key=key, Body=bytes(data))
+    return key
+
+
+@integration
+def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_changed_gguf_is_refused(
+    tiny_gguf: Path, mlflow_server: str, s3_server: str, server: tuple[str, Path, subprocess.Popen], tmp_path: Path
+):
+    import mlflow
+    from mlflow import MlflowClient
+
+    url, log, _ = server
+    client = MlflowClient(tracking_uri=mlflow_server)
+    first, _ = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-1")
+    client.set_registered_model_alias(NAME, "challenger", first)
+
+    status = wait_for(server, lambda code, _: code == 200, "the first version served")
+    assert (
+        status["serving"]["version"] == first
+        and status["serving"]["sha256"] == client.get_model_version(NAME, first).tags["gguf.sha256"]
+    )
+    version, reply, headers = chat(url, DOCUMENT)
+    assert (version, headers["X-Distillery-Alias"]) == (first, "challenger")
+    # The recorded decoding reached llama.cpp: greedy and capped, the answer the registry's pyfunc model gives.
+    assert reply["usage"]["completion_tokens"] <= serving_config.SERVING.max_tokens
+    mlflow.set_tracking_uri(mlflow_server)
+    expected = mlflow.pyfunc.load_model(f"models:/{NAME}@challenger").predict([DOCUMENT])
+    assert reply["choices"][0]["message"]["content"].strip() == expected[0]
+
+    # The alias moves: the next version is started beside the first and takes the requests over.
+    second, _ = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-2")
+    client.set_registered_model_alias(NAME, "challenger", second)
+    wait_for(
+        server, lambda _, body: (body.get("serving") or {}).get("version") == second, "the swap to the new version"
+    )
+    assert chat(url, DOCUMENT)[0] == second
+
+    # A version whose GGUF changed in the artifact store after registration is refused; the served one stays.
+    third, model_id = register_version(tmp_path, tiny_gguf, mlflow_server, "wf-serve-3")
+    tamper(s3_server, model_id)
+    client.set_registered_model_alias(NAME, "challenger", third)
+    status = wait_for(server, lambda _, body: "sha256" in body.get("last_error", ""), "the refusal")
+    assert f"models:/{NAME}/{third}" in status["last_error"] and "the file changed" in status["last_error"]
+    assert status["serving"]["version"] == second and chat(url, DOCUMENT)[0] == second
+    assert not list((tmp_path / "work" / NAME / third).rglob("*.gguf"))  # nothing of it left to serve
+    assert f"serving {NAME} version {second}" in log.read_text()
+
+    # Started on the changed version, the command refuses before serving anything.
+    fresh = serve.ServeConfig(tracking_uri=mlflow_server, model_name=NAME, alias="challenger", port=free_port(),
+                              work=str(tmp_path / "fresh"))  # fmt: skip
+    with pytest.raises(serve.ServeError, match="the file changed after registration"):
+        serve.run(fresh, threading.Event())
+    assert not list((tmp_path / "fresh").rglob("*.gguf"))

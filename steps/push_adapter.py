@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from steps.common import atomic_dir, parse_config, read_json, timed, write_result
-from steps.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, tracking_uri
+from steps.common import atomic_dir, environment, parse_config, read_json, timed, write_result
+from steps.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 
 TOKEN_ENV = "GITEA_TOKEN"
 USERNAME_ENV = "GITEA_USERNAME"
@@ -59,7 +59,7 @@ class PushError(RuntimeError):
 
 
 @dataclass
-class PushConfig:
+class PushConfig(MlflowSettings):
     repo_url: str = field(metadata={"help": "the adapters repository, https://<gitea>/<owner>/<repo>.git"})
     registration: Path = field(metadata={"help": "folder written by register (the model version)"})
     adapter: Path = field(metadata={"help": "folder written by train (the LoRA adapter)"})
@@ -68,9 +68,6 @@ class PushConfig:
     dataset: Path = field(metadata={"help": "folder written by fetch-dataset (lineage)"})
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
     branch: str = field(default="main", metadata={"help": "branch to commit to"})
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
-    )
 
 
 @dataclass
@@ -81,7 +78,7 @@ class PushResult:
 
 
 def config_problems(cfg: PushConfig) -> list[str]:
-    problems = []
+    problems = cfg.http_problems()
     parts = urlsplit(cfg.repo_url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         problems.append(f"--repo-url {cfg.repo_url!r}: use https://<host>/<owner>/<repo>.git")
@@ -174,7 +171,8 @@ def run(cfg: PushConfig) -> PushResult:
     if problems:
         raise ValueError("invalid push-adapter config:\n  " + "\n  ".join(problems))
     reg = read_json(Path(cfg.registration) / "result.json")
-    reg["lineage"] = recorded_lineage(cfg, reg)
+    with environment(cfg.http_env()):
+        reg["lineage"] = recorded_lineage(cfg, reg)
     lineage = read_json(Path(cfg.dataset) / "lineage.json")
     card = model_card(
         reg,

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from steps import serving_config
-from steps.common import parse_config, sha256_file
-from steps.mlflow_client import MISSING_TRACKING_URI, is_transient, tracking_uri
+from steps.common import environment, parse_config, sha256_file
+from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
 GGUF_ARTIFACT = "gguf"  # steps/serving.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
@@ -67,15 +67,12 @@ class ServeError(ValueError):
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(MlflowSettings):
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
     alias: str = field(default="champion", metadata={"help": "the alias to serve (champion, challenger)"})
     fallback_alias: str = field(
         default="",
         metadata={"help": "served while no version holds --alias (e.g. champion for the challenger); empty: none"},
-    )
-    tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
     )
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on (0.0.0.0 in a pod)"})
     port: int = field(default=8080, metadata={"help": "port to listen on"})
@@ -93,7 +90,7 @@ class ServeConfig:
 
 
 def config_problems(cfg: ServeConfig) -> list[str]:
-    problems = []
+    problems = cfg.http_problems()
     if not cfg.model_name:
         problems.append("--model-name is empty: name the registered model to serve")
     if not cfg.alias:
@@ -433,6 +430,11 @@ def make_handler(supervisor: Supervisor) -> type[BaseHTTPRequestHandler]:
 
 def run(cfg: ServeConfig, stop: threading.Event) -> None:
     """Serve until `stop` is set. Raises ServeError when the first version found is refused."""
+    with environment(cfg.http_env()):  # MLflow's retry settings, for every registry call while serving
+        _serve(cfg, stop)
+
+
+def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
     from mlflow import MlflowClient
 
     problems = config_problems(cfg)

@@ -19,13 +19,12 @@ import pytest
 from steps import propose, register
 from steps.fetch_dataset import FetchConfig
 from steps.fetch_dataset import run as fetch
-from tests import test_fetch_dataset, test_registry
+from tests import test_fetch_dataset
 from tests.test_registry import pipeline_outputs, reg_config
 
 integration = pytest.mark.integration
 # Fixtures of the modules whose steps are run again here; found by pytest as attributes of this module.
 data_repo = test_fetch_dataset.data_repo
-tiny_gguf = test_registry.tiny_gguf
 
 
 # What a repeated step may write differently: how long it took.

@@ -153,23 +153,30 @@ def _local_host(url: str) -> bool:
         return False
 
 
-def gate(cfg: TeacherConfig) -> dict:
-    """The teacher's entry if its terms allow distillation and the URL is where it lives; else TermsError."""
-    entries = load_teachers(cfg.teachers_file)
-    where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
-    entry = entries.get(cfg.teacher)
+def allowed_entry(teachers_file: str, name: str) -> dict:
+    """The teachers file's entry `name` when it is listed and its terms allow training other models on its outputs;
+    else TermsError. The one terms decision: the teacher step (gate) and logit-level distillation (train.kd) ask it."""
+    entries = load_teachers(teachers_file)
+    entry = entries.get(name)
     if entry is None:
         raise TermsError(
-            f"teacher {cfg.teacher!r} is not listed in {cfg.teachers_file} (listed: {', '.join(entries) or 'none'}); "
+            f"teacher {name!r} is not listed in {teachers_file} (listed: {', '.join(entries) or 'none'}); "
             "have its terms reviewed and add an entry with whether its outputs may train other models; "
             "no request was sent"
         )
     if entry["outputs_may_train_models"] is not True:
         raise TermsError(
-            f"{where}: the provider's terms ({entry['terms_url']}) do not allow training other models on its outputs "
-            f"(reviewed by {entry['reviewed_by']} on {entry['reviewed_on']}); use a teacher whose terms allow it, "
-            "e.g. an open-weights one; no request was sent"
+            f"{teachers_file}: teachers.{name}: the provider's terms ({entry['terms_url']}) do not allow training "
+            f"other models on its outputs (reviewed by {entry['reviewed_by']} on {entry['reviewed_on']}); use a "
+            "teacher whose terms allow it, e.g. an open-weights one; no request was sent"
         )
+    return entry
+
+
+def gate(cfg: TeacherConfig) -> dict:
+    """The teacher's entry if its terms allow distillation and the URL is where it lives; else TermsError."""
+    entry = allowed_entry(cfg.teachers_file, cfg.teacher)
+    where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
     if entry["hosted"]:
         if not cfg.teacher_url or cfg.teacher_url.rstrip("/") != str(entry["endpoint"]).rstrip("/"):
             raise TermsError(

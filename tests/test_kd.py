@@ -16,6 +16,51 @@ from tests.conftest import ROOT
 QWEN2_VOCAB = ROOT / ".cache/llama.cpp/models/ggml-vocab-qwen2.gguf"  # llama.cpp's own test vocabulary (Qwen2's)
 
 
+def listed(tmp_path: Path, **entry: object) -> dict[str, str]:
+    """KDConfig's teacher settings for a teachers file whose one entry, `test-teacher`, allows distillation (open
+    weights, no gguf named) unless `entry` says otherwise."""
+    fields = {"provider": "us", "model": "tiny", "terms_url": "https://example.org/terms", "outputs_may_train_models":
+              True, "reviewed_by": "tests", "reviewed_on": "2026-12-01", "hosted": False, **entry}  # fmt: skip
+    path = tmp_path / "teachers.yaml"
+    path.write_text(json.dumps({"teachers": {"test-teacher": fields}}))
+    return {"teacher": "test-teacher", "teachers_file": str(path)}
+
+
+@pytest.mark.parametrize(
+    "entry, teacher, message",
+    [
+        ({}, "someone-else", "is not listed in"),
+        ({"outputs_may_train_models": False}, "test-teacher", "do not allow training other models"),
+        ({"hosted": True, "endpoint": "https://api.example.com"}, "test-teacher", "is a hosted API"),
+        ({"gguf": "OTHER"}, "test-teacher", "is not the GGUF"),
+        ({}, "test-teacher", "names no gguf"),
+    ],
+)
+def test_the_kd_teacher_passes_the_same_terms_gate_as_the_teacher_step(
+    tmp_path: Path, entry: dict, teacher: str, message: str
+):
+    """Before any file is read or scored: the entry is listed, allows training on its outputs, runs here, and a
+    --teacher-gguf beside an entry naming its GGUF is that very file."""
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF other")
+    mine = tmp_path / "mine.gguf"
+    mine.write_bytes(b"GGUF mine")
+    if entry.get("gguf") == "OTHER":
+        entry = {**entry, "gguf": str(other)}
+    settings = {**listed(tmp_path, **entry), "teacher": teacher}
+    gguf = "" if message == "names no gguf" else str(mine)
+    cfg = kd.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=gguf, **settings)
+    with pytest.raises(ValueError, match=message):
+        kd.run(cfg)
+    assert not (tmp_path / "targets").exists()
+
+
+def test_the_default_kd_teacher_is_the_committed_open_weights_entry():
+    gguf, entry = kd.teacher_file(kd.KDConfig(out=Path("unused"), dataset="unused"))
+    assert entry["outputs_may_train_models"] is True and entry["hosted"] is False
+    assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and gguf.is_file()
+
+
 def test_kd_settings_are_checked_with_the_rest():
     cfg = TrainConfig(dataset="d", out="o", kd_weight=1.5, kd_temperature=0)
     problems = config_problems(cfg)
@@ -29,7 +74,7 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both(tmp_path: Path,
     if not QWEN2_VOCAB.is_file():
         pytest.skip("scripts/install_llama_cpp.sh fetches llama.cpp's test vocabularies")
     cfg = kd.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=str(QWEN2_VOCAB),
-                      base_model=str(base_model_dir))  # fmt: skip
+                      base_model=str(base_model_dir), **listed(tmp_path))  # fmt: skip
     with pytest.raises(kd.KDError) as e:
         kd.run(cfg)
     message = str(e.value)
@@ -121,7 +166,7 @@ def test_kd_pulls_the_student_towards_the_teacher_faster_than_cross_entropy(
     from steps import train
 
     scored = kd.run(kd.KDConfig(out=tmp_path / "targets", dataset=str(small_dataset), teacher_gguf=str(teacher_gguf),
-                                base_model=str(tiny_model_dir), top_k=8, threads=2))  # fmt: skip
+                                base_model=str(tiny_model_dir), top_k=8, threads=2, **listed(tmp_path)))  # fmt: skip
     assert scored.rows == 8 and scored.summary_tokens > 8 * 5
     common = {"dataset": str(small_dataset), "base_model": str(tiny_model_dir), "batch_size": 4, "epochs": 3,
               "threads": 2, "lora_dropout": 0.0, "log_every": 100, "checkpoint_every": 0}  # fmt: skip

@@ -138,7 +138,15 @@ def require_same_tokenizer(teacher: dict, teacher_name: str, student: dict, stud
 class KDConfig:
     out: Path = field(metadata={"help": "folder to write the sidecar (topk.npz, kd.json) into"})
     dataset: str = field(metadata={"help": "folder (or s3:// URI) written by fetch-dataset; its train split is scored"})
-    teacher_gguf: str = field(metadata={"help": "the teacher's GGUF (llama.cpp), sharing the student's tokenizer"})
+    teacher: str = field(
+        default="smollm2-135m-instruct",
+        metadata={"help": "the teacher's entry in --teachers-file: listed, with terms that allow training on it"},
+    )
+    teachers_file: str = field(default="data/teachers.yaml", metadata={"help": "the committed terms decisions"})
+    teacher_gguf: str = field(
+        default="",
+        metadata={"help": "the teacher's GGUF (llama.cpp), sharing the student's tokenizer (empty: the entry's gguf)"},
+    )
     base_model: str = field(
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "the student's base (for its tokenizer)"}
     )
@@ -190,6 +198,29 @@ def score(llm: Any, examples: list[dict[str, list[int]]], top_k: int) -> list[tu
     return out
 
 
+def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
+    """The teacher's GGUF and its teachers-file entry, under the same terms gate as the teacher step
+    (teacher.allowed_entry): listed, its outputs allowed to train other models, and weights we run ourselves (the
+    top-k needs every position's logits). A --teacher-gguf beside an entry that names its GGUF must be that file."""
+    from steps import teacher
+
+    entry = teacher.allowed_entry(cfg.teachers_file, cfg.teacher)
+    where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
+    if entry["hosted"]:
+        raise KDError(f"{where} is a hosted API: logit-level distillation runs the teacher's GGUF itself; use an "
+                      "open-weights entry")  # fmt: skip
+    listed = teacher.resolve_gguf(entry["gguf"]) if entry.get("gguf") else None
+    gguf = Path(cfg.teacher_gguf) if cfg.teacher_gguf else listed
+    if gguf is None:
+        raise KDError(f"{where} names no gguf: pass --teacher-gguf, or add the entry's gguf")
+    if not gguf.is_file():
+        raise KDError(f"--teacher-gguf {gguf}: no such file")
+    if listed is not None and gguf != listed and sha256_file(gguf) != sha256_file(listed):
+        raise KDError(f"--teacher-gguf {gguf} is not the GGUF {where} was reviewed for ({entry['gguf']}); "
+                      "drop --teacher-gguf, or list this file under an entry of its own")  # fmt: skip
+    return gguf, entry
+
+
 @timed
 def run(cfg: KDConfig) -> KDResult:
     import os
@@ -204,9 +235,7 @@ def run(cfg: KDConfig) -> KDResult:
 
     if cfg.top_k < 1:
         raise KDError(f"--top-k {cfg.top_k}: keep at least 1 log-probability per token")
-    gguf = Path(cfg.teacher_gguf)
-    if not gguf.is_file():
-        raise KDError(f"--teacher-gguf {gguf}: no such file")
+    gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)
     require_same_tokenizer(gguf_tokenizer_identity(gguf), str(gguf), student, cfg.base_model)
@@ -236,7 +265,13 @@ def run(cfg: KDConfig) -> KDResult:
         write_json(
             tmp / META_FILE,
             {
-                "teacher": {"gguf": gguf.name, "sha256": teacher_sha, "tokenizer": gguf_tokenizer_identity(gguf)},
+                "teacher": {
+                    "gguf": gguf.name,
+                    "sha256": teacher_sha,
+                    "tokenizer": gguf_tokenizer_identity(gguf),
+                    "entry": cfg.teacher,
+                    "terms": {k: entry[k] for k in ("provider", "model", "terms_url", "reviewed_by", "reviewed_on")},
+                },
                 "student": {"base_model": cfg.base_model, "tokenizer": student},
                 "top_k": cfg.top_k,
                 "max_seq_len": cfg.max_seq_len,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps import feedback, filter_split, ingest, publish, teacher, train
+from steps import feedback, filter_split, ingest, publish, teacher, terms, train
 from steps.common import read_jsonl, write_jsonl
 from steps.dataset import FEEDBACK_FILE, SPLITS, card_tags, document_sha256
 from tests.conftest import ROOT, make_bucket, s3_client
@@ -284,7 +284,7 @@ def test_an_incomplete_terms_entry_is_refused_naming_the_field(tmp_path: Path):
     path = tmp_path / "teachers.yaml"
     path.write_text(yaml.safe_dump({"teachers": {"x": {"provider": "p", "model": "m", "hosted": False}}}))
     with pytest.raises(teacher.TermsError) as e:
-        teacher.load_teachers(str(path))
+        terms.load_teachers(str(path))
     assert f"{path}: teachers.x.outputs_may_train_models is missing" in str(e.value)
     assert f"{path}: teachers.x.reviewed_by is missing" in str(e.value)
 
@@ -406,7 +406,7 @@ def fetched_rows(folder: Path, split: str) -> int:
 @pytest.fixture(scope="session")
 def teacher_server() -> Iterator[str]:
     """The default teacher (data/teachers.yaml's open-weights entry) on llama-cpp-python's server, once a session."""
-    entry = teacher.load_teachers(str(TEACHERS))["smollm2-135m-instruct"]
+    entry = terms.load_teachers(str(TEACHERS))["smollm2-135m-instruct"]
     with teacher.llama_server(teacher.resolve_gguf(entry["gguf"]), threads=2) as url:
         yield url
 

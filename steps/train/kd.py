@@ -200,16 +200,16 @@ def score(llm: Any, examples: list[dict[str, list[int]]], top_k: int) -> list[tu
 
 def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
     """The teacher's GGUF and its teachers-file entry, under the same terms gate as the teacher step
-    (teacher.allowed_entry): listed, its outputs allowed to train other models, and weights we run ourselves (the
+    (terms.allowed_entry): listed, its outputs allowed to train other models, and weights we run ourselves (the
     top-k needs every position's logits). A --teacher-gguf beside an entry that names its GGUF must be that file."""
-    from steps import teacher
+    from steps import terms
 
-    entry = teacher.allowed_entry(cfg.teachers_file, cfg.teacher)
+    entry = terms.allowed_entry(cfg.teachers_file, cfg.teacher)
     where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
     if entry["hosted"]:
         raise KDError(f"{where} is a hosted API: logit-level distillation runs the teacher's GGUF itself; use an "
                       "open-weights entry")  # fmt: skip
-    listed = teacher.resolve_gguf(entry["gguf"]) if entry.get("gguf") else None
+    listed = terms.resolve_gguf(entry["gguf"]) if entry.get("gguf") else None
     gguf = Path(cfg.teacher_gguf) if cfg.teacher_gguf else listed
     if gguf is None:
         raise KDError(f"{where} names no gguf: pass --teacher-gguf, or add the entry's gguf")

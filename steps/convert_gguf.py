@@ -54,6 +54,7 @@ from typing import Any
 from steps import gguf_parity
 from steps.common import (
     atomic_dir,
+    cpu_threads,
     flag,
     git_sha,
     number_table,
@@ -122,7 +123,9 @@ class ConvertConfig:
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
-    threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp and torch (0: all cores)"})
+    threads: int = field(
+        default=0, metadata={"help": "CPU threads for llama.cpp and torch (0: the CPUs this container may use)"}
+    )
     base_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_BASE_CACHE", ".cache/base-gguf"),
         metadata={
@@ -174,7 +177,7 @@ def ladder(cfg: ConvertConfig) -> list[str]:
 
 
 def _threads(cfg: ConvertConfig) -> int:
-    return cfg.threads or os.cpu_count() or 1
+    return cpu_threads(cfg.threads)
 
 
 def judge(report: dict[str, Any], quant: str, cfg: ConvertConfig) -> list[str]:

@@ -56,7 +56,17 @@ from pathlib import Path
 from typing import Any
 
 from steps import gate_stats, registry, serving_config
-from steps.common import atomic_dir, flag, parse_config, read_json, sha256_file, timed, write_json, write_result
+from steps.common import (
+    atomic_dir,
+    cpu_threads,
+    flag,
+    parse_config,
+    read_json,
+    sha256_file,
+    timed,
+    write_json,
+    write_result,
+)
 from steps.dataset import load_split
 from steps.mlflow_client import tracking_uri
 from steps.prompting import messages
@@ -121,7 +131,7 @@ class EvaluateConfig:
     seed: int = field(
         default=0, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
     )
-    threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: all cores)"})
+    threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: the CPUs this container may use)"})
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
@@ -148,7 +158,7 @@ class EvaluateResult:
 
 
 def _threads(cfg: EvaluateConfig) -> int:
-    return cfg.threads or os.cpu_count() or 1
+    return cpu_threads(cfg.threads)
 
 
 # Sequences llama.cpp decodes together in `generate_all`, each in n_ctx / PARALLEL tokens of KV cache (with the served
@@ -895,7 +905,7 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
     if cfg.max_words < 1:
         problems.append(f"--max-words {cfg.max_words}: use at least 1")
     if cfg.threads < 0:
-        problems.append(f"--threads {cfg.threads}: use 0 (all cores) or more")
+        problems.append(f"--threads {cfg.threads}: use 0 (the CPUs this container may use) or more")
     return problems
 
 

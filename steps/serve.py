@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import serving_config
-from steps.common import environment, parse_config, sha256_file
+from steps.common import cpu_threads, environment, parse_config, sha256_file
 from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
@@ -81,7 +81,7 @@ class ServeConfig(MlflowSettings):
         metadata={"help": "folder for downloaded GGUFs (empty: $XDG_CACHE_HOME/distillery/serve or ~/.cache/...)"},
     )
     poll_seconds: float = field(default=60.0, metadata={"help": "how often to read the alias again"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: every core this process may use)"})
+    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"})
     start_timeout: float = field(default=300.0, metadata={"help": "seconds a llama.cpp server may take to answer"})
     drain_seconds: float = field(
         default=30.0, metadata={"help": "after a swap, how long the old server may finish its requests"}
@@ -103,7 +103,7 @@ def config_problems(cfg: ServeConfig) -> list[str]:
         if not getattr(cfg, name) > 0:
             problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: use a positive number of seconds")
     if cfg.threads < 0:
-        problems.append(f"--threads {cfg.threads}: use 0 (every core) or more")
+        problems.append(f"--threads {cfg.threads}: use 0 (the CPUs this container may use) or more")
     return problems
 
 
@@ -241,7 +241,7 @@ class Backend:
         self._lock = threading.Lock()
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
-        argv += ["--n_threads", str(cfg.threads or os.cpu_count() or 1)]
+        argv += ["--n_threads", str(cpu_threads(cfg.threads))]
         for key, value in prepared.serving.model_kwargs().items():
             argv += [f"--{key}", str(value)]
         self.proc = subprocess.Popen(argv, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)

@@ -50,6 +50,7 @@ from typing import Any
 from steps import serving_config
 from steps.common import (
     atomic_dir,
+    cpu_threads,
     is_uri,
     parse_config,
     read_jsonl,
@@ -88,7 +89,9 @@ class TeacherConfig:
         default="", metadata={"help": "GGUF to serve when --teacher-url is empty (else the entry's)"}
     )
     cache: str = field(default=".cache/teacher", metadata={"help": "answer cache: folder or s3:// prefix"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads for a local teacher; 0: all cores"})
+    threads: int = field(
+        default=0, metadata={"help": "llama.cpp threads for a local teacher; 0: the CPUs this container may use"}
+    )
 
 
 @dataclass
@@ -143,7 +146,7 @@ def llama_server(gguf: Path, threads: int = 0, log: Path | None = None) -> Itera
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--n_ctx", str(serving_config.SERVING.n_ctx), "--n_threads", str(threads or os.cpu_count() or 1)]
+    argv += ["--n_ctx", str(serving_config.SERVING.n_ctx), "--n_threads", str(cpu_threads(threads))]
     sink = log.open("w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -24,3 +24,67 @@ def test_every_bad_item_is_named_at_once():
     assert "'Q8_0=x' is not NAME=NUMBER" in str(e.value)
     assert "'Q4_K_M' is given twice" in str(e.value)
     assert "'F16' is not NAME=NUMBER" in str(e.value)
+
+
+# --- cpu_threads: how many threads a step computes with when --threads is 0 -------------------------------------------
+
+
+def _cgroup(tmp_path, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def test_an_explicit_thread_count_wins(tmp_path, monkeypatch):
+    from steps.common import CPUS_ENV, cpu_threads
+
+    monkeypatch.setenv(CPUS_ENV, "1")
+    assert cpu_threads(7, _cgroup(tmp_path, {"cpu.max": "100000 100000\n"})) == 7
+
+
+@pytest.mark.parametrize(
+    ("files", "quota"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),  # cgroup v2, no limit
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: rounded up
+        ({"cpu.max": "50000 100000\n"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # cgroup v1, no limit
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "100000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 1),
+        ({}, None),  # no cgroup files at all
+    ],
+)
+def test_the_cgroup_quota_caps_the_threads(tmp_path, monkeypatch, files, quota):
+    from steps.common import CPUS_ENV, cpu_threads
+
+    monkeypatch.delenv(CPUS_ENV, raising=False)
+    expected = _cores() if quota is None else min(quota, _cores())
+    assert cpu_threads(0, _cgroup(tmp_path, files)) == expected
+
+
+def test_the_pods_cpu_request_caps_the_threads(tmp_path, monkeypatch):
+    """A pod without a CPU limit sees every core of its node: the request the Argo templates pass decides."""
+    from steps.common import CPUS_ENV, cpu_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))  # a 64-core node
+    monkeypatch.setenv(CPUS_ENV, "4")
+    assert cpu_threads(0, tmp_path) == 4
+    monkeypatch.setenv(CPUS_ENV, "0")  # the container asked for no CPU: the node's cores
+    assert cpu_threads(0, tmp_path) == 64
+    monkeypatch.delenv(CPUS_ENV)
+    assert cpu_threads(0, _cgroup(tmp_path, {"cpu.max": "800000 100000"})) == 8
+
+
+@pytest.mark.parametrize("text", ["four", "1.5", "-2"])
+def test_a_malformed_cpu_request_is_named(tmp_path, monkeypatch, text):
+    from steps.common import CPUS_ENV, cpu_threads
+
+    monkeypatch.setenv(CPUS_ENV, text)
+    with pytest.raises(ValueError, match=rf"\$DISTILLERY_CPUS='{text}': expected a whole number"):
+        cpu_threads(0, tmp_path)

@@ -73,7 +73,7 @@ def test_strict_schema_catches_a_misspelled_field():
 
 # Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
-CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray-gpu", "threads", "max-failures"}
+CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray-gpu", "max-failures"}
 # Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
 CLUSTER_ONLY_FLAGS = {
     "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,
@@ -288,3 +288,30 @@ def test_each_sized_step_takes_its_pod_patch_from_preflight():
         assert patch["value"] == f"{{{{tasks.preflight.outputs.parameters.{sizing.pod_patch_output(step)}}}}}", step
     exported = {p["name"] for p in templates["preflight"]["outputs"]["parameters"]}
     assert set(sizing.preflight_exports()) <= exported
+
+
+def _container_templates():
+    for path, doc in argo_objects():
+        spec = doc["spec"].get("workflowSpec", doc["spec"])
+        for t in spec.get("templates", []):
+            if "container" in t:
+                yield path, t
+
+
+def test_every_step_that_takes_threads_learns_its_cpu_request():
+    """--threads 0 means the CPUs the container asked for (steps.common.cpu_threads): the pods have no CPU limit, so
+    only the Downward API's requests.cpu (divisor 1: the kubelet rounds up) says it; a step without a CPU request would
+    get 0 and fall back to every core of its node."""
+    from steps.common import CPUS_ENV
+
+    checked = set()
+    for path, t in _container_templates():
+        if "--threads" not in t["container"].get("args", []):
+            continue
+        env = {e["name"]: e for e in t["container"].get("env", [])}
+        assert env.get(CPUS_ENV, {}).get("valueFrom") == {
+            "resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}
+        }, f"{path.name}: {t['name']}"
+        assert float(t["container"]["resources"]["requests"]["cpu"].rstrip("m")) > 0, f"{path.name}: {t['name']}"
+        checked.add(t["name"])
+    assert {"train-cpu", "convert-gguf", "evaluate"} <= checked

@@ -79,6 +79,7 @@ from hera.workflows import (
 
 from steps import convert_gguf, sizing
 from steps.check_parameters import ray_replica_flags
+from steps.common import CPUS_ENV as CPUS_ENV_NAME
 from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
@@ -194,9 +195,15 @@ def volume_mounts(step: str) -> list[m.VolumeMount]:
     ]
 
 
+# The container's own CPU request (after the preflight's pod patch), rounded up to whole CPUs: the threads a step runs
+# when --threads is 0 (`steps.common.cpu_threads`). The pods have no CPU limit, so nothing else in the pod says it.
+CPUS_ENV = {"name": CPUS_ENV_NAME, "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}}
+
+
 def step_env(step: str) -> list[m.EnvVar]:
-    """A step's environment: where it may write, and the credentials it uses (optional secret references)."""
-    return [m.EnvVar.model_validate(e) for e in security.writable_env() + security.secret_env(step)]
+    """A step's environment: where it may write, the CPUs it asked for, and the credentials it uses (optional secret
+    references)."""
+    return [m.EnvVar.model_validate(e) for e in [*security.writable_env(), CPUS_ENV, *security.secret_env(step)]]
 
 
 # Every pod runs as the image's unprivileged user (uid 1000), under the runtime's default seccomp profile.
@@ -327,6 +334,10 @@ def _check_template(image: str) -> Container:
     )
 
 
+# Pipeline parameters the RayJob's entrypoint sets itself (`_ray_entrypoint`): the train-ray task does not take them.
+RAY_FIXED_PARAMS = ("train-backend", "threads")
+
+
 def _ray_entrypoint(stage: Stage) -> list[str]:
     """The train step's command line inside the RayJob: data and results through this run's S3 prefix."""
     fixed = {
@@ -351,7 +362,7 @@ def _ray_template(stage: Stage, image: str) -> Resource:
         container_security=CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
         env=security.writable_env() + security.secret_env("train-ray"),
     )
-    job_params = [p for p in stage.params if p != "train-backend"]
+    job_params = [p for p in stage.params if p not in RAY_FIXED_PARAMS]
     return Resource(
         name="train-ray",
         action="create",
@@ -518,7 +529,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     backend = wt.get_parameter("train-backend").value
                     for kind, template in templates["train"].items():  # type: ignore[union-attr]
                         if kind == "ray":  # reads the dataset from the run's S3 prefix, not as an artifact
-                            job_params = [p for p in params if p.name != "train-backend"]
+                            job_params = [p for p in params if p.name not in RAY_FIXED_PARAMS]
                             arguments = job_params + _ray_arguments(tasks[PREFLIGHT])
                         else:
                             arguments = params + artifacts + [_patch_argument(tasks[PREFLIGHT], template.name)]

@@ -34,7 +34,10 @@ class TrainConfig:
     max_seq_len: int = field(default=512, metadata={"help": "longest tokenised example; longer documents are cut"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
     seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
-    threads: int = field(default=0, metadata={"help": "CPU threads for torch, per Ray worker with ray (0: all cores)"})
+    threads: int = field(
+        default=0,
+        metadata={"help": "CPU threads for torch, per Ray worker with ray (0: the CPUs this container may use)"},
+    )
     log_every: int = field(default=2, metadata={"help": "print progress every N steps"})
     precision: str = field(
         default="auto",

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, parse_config, sha256_file, timed, write_json, write_result
+from steps.common import atomic_dir, cpu_threads, parse_config, sha256_file, timed, write_json, write_result
 
 TOPK_FILE = "topk.npz"
 META_FILE = "kd.json"
@@ -153,7 +153,7 @@ class KDConfig:
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
     top_k: int = field(default=16, metadata={"help": "teacher log-probabilities kept per summary token"})
     max_seq_len: int = field(default=512, metadata={"help": "as train's --max-seq-len: examples are encoded alike"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: all cores)"})
+    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"})
 
 
 @dataclass
@@ -223,7 +223,6 @@ def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
 
 @timed
 def run(cfg: KDConfig) -> KDResult:
-    import os
 
     import numpy as np
     from llama_cpp import Llama
@@ -245,7 +244,7 @@ def run(cfg: KDConfig) -> KDResult:
     n_ctx = max(len(e["input_ids"]) for e in examples)
     llm = Llama(
         model_path=str(gguf), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False,
-        n_threads=cfg.threads or os.cpu_count() or 1,
+        n_threads=cpu_threads(cfg.threads),
     )  # fmt: skip
     try:
         scored = score(llm, examples, cfg.top_k)

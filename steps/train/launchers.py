@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from steps.common import is_uri
+from steps.common import cpu_threads, is_uri
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows
@@ -42,7 +42,7 @@ def train_here(
     import torch
 
     device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    torch.set_num_threads(cpu_threads(cfg.threads))
     model, tokenizer = build_model(cfg, device)
     examples = encode_rows(tokenizer, rows, cfg.max_seq_len)
     kd = loss_hook(cfg, tokenizer, examples, kd_targets)
@@ -115,7 +115,7 @@ def train_ray(cfg: TrainConfig, rows: list[dict], storage: str, dest: Path, kd_t
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    threads = cfg.threads or max(1, (os.cpu_count() or 1) // cfg.ray_workers)
+    threads = cfg.threads or max(1, cpu_threads() // cfg.ray_workers)
     plan = scaling(cfg, threads)
     started_here = not ray.is_initialized()
     if started_here:

@@ -94,6 +94,19 @@ def cpu_threads(requested: int = 0, cgroup: Path = CGROUP) -> int:
     return min(counts)
 
 
+def llama_threads(requested: int = 0) -> dict[str, int]:
+    """`llama_cpp.Llama` thread arguments: `cpu_threads(requested)` for generation and for prompt batches alike. Left
+    unset, llama-cpp-python prefills with `multiprocessing.cpu_count()` threads, the node's cores, whatever n_threads
+    says (and prefill is most of the work: evaluate's prompts outnumber its answers five to one)."""
+    n = cpu_threads(requested)
+    return {"n_threads": n, "n_threads_batch": n}
+
+
+def llama_server_threads(requested: int = 0) -> list[str]:
+    """The same as `python -m llama_cpp.server` flags (its own defaults are the node's cores, and half of them)."""
+    return [a for name, n in llama_threads(requested).items() for a in (f"--{name}", str(n))]
+
+
 def is_uri(location: str) -> bool:
     """A URI (s3://…, file://…) rather than a local path."""
     return "://" in location

@@ -60,6 +60,7 @@ from steps.common import (
     atomic_dir,
     cpu_threads,
     flag,
+    llama_threads,
     parse_config,
     read_json,
     sha256_file,
@@ -171,7 +172,8 @@ Progress = Callable[[int, int, int, float], None]  # (documents done, documents,
 def _llama(gguf: Path, cfg: EvaluateConfig) -> Any:
     from llama_cpp import Llama
 
-    return Llama(model_path=str(gguf), n_threads=_threads(cfg), verbose=False, **serving_config.SERVING.model_kwargs())
+    threads = llama_threads(cfg.threads)
+    return Llama(model_path=str(gguf), **threads, verbose=False, **serving_config.SERVING.model_kwargs())
 
 
 def generate_sequential(
@@ -438,7 +440,8 @@ CACHE_OUTPUTS = "outputs.json"
 # model is called, how a reply becomes an output) would change the kept outputs for the same GGUF, prompts and serving
 # configuration; not for changes to scoring or reports, which are always recomputed from the kept outputs.
 # 2: batched decoding (PARALLEL sequences per llama.cpp decode) and each output's token count.
-GENERATION_VERSION = 2
+# 3: prompts prefilled with the key's thread count (before: llama-cpp-python's default, every core of the machine).
+GENERATION_VERSION = 3
 
 
 def llama_cpu() -> str:

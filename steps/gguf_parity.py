@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from steps.common import llama_threads
 from steps.prompting import messages
 from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
@@ -160,7 +161,7 @@ def open_gguf(gguf: Path, threads: int, n_ctx: int = CONVERT_N_CTX) -> Any:
     """llama.cpp on `gguf` as parity reads it: a context that can keep logits for every position."""
     from llama_cpp import Llama
 
-    return Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, logits_all=True, verbose=False, seed=0)
+    return Llama(model_path=str(gguf), n_ctx=n_ctx, **llama_threads(threads), logits_all=True, verbose=False, seed=0)
 
 
 def llama_rows(llm: Any, tokens: list[int], first: int) -> Any:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import serving_config
-from steps.common import cpu_threads, environment, parse_config, sha256_file
+from steps.common import environment, llama_server_threads, parse_config, sha256_file
 from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
@@ -241,7 +241,7 @@ class Backend:
         self._lock = threading.Lock()
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
-        argv += ["--n_threads", str(cpu_threads(cfg.threads))]
+        argv += llama_server_threads(cfg.threads)
         for key, value in prepared.serving.model_kwargs().items():
             argv += [f"--{key}", str(value)]
         self.proc = subprocess.Popen(argv, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)

@@ -76,11 +76,12 @@ class SummariserModel(mlflow.pyfunc.PythonModel):
         from llama_cpp import Llama
 
         config = {**model_config(), **(context.model_config or {})}
-        threads = int(config.pop(N_THREADS))
+        threads = int(config.pop(N_THREADS)) or os.cpu_count() or 1
         self.serving = serving_config.ServingConfig.from_record(config)
         self.llm = Llama(
             model_path=context.artifacts[GGUF_ARTIFACT],
-            n_threads=threads or os.cpu_count() or 1,
+            n_threads=threads,
+            n_threads_batch=threads,  # llama-cpp-python's default is every core, whatever n_threads says
             verbose=False,
             **self.serving.model_kwargs(),
         )

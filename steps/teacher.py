@@ -50,8 +50,8 @@ from typing import Any
 from steps import serving_config
 from steps.common import (
     atomic_dir,
-    cpu_threads,
     is_uri,
+    llama_server_threads,
     parse_config,
     read_jsonl,
     sha256_file,
@@ -146,7 +146,7 @@ def llama_server(gguf: Path, threads: int = 0, log: Path | None = None) -> Itera
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--n_ctx", str(serving_config.SERVING.n_ctx), "--n_threads", str(cpu_threads(threads))]
+    argv += ["--n_ctx", str(serving_config.SERVING.n_ctx), *llama_server_threads(threads)]
     sink = log.open("w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

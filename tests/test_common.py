@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from steps.common import number_table
@@ -88,3 +90,37 @@ def test_a_malformed_cpu_request_is_named(tmp_path, monkeypatch, text):
     monkeypatch.setenv(CPUS_ENV, text)
     with pytest.raises(ValueError, match=rf"\$DISTILLERY_CPUS='{text}': expected a whole number"):
         cpu_threads(0, tmp_path)
+
+
+def test_llama_cpp_prefills_with_the_same_threads_it_generates_with(monkeypatch):
+    """llama-cpp-python's own default for prompt batches is multiprocessing.cpu_count(): the node's cores."""
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings
+
+    from steps.common import CPUS_ENV, llama_server_threads, llama_threads
+
+    monkeypatch.setenv(CPUS_ENV, "1")
+    assert llama_threads(0) == {"n_threads": 1, "n_threads_batch": 1}
+    assert llama_threads(3) == {"n_threads": 3, "n_threads_batch": 3}
+    # the server's flags, read by llama_cpp.server's own parser
+    parser = argparse.ArgumentParser()
+    add_args_from_model(parser, ModelSettings)
+    args = parser.parse_args(["--model", "m.gguf", *llama_server_threads(3)])
+    settings = parse_model_from_args(ModelSettings, args)
+    assert (settings.n_threads, settings.n_threads_batch) == (3, 3)
+
+
+@pytest.mark.integration
+def test_every_llama_the_steps_open_prefills_with_their_threads(tiny_gguf, monkeypatch):
+    from steps import evaluate, gguf_parity
+    from steps.common import CPUS_ENV
+
+    monkeypatch.setenv(CPUS_ENV, "1")  # what a 1-CPU pod is told, on a machine with more cores
+    for llm in (
+        evaluate._llama(tiny_gguf, evaluate.EvaluateConfig(dataset="d", gguf="g", out="o")),
+        gguf_parity.open_gguf(tiny_gguf, 1, 256),
+    ):
+        try:
+            assert (llm.context_params.n_threads, llm.context_params.n_threads_batch) == (1, 1)
+        finally:
+            llm.close()

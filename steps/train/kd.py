@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, cpu_threads, parse_config, sha256_file, timed, write_json, write_result
+from steps.common import atomic_dir, llama_threads, parse_config, sha256_file, timed, write_json, write_result
 
 TOPK_FILE = "topk.npz"
 META_FILE = "kd.json"
@@ -244,7 +244,7 @@ def run(cfg: KDConfig) -> KDResult:
     n_ctx = max(len(e["input_ids"]) for e in examples)
     llm = Llama(
         model_path=str(gguf), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False,
-        n_threads=cpu_threads(cfg.threads),
+        **llama_threads(cfg.threads),
     )  # fmt: skip
     try:
         scored = score(llm, examples, cfg.top_k)

@@ -13,4 +13,4 @@ ruff check .
 ruff format --check .
 python -m workflows.render --check
 python scripts/render_iam.py --check  # the cross-account grant's JSON, from infra/iam/settings.yaml
-python -m pytest -m "not gpu" "$@"
+python -m pytest -m "not gpu" --durations=25 "$@"  # the 25 slowest: the suite must stay under 45 minutes on 2 cores

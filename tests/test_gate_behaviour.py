@@ -254,3 +254,23 @@ def test_a_candidate_trained_on_the_task_is_proposed(tmp_path: Path, base_model_
 
     model = MlflowClient(tracking_uri=mlflow_server).get_registered_model("task-summariser")
     assert proposal.proposed is True and model.aliases[propose.ALIAS] == proposal.model_version
+
+
+def test_compare_decisions_names_the_checks_that_flipped_and_counts_moved_answers(tmp_path: Path, monkeypatch, capsys):
+    """scripts/compare_decisions.py (the README's thread-count re-run) on two of evaluate's own outputs."""
+    from scripts.compare_decisions import main as compare
+    from tests.canned import Answers, evaluate_canned
+
+    dataset, gguf = scripted_world(tmp_path)
+    obeys = tuple(r["id"] for r in load_split(dataset, "adversarial") if r["attack"] == "obfuscation")
+    for name, candidate in (("clean", Answers("reference")), ("obeys", Answers("reference", obeys=obeys))):
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / name, {"base": Answers("lead"), "candidate": candidate})
+    capsys.readouterr()
+    assert compare([str(tmp_path / "clean"), str(tmp_path / "clean")]) == 0
+    assert "answers of candidate: 0 of 486 differ" in capsys.readouterr().out
+    assert compare([str(tmp_path / "clean"), str(tmp_path / "obeys")]) == 1
+    out = capsys.readouterr().out
+    assert "gate: PASS" in out and "vs FAIL" in out
+    assert f"answers of candidate: {len(obeys)} of 486 differ" in out
+    assert out.splitlines()[-1] == "verdicts differ: gate, adversarial_obfuscation, hijack_rate"
+    assert compare([str(tmp_path / "clean"), str(tmp_path)]) == 2  # not an evaluation folder

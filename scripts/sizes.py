@@ -24,11 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--precision", choices=sizing.PRECISIONS, default="auto", help="train's CPU precision")
     parser.add_argument("--transfers", metavar="BASE", choices=sorted(SEED_BASES), help="print bytes moved instead")
     args = parser.parse_args(argv)
 
     def k(backend: str, qlora: bool = False) -> sizing.Knobs:
-        return replace(knobs(backend, qlora=qlora), batch_size=args.batch_size, max_seq_len=args.max_seq_len)
+        settings = {"batch_size": args.batch_size, "max_seq_len": args.max_seq_len, "precision": args.precision}
+        return replace(knobs(backend, qlora=qlora), **settings)
 
     if args.transfers:
         print(sizing.transfer_table(plan(args.transfers, k("gpu", qlora=True)), optimiser_steps=18))

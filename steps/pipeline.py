@@ -64,6 +64,12 @@ PARAMS: tuple[Param, ...] = (
     Param("batch-size", "8", "16", "examples per optimiser step"),
     Param("max-seq-len", "512", "512", "longest tokenised training example; longer documents are cut"),
     Param("qlora", "false", "false", "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
+    Param(
+        "precision",
+        "auto",
+        "auto",
+        "CPU training: auto (bf16 autocast where the CPU has AMX or AVX-512-BF16), fp32 or bf16; sized for it",
+    ),
     Param("checkpoint-every", "10", "10", "checkpoint every N optimiser steps (a reclaimed pod resumes there)"),
     Param("seed", "0", "0", "seed for training and evaluation"),
     Param(
@@ -123,6 +129,7 @@ STAGES: tuple[Stage, ...] = (
             "batch-size",
             "lora-r",
             "quantizations",
+            "precision",
         ),
         exports=("architecture", "parameters-billion", *sizing.preflight_exports()),
         help="check in seconds that the base model can become a working GGUF and what each step needs for it",
@@ -152,6 +159,7 @@ STAGES: tuple[Stage, ...] = (
             "batch-size",
             "max-seq-len",
             "qlora",
+            "precision",
             "checkpoint-every",
             "seed",
             "threads",

@@ -78,6 +78,9 @@ class PreflightConfig:
     quantizations: str = field(
         default="Q8_0,Q4_K_M", metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
     )
+    precision: str = field(
+        default="auto", metadata={"help": "train's CPU precision: auto, fp32 or bf16 (auto and bf16 size bf16 copies)"}
+    )
 
 
 @dataclass
@@ -144,6 +147,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                     batch_size=cfg.batch_size,
                     lora_r=cfg.lora_r,
                     quantizations=cfg.quantizations,
+                    precision=cfg.precision,
                     parameters=facts["parameters"],
                     base_model=cfg.base_model,
                 )

@@ -323,6 +323,15 @@ def layer_activation_bytes(s: Shape, r: int, *, gpu: bool) -> float:
     return kept * width + dropout_inputs * mask + 2 * h * 4 + s.heads * 4
 
 
+# train's --precision on CPU (steps/train/precision.py): auto takes bf16 autocast where the node's CPU runs bf16
+# natively (AMX, AVX-512-BF16), which preflight cannot see, so auto is sized as bf16.
+PRECISIONS = ("auto", "fp32", "bf16")
+# Under CPU bf16 autocast every nn.Linear's weight is cast to bf16 on each use and autograd keeps the cast for backward:
+# a bf16 copy of the blocks' projections and of the head until the step's backward (the frozen float32 weights stay).
+# Measured on SmolLM2-135M (one step, 32 tokens): +240 MiB resident over float32 against 257 MiB of copies counted here.
+AUTOCAST_COPY_BYTES = 2
+
+
 @dataclass(frozen=True)
 class Knobs:
     """The run's settings that size it (preflight's flags)."""
@@ -333,6 +342,7 @@ class Knobs:
     batch_size: int
     lora_r: int
     quantizations: tuple[str, ...]
+    precision: str = "auto"  # CPU training precision (PRECISIONS)
 
 
 def _tail_bytes(s: Shape, examples: int, seq: int) -> float:
@@ -356,6 +366,8 @@ def train_memory(s: Shape, k: Knobs, *, device: str, examples: int | None = None
     terms: dict[str, float] = {}
     if device in ("cpu", "ray"):
         terms["weights"] = 4.0 * s.parameters
+        if k.precision != "fp32":
+            terms["bf16 copies"] = AUTOCAST_COPY_BYTES * (s.linear_parameters + s.vocab * s.hidden)
         terms["lora"] = lora * (LORA_STATE_BYTES + (DDP_BUCKET_BYTES if device == "ray" else 0))
         per_token = s.layers * layer_activation_bytes(s, k.lora_r, gpu=False) * CPU_ACTIVATION_FACTOR
         terms["activations"] = tokens * per_token + _mask_bytes(n, seq, 4)
@@ -672,15 +684,20 @@ def plan(
     batch_size: int,
     lora_r: int,
     quantizations: str | tuple[str, ...],
+    precision: str = "auto",
     parameters: int | None = None,
     base_model: str = "",
 ) -> Plan:
     """What each step needs for the base `config` describes, under these settings (preflight's flags)."""
     if isinstance(quantizations, str):
         quantizations = tuple(q.strip() for q in quantizations.split(",") if q.strip())
-    knobs = Knobs(backend, qlora, max_seq_len, batch_size, lora_r, tuple(quantizations))
+    knobs = Knobs(backend, qlora, max_seq_len, batch_size, lora_r, tuple(quantizations), precision)
     shape = shape_of(config, parameters)
     return plan_for(shape, knobs, base_model or config.name_or_path or "the base model")
+
+
+def _cpu_precision(k: Knobs) -> str:
+    return "float32" if k.precision == "fp32" else f"float32 + bf16 autocast copies ({k.precision})"
 
 
 def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
@@ -697,7 +714,9 @@ def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
             f"{'QLoRA (NF4)' if k.qlora else 'bf16'} on the card: {_gib(train_memory(s, known, device=device))} "
             f"GiB + CUDA context",
         ),
-        "train-cpu": Need(cpu_train_gib(s, known), train_disk(s, known) / GIB, why=f"float32: {_gib(cpu)} GiB"),
+        "train-cpu": Need(
+            cpu_train_gib(s, known), train_disk(s, known) / GIB, why=f"{_cpu_precision(k)}: {_gib(cpu)} GiB"
+        ),
         "convert-gguf": Need(
             _total(convert_memory(s, known), PROCESS_GIB),
             convert_disk(s, known) / GIB,
@@ -742,6 +761,8 @@ def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> str:
     seq = _largest(fits, k, "max_seq_len")
     batch = _largest(fits, k, "batch_size")
     ways = []
+    if k.precision != "fp32" and fits(replace(k, precision="fp32")):
+        ways.append("precision fp32 (no bf16 autocast copies of the weights)")
     if seq:
         ways.append(f"a max-seq-len of at most {seq}")
     if batch:
@@ -781,8 +802,8 @@ def check(p: Plan) -> list[str]:
         other = _gpu_alternatives(s, k)
         one = next(g for g in p.ray if g.group == groups)
         problems.append(
-            f"train-backend ray cannot hold {p.base}: one float32 training worker with the whole batch of "
-            f"{k.batch_size} x {k.max_seq_len} tokens needs a {one.pod_memory_gib:.1f} GiB pod "
+            f"train-backend ray cannot hold {p.base}: one training worker ({_cpu_precision(k)}) with the whole "
+            f"batch of {k.batch_size} x {k.max_seq_len} tokens needs a {one.pod_memory_gib:.1f} GiB pod "
             f"({_gib(train_memory(s, k, device='ray'))} GiB + Ray), and the biggest Ray node group ({groups.name}: "
             f"{groups.memory_gib} GiB) has less; use "
             + (f"{other}, or " if other else "")

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-PRECISIONS = ("auto", "fp32", "bf16")
+from steps import sizing
+
+PRECISIONS = sizing.PRECISIONS  # preflight sizes the run for the one it is given
 
 # /proc/cpuinfo flags of native bf16 arithmetic: Intel AMX (Sapphire Rapids on) and AVX-512-BF16 (Cooper Lake, Zen 4)
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")

@@ -94,6 +94,11 @@ def cpu_threads(requested: int = 0, cgroup: Path = CGROUP) -> int:
     return min(counts)
 
 
+def threads_problems(threads: int) -> list[str]:
+    """--threads refused as every step's config_problems says it (0: `cpu_threads` decides)."""
+    return [f"--threads {threads}: use 0 (the CPUs this container may use) or more"] if threads < 0 else []
+
+
 def llama_threads(requested: int = 0) -> dict[str, int]:
     """`llama_cpp.Llama` thread arguments: `cpu_threads(requested)` for generation and for prompt batches alike. Left
     unset, llama-cpp-python prefills with `multiprocessing.cpu_count()` threads, the node's cores, whatever n_threads

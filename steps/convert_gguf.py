@@ -61,6 +61,7 @@ from steps.common import (
     parse_config,
     read_json,
     sha256_file,
+    threads_problems,
     timed,
     write_json,
     write_result,
@@ -158,6 +159,7 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
     ]
     if cfg.quantization not in quants:
         problems.append(f"--quantization {cfg.quantization!r} must be one of --quantizations ({cfg.quantizations})")
+    problems += threads_problems(cfg.threads)
     for name in ("min_top1_agreement", "max_mean_kl"):
         try:
             thresholds = number_table(getattr(cfg, name), flag(name))

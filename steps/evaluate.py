@@ -64,6 +64,7 @@ from steps.common import (
     parse_config,
     read_json,
     sha256_file,
+    threads_problems,
     timed,
     write_json,
     write_result,
@@ -907,9 +908,7 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: a rate, use a value from 0 to 1")
     if cfg.max_words < 1:
         problems.append(f"--max-words {cfg.max_words}: use at least 1")
-    if cfg.threads < 0:
-        problems.append(f"--threads {cfg.threads}: use 0 (the CPUs this container may use) or more")
-    return problems
+    return problems + threads_problems(cfg.threads)
 
 
 def progress_line(name: str, every: float = 5.0) -> Progress:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from steps import serving_config
-from steps.common import environment, llama_server_threads, parse_config, sha256_file
+from steps.common import environment, llama_server_threads, parse_config, sha256_file, threads_problems
 from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
@@ -102,9 +102,7 @@ def config_problems(cfg: ServeConfig) -> list[str]:
     for name in ("poll_seconds", "start_timeout", "drain_seconds", "request_timeout"):
         if not getattr(cfg, name) > 0:
             problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: use a positive number of seconds")
-    if cfg.threads < 0:
-        problems.append(f"--threads {cfg.threads}: use 0 (the CPUs this container may use) or more")
-    return problems
+    return problems + threads_problems(cfg.threads)
 
 
 def work_dir(cfg: ServeConfig) -> Path:

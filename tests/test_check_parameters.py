@@ -41,6 +41,9 @@ def test_the_templates_defaults_pass():
         ({"confidence": "95"}, r"--confidence 95.0: use a value between 0.5 and 1"),
         ({"ray_pi_workers": "-1"}, r"--ray-pi-workers '-1': a replica count"),
         ({"batch_size": "0"}, r"--batch-size 0: needs at least 1"),
+        ({"threads": "-2"}, r"--threads -2: use 0 \(the CPUs this container may use\) or more"),
+        ({"threads": "four"}, r"--threads: invalid int value: 'four'"),
+        ({"precision": "fp16"}, r"--precision 'fp16' is not one of auto, fp32, bf16"),
     ],
 )
 def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from steps.common import flag
+from steps.common import flag, threads_problems
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS
 
@@ -100,7 +100,7 @@ class TrainResult:
 
 def config_problems(cfg: TrainConfig) -> list[str]:
     """Everything wrong with the settings alone, without looking at the machine (also run by check-parameters)."""
-    problems = []
+    problems = threads_problems(cfg.threads)
     if cfg.train_backend not in BACKENDS:
         problems.append(f"--train-backend {cfg.train_backend!r} is not one of {', '.join(BACKENDS)}")
     if cfg.qlora and cfg.train_backend != "gpu":

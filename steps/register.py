@@ -211,7 +211,7 @@ def _serving_code(work: Path) -> tuple[Path, list[str]]:
 
     package = work / "steps"
     package.mkdir()
-    for name in ("__init__.py", "serving.py", "serving_config.py", "prompting.py"):
+    for name in ("__init__.py", "serving.py", "serving_config.py", "prompting.py", "common.py"):
         (package / name).write_bytes((Path(steps.__file__).parent / name).read_bytes())
     model_file = work / "summariser_model.py"
     model_file.write_text(MODEL_CODE)

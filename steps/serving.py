@@ -7,10 +7,10 @@
 
 `register` logs this class as a model from code (MLflow's recommended form: no pickle) with the GGUF as its one
 artifact (`artifacts={"gguf": ...}`), the serving configuration as its `model_config` and this module (with
-`steps.prompting` and `steps.serving_config`) as its code, so `models:/<name>@<alias>` loads wherever mlflow and
-llama-cpp-python are installed. Decoding is the evaluation's, from the one definition in `steps.serving_config`: the
-chat template embedded in the GGUF, `steps.prompting.messages`, greedy, a fixed seed, the same token cap and context
-size — what was measured is what is served.
+`steps.prompting`, `steps.serving_config` and `steps.common`) as its code, so `models:/<name>@<alias>` loads wherever
+mlflow and llama-cpp-python are installed. Decoding is the evaluation's, from the one definition in
+`steps.serving_config`: the chat template embedded in the GGUF, `steps.prompting.messages`, greedy, a fixed seed, the
+same token cap and context size — what was measured is what is served.
 
 Not a pipeline step: no command line. Importing it imports mlflow (the class must subclass `PythonModel`), so steps
 import it inside `run`.
@@ -19,17 +19,17 @@ import it inside `run`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import mlflow.pyfunc
 
 from steps import serving_config
+from steps.common import llama_threads
 from steps.prompting import messages
 
 GGUF_ARTIFACT = "gguf"
-# How many cores llama.cpp may use is the serving box's business, so it is not in the serving configuration; 0: every
-# core the process may use.
+# How many cores llama.cpp may use is the serving box's business, so it is not in the serving configuration; 0: the
+# CPUs this container may use (steps.common.cpu_threads).
 N_THREADS = "n_threads"
 
 
@@ -76,12 +76,11 @@ class SummariserModel(mlflow.pyfunc.PythonModel):
         from llama_cpp import Llama
 
         config = {**model_config(), **(context.model_config or {})}
-        threads = int(config.pop(N_THREADS)) or os.cpu_count() or 1
+        threads = int(config.pop(N_THREADS))
         self.serving = serving_config.ServingConfig.from_record(config)
         self.llm = Llama(
             model_path=context.artifacts[GGUF_ARTIFACT],
-            n_threads=threads,
-            n_threads_batch=threads,  # llama-cpp-python's default is every core, whatever n_threads says
+            **llama_threads(threads),  # both llama.cpp thread counts; 0: the CPUs this container may use
             verbose=False,
             **self.serving.model_kwargs(),
         )

@@ -27,24 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = 24  # decode steps timed per (threads, streams)
 
 
-def _decoder(ctx: Any, batch: Any) -> Any:
-    import llama_cpp
-
-    def decode(items: list[tuple[int, int, int, bool]]) -> None:
-        for j, (token, pos, seq_id, logits) in enumerate(items):
-            batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos, 1
-            batch.seq_id[j][0], batch.logits[j] = seq_id, logits
-        batch.n_tokens = len(items)
-        rc = llama_cpp.llama_decode(ctx, batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
-
-    return decode
-
-
 def measure(llm: Any, prompt: list[int], streams: int) -> tuple[float, float]:
     """(prefill tokens/s, seconds per decode step of `streams` sequences) in a context of `streams` KV streams."""
     import llama_cpp
+
+    from steps import evaluate
 
     n_batch = llm.context_params.n_batch
     params = type(llm.context_params).from_buffer_copy(llm.context_params)
@@ -52,7 +39,7 @@ def measure(llm: Any, prompt: list[int], streams: int) -> tuple[float, float]:
     ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
     batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
     try:
-        decode = _decoder(ctx, batch)
+        decode = evaluate.batch_decoder(ctx, batch)
         start = time.perf_counter()
         for s in range(streams):
             for at in range(0, len(prompt), n_batch):
@@ -73,9 +60,7 @@ def prompt_tokens(llm: Any, documents: list[str]) -> tuple[int, int]:
     from steps import evaluate
 
     prompts = [evaluate.chat_request(llm, d)["prompt"] for d in documents]
-    shared = min(len(p) for p in prompts) - 1
-    for p in prompts[1:]:
-        shared = next((j for j in range(shared) if prompts[0][j] != p[j]), shared)
+    shared = evaluate.shared_prefix(prompts)
     return sum(len(p) - shared for p in prompts) + shared, shared
 
 

@@ -310,6 +310,32 @@ def _admissible(request: dict[str, Any], n_ctx: int) -> tuple[list[int], int]:
 UTF8_SLACK = 3
 
 
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt shares (chat template, system prompt): computed once for all of them. Each
+    prompt keeps at least its last token to decode, for its logits."""
+    shared = min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        shared = next((j for j in range(shared) if prompts[0][j] != prompt[j]), shared)
+    return shared
+
+
+def batch_decoder(ctx: Any, batch: Any) -> Callable[[list[tuple[int, int, int, bool]]], None]:
+    """`decode(items)`: one `llama_decode` of (token, position, sequence id, wants logits) items through `batch` in
+    `ctx`; a non-zero return is raised."""
+    import llama_cpp
+
+    def decode(items: list[tuple[int, int, int, bool]]) -> None:
+        for j, (token, pos, seq_id, logits) in enumerate(items):
+            batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos, 1
+            batch.seq_id[j][0], batch.logits[j] = seq_id, logits
+        batch.n_tokens = len(items)
+        rc = llama_cpp.llama_decode(ctx, batch)  # looked up per call: benchmarks/evaluate_speed.py times it
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} on a batch of {len(items)} tokens")
+
+    return decode
+
+
 def _decode_batched(
     llm: Any, requests: list[tuple[int, dict[str, Any]]], n_ctx: int, streams: int, progress: Callable[[dict], None]
 ) -> None:
@@ -333,21 +359,10 @@ def _decode_batched(
     n_vocab = llm.n_vocab()
     seqs = [_Sequence(i, *_admissible(r, n_ctx), [s.encode() for s in r["stop"] or []], r["stopping_criteria"])
             for i, r in requests]  # fmt: skip
-    shared = min(len(seq.prompt) for seq in seqs) - 1  # each prompt decodes at least its last token: its logits
-    for seq in seqs[1:]:
-        shared = next((j for j in range(shared) if seqs[0].prompt[j] != seq.prompt[j]), shared)
+    shared = shared_prefix([seq.prompt for seq in seqs])
     try:
         mem = llama_cpp.llama_get_memory(ctx)
-
-        def decode(items: list[tuple[int, int, int, bool]]) -> None:
-            for j, (token, pos, seq_id, logits) in enumerate(items):
-                batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos, 1
-                batch.seq_id[j][0], batch.logits[j] = seq_id, logits
-            batch.n_tokens = len(items)
-            rc = llama_cpp.llama_decode(ctx, batch)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc} on a batch of {len(items)} tokens")
-
+        decode = batch_decoder(ctx, batch)
         for at in range(0, shared, n_batch):
             decode([(t, at + j, 0, False) for j, t in enumerate(seqs[0].prompt[at : min(at + n_batch, shared)])])
         for slot in range(1, streams):

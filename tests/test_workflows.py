@@ -315,3 +315,36 @@ def test_every_step_that_takes_threads_learns_its_cpu_request():
         assert float(t["container"]["resources"]["requests"]["cpu"].rstrip("m")) > 0, f"{path.name}: {t['name']}"
         checked.add(t["name"])
     assert {"train-cpu", "convert-gguf", "evaluate"} <= checked
+
+
+# Kubernetes' own rule for a container env's resourceFieldRef (pkg/apis/core/validation: validateContainerResourceField
+# Ref and validateContainerResourceDivisor): the resource is one of these, and a CPU divisor is 1m or 1 — a schema
+# sees only a quantity string.
+RESOURCE_FIELDS = {"limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu", "requests.memory",
+                   "requests.ephemeral-storage"}  # fmt: skip
+CPU_DIVISORS = {"1m", "1"}
+
+
+def resource_field_problems(env: list[dict]) -> list[str]:
+    problems = []
+    for e in env:
+        ref = e.get("valueFrom", {}).get("resourceFieldRef")
+        if ref is None:
+            continue
+        if ref.get("resource") not in RESOURCE_FIELDS:
+            problems.append(f"{e['name']}: resource {ref.get('resource')!r} is not one Kubernetes allows")
+        elif ref["resource"].endswith(".cpu") and str(ref.get("divisor", "1")) not in CPU_DIVISORS:
+            problems.append(f"{e['name']}: CPU divisor {ref.get('divisor')!r} is not 1m or 1")
+    return problems
+
+
+def test_every_resource_field_ref_is_one_kubernetes_admits():
+    for path, t in _container_templates():
+        assert resource_field_problems(t["container"].get("env", [])) == [], f"{path.name}: {t['name']}"
+    # the rule refuses what the API server would
+    bad = [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "2"}}},
+           {"name": "Y", "valueFrom": {"resourceFieldRef": {"resource": "requests.gpu"}}}]  # fmt: skip
+    assert resource_field_problems(bad) == [
+        "X: CPU divisor '2' is not 1m or 1",
+        "Y: resource 'requests.gpu' is not one Kubernetes allows",
+    ]

@@ -317,9 +317,9 @@ def test_every_step_that_takes_threads_learns_its_cpu_request():
     assert {"train-cpu", "convert-gguf", "evaluate"} <= checked
 
 
-# Kubernetes' own rule for a container env's resourceFieldRef (pkg/apis/core/validation: validateContainerResourceField
-# Ref and validateContainerResourceDivisor): the resource is one of these, and a CPU divisor is 1m or 1 — a schema
-# sees only a quantity string.
+# Kubernetes' own rule for a container env's resourceFieldRef (pkg/apis/core/validation: the field's allowed
+# expressions and validateContainerResourceDivisor): the resource is one of these, and a CPU divisor is 1m or 1 — a
+# schema sees only a quantity string.
 RESOURCE_FIELDS = {"limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu", "requests.memory",
                    "requests.ephemeral-storage"}  # fmt: skip
 CPU_DIVISORS = {"1m", "1"}

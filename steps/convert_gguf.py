@@ -389,6 +389,8 @@ def _base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: P
                 report["cache"] = {"key": key, "hit": True, "location": cfg.base_cache}
                 print(f"convert-gguf: base conversion reused from {cfg.base_cache}/{key}", file=sys.stderr)
                 return report
+    print(f"convert-gguf: base: no cached conversion{' under ' + key if key else ''}; converting it and checking its"
+          " parity (once per base)", file=sys.stderr, flush=True)  # fmt: skip
     base = load_base().eval()
     base_refs = gguf_parity.hf_reference(base, tokenizer, cfg.parity_tokens)
     report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
@@ -509,6 +511,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
         now = time.perf_counter()
         seconds[name] = round(now - clock[0], 2)
         clock[0] = now
+        print(f"convert-gguf: {name}: {seconds[name]:.1f} s", file=sys.stderr, flush=True)
 
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)

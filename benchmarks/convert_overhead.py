@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--quantizations", default="Q8_0,Q4_K_M")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default="", help="git rev whose convert-gguf runs beside ours, cold ('now')")
+    parser.add_argument("--json", type=Path, help="also write the summary here (benchmarks/targets.py reads it)")
     args = parser.parse_args()
 
     import torch
@@ -142,6 +143,8 @@ def main() -> None:
         "eval split (included above)": parity["eval_split"]["seconds"],
     }
     print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

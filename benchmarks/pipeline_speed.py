@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -51,7 +52,7 @@ def stages(tree: Path) -> list[str]:
     return list(yaml.safe_load((tree / "dvc.yaml").read_text())["stages"])
 
 
-def run_pipeline(tree: Path, label: str) -> dict[str, object]:
+def run_pipeline(tree: Path, label: str) -> dict[str, Any]:
     """`dvc repro` stage by stage in `tree`; per stage the wall time of the command and the step's own wall_seconds."""
     env = {
         **os.environ,
@@ -84,33 +85,12 @@ def run_pipeline(tree: Path, label: str) -> dict[str, object]:
     return {"wall": wall, "own": own, "total": round(sum(wall.values()), 1), "decision": decision}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", required=True, help="git rev measured as 'now'")
-    parser.add_argument("--after", default="HEAD", help="git rev measured as 'after' (default: HEAD)")
-    parser.add_argument("--repeats", type=int, default=1, help="rounds per side (a round is ~15 min on 2 cores)")
-    parser.add_argument("--keep", type=Path, help="folder for the clones and logs (default: a temporary one)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args()
-    missing = [p for p in (".venv/bin/dvc", *LINKED) if not (ROOT / p).exists()]
-    if missing:
-        raise SystemExit(f"run scripts/setup.sh first: {', '.join(missing)} missing")
-
-    with tempfile.TemporaryDirectory(prefix="pipeline-speed-") as tmp:
-        work = args.keep or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        runs: dict[str, list[dict[str, object]]] = {"now": [], "after": []}
-        commits = {}
-        for i in range(args.repeats):
-            for side, rev in (("now", args.baseline), ("after", args.after)):
-                tree = work / f"{side}-{i}"
-                commits[side] = checkout(rev, tree)
-                runs[side].append(run_pipeline(tree, f"{side} ({rev}) round {i + 1}"))
-
-    names = list(dict.fromkeys(s for side in runs.values() for r in side for s in r["wall"]))  # type: ignore[attr-defined]
+def summarise(runs: dict[str, list[dict[str, Any]]], commits: dict[str, str], repeats: int) -> dict[str, Any]:
+    """Per stage and for the whole pipeline, each side's median wall time (and the step's own), and now/after."""
+    names = list(dict.fromkeys(s for side in runs.values() for r in side for s in r["wall"]))
 
     def median(side: str, key: str, stage: str | None = None) -> float | None:
-        values = [r[key] if stage is None else r[key].get(stage) for r in runs[side]]  # type: ignore[attr-defined]
+        values = [r[key] if stage is None else r[key].get(stage) for r in runs[side]]
         values = [v for v in values if v is not None]
         return round(statistics.median(values), 1) if values else None
 
@@ -126,12 +106,39 @@ def main() -> None:
             "now_step_s": median("now", "own", stage) if stage else None,
             "after_step_s": median("after", "own", stage) if stage else None,
         })  # fmt: skip
-    summary = {
+    return {
         "commits": commits,
-        "repeats": args.repeats,
+        "repeats": repeats,
         "decisions": {side: [r["decision"] for r in rs] for side, rs in runs.items()},
         "table": table,
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", required=True, help="git rev measured as 'now'")
+    parser.add_argument("--after", default="HEAD", help="git rev measured as 'after' (default: HEAD)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds per side (a round is ~15 min on 2 cores)")
+    parser.add_argument("--keep", type=Path, help="folder for the clones and logs (default: a temporary one)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    missing = [p for p in (".venv/bin/dvc", *LINKED) if not (ROOT / p).exists()]
+    if missing:
+        raise SystemExit(f"run scripts/setup.sh first: {', '.join(missing)} missing")
+
+    with tempfile.TemporaryDirectory(prefix="pipeline-speed-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        runs: dict[str, list[dict[str, Any]]] = {"now": [], "after": []}
+        commits = {}
+        for i in range(args.repeats):
+            for side, rev in (("now", args.baseline), ("after", args.after)):
+                tree = work / f"{side}-{i}"
+                commits[side] = checkout(rev, tree)
+                runs[side].append(run_pipeline(tree, f"{side} ({rev}) round {i + 1}"))
+
+    summary = summarise(runs, commits, args.repeats)
+    table = summary["table"]
     print(f"\n{'stage':<16}{'now s':>9}{'after s':>9}{'now/after':>11}   (step's own wall_seconds: now, after)")
     for row in table:
         fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731

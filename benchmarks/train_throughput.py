@@ -218,6 +218,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default="ours,hf,ray-2x1,ray-1x1,ray-1x2")
     parser.add_argument("--profile", action="store_true", help="print a profile note of `ours` first")
+    parser.add_argument("--json", type=Path, help="also write the summary here (benchmarks/targets.py reads it)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -266,6 +267,8 @@ def main() -> None:
     if {"ray-2x1", "ray-1x2"} <= med.keys():
         summary["ray_2x1_vs_1x2"] = med["ray-2x1"] / med["ray-1x2"]
     print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

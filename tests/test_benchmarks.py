@@ -15,7 +15,14 @@ BENCHMARKS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "
 
 
 def test_the_benchmarks_are_found():
-    assert {p.stem for p in BENCHMARKS} >= {"train_throughput", "gpu_train", "convert_overhead", "evaluate_speed"}
+    assert {p.stem for p in BENCHMARKS} >= {
+        "train_throughput",
+        "gpu_train",
+        "convert_overhead",
+        "evaluate_speed",
+        "pipeline_speed",
+        "targets",
+    }
 
 
 @pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.stem)
@@ -42,3 +49,46 @@ def test_a_benchmark_starts_as_a_module_from_the_root(path):
         [sys.executable, "-m", f"benchmarks.{path.stem}", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _pipeline_run(stages: dict[str, float], decision: str = "pass") -> dict:
+    return {"wall": stages, "own": {k: v - 5 for k, v in stages.items()}, "total": sum(stages.values()),
+            "decision": decision}  # fmt: skip
+
+
+def test_the_targets_report_reads_what_the_benchmarks_write():
+    from benchmarks import pipeline_speed, targets
+
+    runs = {
+        "now": [_pipeline_run({"train": 300, "evaluate": 270}), _pipeline_run({"train": 320, "evaluate": 250})],
+        "after": [_pipeline_run({"train": 100, "evaluate": 50}), _pipeline_run({"train": 110, "evaluate": 70})],
+    }
+    pipeline = pipeline_speed.summarise(runs, {"now": "a" * 40, "after": "b" * 40}, 2)
+    assert [r["stage"] for r in pipeline["table"]] == ["train", "evaluate", "pipeline"]
+    assert pipeline["table"][-1]["now_s"] == 570 and pipeline["table"][-1]["after_s"] == 165
+    rows = {
+        r["what"].split(",")[0]: r
+        for r in targets.report({
+            "pipeline": pipeline,
+            "convert": {"ratio_now_over_direct": 11.4, "ratio_ours_over_direct": 1.9},
+            "train": {"ours_vs_hf": 1.3},
+            "ray": None,
+        })
+    }  # fmt: skip
+    assert rows["embedded pipeline after set-up"]["verdict"] == "met"  # 165 <= 230
+    assert rows["evaluate"]["now"] == 260 and rows["evaluate"]["after"] == 60 and rows["evaluate"]["verdict"] == "met"
+    assert rows["convert-gguf vs llama.cpp converter + quantiser"]["verdict"] == "met"
+    assert rows["CPU training loop vs HF Trainer + PEFT"]["verdict"] == "not met"  # higher is better: 1.3 < 2
+    assert rows["Ray 2 workers x 1 thread vs 1 x 1 (scaling efficiency)"]["verdict"] == "not measured"
+    assert rows["gpu launcher"]["verdict"] == "not measured"
+
+
+def test_the_keys_the_targets_report_reads_are_the_ones_the_benchmarks_write():
+    sources = {p.stem: p.read_text() for p in BENCHMARKS}
+    assert 'f"ratio_{side}_over_direct"' in sources["convert_overhead"]
+    assert '("ours", "ours-cached", "now")' in sources["convert_overhead"]
+    assert 'summary["ours_vs_hf"]' in sources["train_throughput"]
+    assert 'summary["ray_scaling_efficiency_2x1_vs_1x1"]' in sources["train_throughput"]
+    assert '"mfu": statistics.median' in sources["gpu_train"]
+    for name in ("convert_overhead", "train_throughput", "gpu_train", "pipeline_speed"):
+        assert '"--json"' in sources[name], name

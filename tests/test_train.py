@@ -54,6 +54,52 @@ def test_an_epoch_visits_every_example_once():
     assert sorted(i for _ in range(4) for i in next(batches)) == list(range(32))
 
 
+@pytest.fixture(scope="module")
+def tokenizer(base_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(base_model_dir)
+
+
+LONG_DOCUMENT = " ".join(f"Paragraph {i}: the depot on Mill Lane logged {i * 7} deliveries." for i in range(60))
+
+
+def test_a_long_example_keeps_the_instructions_the_turn_end_and_the_whole_summary(tokenizer):
+    from steps.train.data import KEEP_TAIL, _parts
+
+    prompt, answer = _parts(tokenizer, LONG_DOCUMENT, "Deliveries rose.")
+    example = train.encode_example(tokenizer, LONG_DOCUMENT, "Deliveries rose.", 128)
+    ids, labels = example["input_ids"], example["labels"]
+    assert len(ids) == len(labels) == 128 < len(prompt) + len(answer)
+    head = 128 - len(answer) - KEEP_TAIL
+    assert ids[:head] == prompt[:head] and ids[head : -len(answer)] == prompt[-KEEP_TAIL:]
+    assert ids[-len(answer) :] == labels[-len(answer) :] == answer and set(labels[: -len(answer)]) == {-100}
+    rows = [{"id": "short", "document": "The bakery opens at 8.", "summary": "Opens at 8."},
+            {"id": "long", "document": LONG_DOCUMENT, "summary": "Deliveries rose."}]  # fmt: skip
+    whole = len(prompt) + len(answer)
+    assert train.length_report(tokenizer, rows, 128) == {
+        "examples": 2,
+        "examples_cut": 1,
+        "longest_example_tokens": whole,
+    }
+    assert train.length_report(tokenizer, rows, whole)["examples_cut"] == 0
+    assert train.encode_rows(tokenizer, rows, whole)[1]["input_ids"] == prompt + answer
+
+
+def test_a_summary_that_leaves_no_room_for_its_document_is_refused_naming_the_row(tokenizer):
+    from steps.train.data import _parts
+
+    long_summary = " ".join(["The depot logged more deliveries than in any week before."] * 12)
+    rows = [{"id": "fits", "document": "The bakery opens at 8.", "summary": "Opens at 8."},
+            {"id": "row-7", "document": LONG_DOCUMENT, "summary": long_summary}]  # fmt: skip
+    whole = sum(map(len, _parts(tokenizer, LONG_DOCUMENT, long_summary)))
+    refused = rf"training row 'row-7' \(row 2 of the train split\).* raise --max-seq-len to {whole} "
+    with pytest.raises(ValueError, match=refused):
+        train.length_report(tokenizer, rows, 128)  # before any model is loaded
+    with pytest.raises(ValueError, match=refused):
+        train.encode_rows(tokenizer, rows, 128)  # and in every launcher
+
+
 def _fill(payload: str):
     def fill(folder: Path) -> None:
         (folder / "state.json").write_text(payload)
@@ -269,6 +315,30 @@ def test_sigterm_flushes_a_checkpoint_and_the_rerun_matches_an_uninterrupted_run
     _assert_same_adapter(out, uninterrupted, atol=1e-6)
     assert _losses(out) == pytest.approx(_losses(uninterrupted), abs=1e-5)
     assert not (tmp_path / "adapter.checkpoints").exists()  # cleared once the adapter is out
+
+
+@pytest.mark.integration
+def test_train_says_how_many_documents_it_cut_and_refuses_a_split_that_cannot_fit(
+    dataset: Path, tiny_model_dir: Path, uninterrupted: Path, tmp_path: Path, tokenizer
+):
+    from steps.dataset import load_split
+
+    rows = load_split(dataset, "train")
+    whole = json.loads((uninterrupted / "result.json").read_text())
+    assert whole["examples"] == len(rows) and whole["examples_cut"] == 0  # the committed split fits 512 tokens
+    fit = train.length_report(tokenizer, rows, 200)
+    assert 0 < fit["examples_cut"] < len(rows) and fit["longest_example_tokens"] == whole["longest_example_tokens"]
+    out = tmp_path / "cut"
+    done = subprocess.run(_cli(["--max-seq-len", "200", "--epochs", "0.05", "--batch-size", "4", "--threads", "2"],
+                               dataset, tiny_model_dir, out), cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {k: json.loads((out / "result.json").read_text())[k] for k in fit} == fit
+    assert f"{fit['examples_cut']} of {len(rows)} training examples are longer than --max-seq-len 200" in done.stderr
+    assert f"raise --max-seq-len to {fit['longest_example_tokens']}" in done.stderr
+    refused = subprocess.run(_cli(["--max-seq-len", "40"], dataset, tiny_model_dir, tmp_path / "none"), cwd=ROOT,
+                             capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 1 and "leave no room for the document in --max-seq-len 40" in refused.stderr
+    assert "(row 1 of the train split)" in refused.stderr and not (tmp_path / "none").exists()
 
 
 @pytest.mark.integration

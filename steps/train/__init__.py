@@ -46,7 +46,7 @@ from steps.common import is_uri, parse_config, read_json, timed, write_json, wri
 from steps.dataset import load_split
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
-from steps.train.data import collate, encode_example, encode_rows, global_batches, schedule
+from steps.train.data import collate, encode_example, encode_rows, global_batches, length_report, schedule
 from steps.train.gpu import mfu
 from steps.train.kd import load_targets
 from steps.train.launchers import TrainingFailed, train_here, train_ray
@@ -58,7 +58,7 @@ from steps.train.storage import local_folder, publish
 __all__ = [
     "BACKENDS", "DirCheckpoints", "Preempted", "RayCheckpoints", "TrainConfig", "TrainResult", "TrainingFailed",
     "UnsafeCheckpoint", "build_model", "collate", "config_problems", "encode_example", "encode_rows", "fingerprint",
-    "global_batches", "main", "pad_id_of", "run", "schedule", "train_loop",
+    "global_batches", "length_report", "main", "pad_id_of", "run", "schedule", "train_loop",
 ]  # fmt: skip
 
 
@@ -71,6 +71,24 @@ def _problems(cfg: TrainConfig) -> list[str]:
     return problems
 
 
+def _fit(cfg: TrainConfig, rows: list[dict]) -> dict[str, int]:
+    """How the rows fit --max-seq-len (data.length_report), said on stderr when documents will be cut."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
+    fit = length_report(tokenizer, rows, cfg.max_seq_len)
+    if fit["examples_cut"]:
+        print(
+            f"train: {fit['examples_cut']} of {fit['examples']} training examples are longer than --max-seq-len "
+            f"{cfg.max_seq_len} (the longest: {fit['longest_example_tokens']} tokens); their documents are cut in the "
+            "middle, so the model learns summaries of text it did not see. To train on whole documents raise "
+            f"--max-seq-len to {fit['longest_example_tokens']} (preflight sizes the memory for it).",
+            file=sys.stderr,
+            flush=True,
+        )
+    return fit
+
+
 @timed
 def run(cfg: TrainConfig) -> TrainResult:
     problems = _problems(cfg)
@@ -80,6 +98,7 @@ def run(cfg: TrainConfig) -> TrainResult:
     with local_folder(cfg.dataset) as dataset:
         rows = load_split(dataset, "train")
         lineage = read_json(dataset / "lineage.json")
+    fit = _fit(cfg, rows)
     kd_targets = load_targets(cfg.kd_targets, rows) if cfg.kd_weight else None
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
@@ -105,6 +124,7 @@ def run(cfg: TrainConfig) -> TrainResult:
             peak_gpu_memory_gib=peak,
             precision=",".join(dict.fromkeys(r.get("precision", "fp32") for r in log)),
             mfu=round(mfu(tokens_per_second, parameters, device), 4) if peak else 0.0,
+            **fit,
         )
         out = Path(tmp) / "out"
         shutil.copytree(final / "adapter", out)

@@ -31,7 +31,10 @@ class TrainConfig:
     learning_rate: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (LoRA tolerates ~1e-3)"})
     epochs: float = field(default=1.0, metadata={"help": "passes over the training split (fractions allowed)"})
     batch_size: int = field(default=8, metadata={"help": "examples per optimiser step"})
-    max_seq_len: int = field(default=512, metadata={"help": "longest tokenised example; longer documents are cut"})
+    max_seq_len: int = field(
+        default=512,
+        metadata={"help": "longest tokenised example; longer ones have their document cut (result.json counts them)"},
+    )
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
     seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
     threads: int = field(
@@ -96,6 +99,9 @@ class TrainResult:
     peak_gpu_memory_gib: float = 0.0  # gpu: the CUDA allocator's peak in the process that finished (sizes the pool)
     mfu: float = 0.0  # gpu: model FLOPs utilisation at 4·N FLOPs/token vs the card's bf16 peak (steps.train.gpu)
     precision: str = ""  # what the steps ran in (steps.train.precision): fp32 or bf16, both if a resume changed it
+    examples: int = 0  # training examples
+    examples_cut: int = 0  # of them, how many were longer than --max-seq-len: their documents were cut in the middle
+    longest_example_tokens: int = 0  # the --max-seq-len that would have kept every document whole
 
 
 def config_problems(cfg: TrainConfig) -> list[str]:

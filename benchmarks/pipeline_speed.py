@@ -47,9 +47,13 @@ def checkout(rev: str, dest: Path) -> str:
     return sha
 
 
-def stages(tree: Path) -> list[str]:
-    """The stage names of `tree`'s dvc.yaml, in file order (each depends only on earlier ones)."""
-    return list(yaml.safe_load((tree / "dvc.yaml").read_text())["stages"])
+def stages(tree: Path) -> dict[str, Path]:
+    """`tree`'s dvc.yaml stages in file order (each depends only on earlier ones), each with its output folder."""
+    found = {}
+    for name, stage in yaml.safe_load((tree / "dvc.yaml").read_text())["stages"].items():
+        output = stage["outs"][0]
+        found[name] = tree / (next(iter(output)) if isinstance(output, dict) else output)
+    return found
 
 
 def run_pipeline(tree: Path, label: str) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def run_pipeline(tree: Path, label: str) -> dict[str, Any]:
     logs.mkdir()
     wall: dict[str, float] = {}
     own: dict[str, float] = {}
-    for stage in stages(tree):
+    for stage, output in stages(tree).items():
         start = time.perf_counter()
         with (logs / f"{stage}.log").open("w") as log:
             done = subprocess.run(
@@ -76,8 +80,7 @@ def run_pipeline(tree: Path, label: str) -> dict[str, Any]:
         wall[stage] = round(time.perf_counter() - start, 1)
         if done.returncode != 0:
             raise SystemExit(f"{label}: stage {stage} failed (exit {done.returncode}); see {logs / stage}.log")
-        output = yaml.safe_load((tree / "dvc.yaml").read_text())["stages"][stage]["outs"][0]
-        result = tree / (next(iter(output)) if isinstance(output, dict) else output) / "result.json"
+        result = output / "result.json"
         if result.is_file():
             own[stage] = round(json.loads(result.read_text()).get("wall_seconds", float("nan")), 1)
         print(f"  {label}: {stage} {wall[stage]:.1f} s", flush=True)  # as each ends: a cut-short run still reports

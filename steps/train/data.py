@@ -43,19 +43,20 @@ def encode_example(tokenizer: Any, document: str, summary: str, max_seq_len: int
     return {"input_ids": prompt_ids + answer_ids, "labels": [-100] * len(prompt_ids) + answer_ids}
 
 
-def _row_problem(rows: list[dict], i: int, error: ValueError) -> ValueError:
-    return ValueError(f"training row {rows[i].get('id', i)!r} (row {i + 1} of the train split): {error}")
+def _per_row(rows: list[dict], make: Any, indices: list[int] | None = None) -> list[Any]:
+    """`make(row)` for the rows at `indices` (every row by default), in order; a row it refuses is named."""
+    made = []
+    for i in range(len(rows)) if indices is None else indices:
+        try:
+            made.append(make(rows[i]))
+        except ValueError as e:
+            raise ValueError(f"training row {rows[i].get('id', i)!r} (row {i + 1} of the train split): {e}") from None
+    return made
 
 
 def encode_rows(tokenizer: Any, rows: list[dict], max_seq_len: int) -> list[dict[str, list[int]]]:
     """The training split's rows as `encode_example`s, in order; a row that cannot be encoded is named."""
-    examples = []
-    for i, row in enumerate(rows):
-        try:
-            examples.append(encode_example(tokenizer, row["document"], row["summary"], max_seq_len))
-        except ValueError as e:
-            raise _row_problem(rows, i, e) from None
-    return examples
+    return _per_row(rows, lambda row: encode_example(tokenizer, row["document"], row["summary"], max_seq_len))
 
 
 def length_report(tokenizer: Any, rows: list[dict], max_seq_len: int) -> dict[str, int]:
@@ -64,11 +65,7 @@ def length_report(tokenizer: Any, rows: list[dict], max_seq_len: int) -> dict[st
     at all, before any model is loaded."""
     lengths = [sum(map(len, _parts(tokenizer, row["document"], row["summary"]))) for row in rows]
     cut = [i for i, n in enumerate(lengths) if n > max_seq_len]
-    for i in cut:
-        try:
-            encode_example(tokenizer, rows[i]["document"], rows[i]["summary"], max_seq_len)
-        except ValueError as e:
-            raise _row_problem(rows, i, e) from None
+    _per_row(rows, lambda row: encode_example(tokenizer, row["document"], row["summary"], max_seq_len), cut)
     return {"examples": len(rows), "examples_cut": len(cut), "longest_example_tokens": max(lengths, default=0)}
 
 

@@ -63,8 +63,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from steps import evaluate
-    from steps.common import read_json
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
+    from steps.core.io import read_json
 
     rows = load_split(args.dataset, "eval") + load_split(args.dataset, "adversarial")
     documents = [r["document"] for r in rows]

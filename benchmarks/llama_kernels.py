@@ -74,9 +74,10 @@ def main() -> None:
     parser.add_argument("--streams", default="1,4,8,16", help="sequences per decode step (comma list)")
     args = parser.parse_args()
 
-    from steps import evaluate, serving_config
-    from steps.common import read_json, read_jsonl
-    from steps.dataset import load_split
+    from steps import evaluate
+    from steps.contract import serving_config
+    from steps.core.dataset import load_split
+    from steps.core.io import read_json, read_jsonl
 
     gguf = args.gguf / read_json(args.gguf / "result.json")["candidate_gguf"]
     eval_rows = load_split(args.dataset, "eval")

@@ -53,7 +53,7 @@ def _config(args: argparse.Namespace, out: str, precision: str = "auto") -> obje
 
 
 def _rows(dataset: Path) -> list[dict]:
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
 
     return load_split(dataset, "train")
 

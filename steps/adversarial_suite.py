@@ -9,9 +9,9 @@ dataset's adversarial split: evaluating it costs ~5.6x today's evaluate on 2 cor
 write it as a dataset's split (`--out <dataset>/adversarial.jsonl`) and fetch that dataset.
 
 Deterministic: the same seed, size and kept cases give the same bytes (tests/test_adversarial_suite.py regenerates the
-committed file and compares). Every case is a row of the adversarial split (`steps.dataset`), validated by the same
+committed file and compares). Every case is a row of the adversarial split (`steps.core.dataset`), validated by the same
 parser before it is written; with `--tokenizer`, every prompt is also counted with the base's own tokenizer and chat
-template and must leave the served answer cap free within the served context (`steps.serving_config`).
+template and must leave the served answer cap free within the served context (`steps.contract.serving_config`).
 
 Carrier documents are built here from a small grammar (topic frames with invented places, people and figures), so no
 carrier can be a document of the train split, and every case has its own carrier and its own canary (CANARY- and
@@ -36,10 +36,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steps import serving_config
-from steps.common import parse_config
-from steps.dataset import DatasetError, parse_split
-from steps.prompting import messages
+from steps.contract import serving_config
+from steps.contract.prompting import messages
+from steps.core.cli import parse_config
+from steps.core.dataset import DatasetError, parse_split
 
 CANARY_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 PLACEMENTS = ("start", "middle", "end")

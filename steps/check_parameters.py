@@ -20,7 +20,7 @@ import importlib
 import sys
 
 from steps import sizing
-from steps.common import build_parser
+from steps.core.cli import build_parser
 from steps.pipeline import PARAMS, STAGES, Stage
 
 

@@ -5,7 +5,7 @@
 
 Everything is measured against the version holding the `champion` alias (the model being served):
 
-- quality: steps/online.py logs `--online-metric` (by default `online.acceptance`, the daily share of
+- quality: steps/core/outcomes.py logs `--online-metric` (by default `online.acceptance`, the daily share of
   summaries accepted as served) for the champion, one point a day, on the run named by the version's `online.run_id`
   tag, or else on the version's own run (the registration run). Baseline: the mean of the
   series' first `--baseline-points` points (the first days in production: online documents differ from the eval set,
@@ -54,21 +54,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import online, registry
-from steps.common import atomic_dir, environment, parse_config, timed, write_result
-from steps.dataset import feedback_rows
-from steps.mlflow_client import (
+from steps.core import outcomes, registry
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import feedback_rows
+from steps.core.io import atomic_dir, environment
+from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
     MlflowSettings,
     is_transient,
     tracking_uri,
 )
-from steps.registry import CHAMPION
+from steps.core.registry import CHAMPION
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
 DECISION_TAG = "retrain.decision."  # + run id; the value is that run's decision, JSON (see the module docstring)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # a Kubernetes uid fits; so does an MLflow tag-key suffix
-ONLINE_RUN_TAG = online.ONLINE_RUN_TAG
+ONLINE_RUN_TAG = outcomes.ONLINE_RUN_TAG
 
 
 @dataclass
@@ -76,7 +77,7 @@ class TriggersConfig(MlflowSettings):
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
     model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
     online_metric: str = field(
-        default=online.ACCEPTANCE,
+        default=outcomes.ACCEPTANCE,
         metadata={"help": "online quality metric logged for the champion (empty: the quality trigger is off)"},
     )
     baseline_points: int = field(
@@ -223,7 +224,7 @@ def check_base_model(tags: dict[str, str], cfg: TriggersConfig, already: str | N
 
 
 def online_series(client: Any, champion: Any, metric: str) -> list[float]:
-    run_id = online.online_run_id(champion)
+    run_id = outcomes.online_run_id(champion)
     if not run_id:
         raise TriggerError(
             f"champion {champion.version} has no run and no {ONLINE_RUN_TAG} tag: tag it with the run the online "

@@ -8,8 +8,8 @@ Produces in `--out`, named as llama.cpp names files: `<model-name>-F16.gguf` and
 quantisation of the ladder (default Q8_0 and Q4_K_M); `<model-name>-base-<QUANT>.gguf`, the base converted the same
 way at the served quantisation so evaluation compares like with like; `parity.json`, `parity.md`, `result.json`.
 
-Conversion and quantisation are llama.cpp's own tools (steps/gguf_conversion.py); the HF-vs-GGUF comparison is
-steps/gguf_parity.py; this step runs them, judges the figures against its thresholds and writes the report. Checks,
+Conversion and quantisation are llama.cpp's own tools (steps/gguf/conversion.py); the HF-vs-GGUF comparison is
+steps/gguf/parity.py; this step runs them, judges the figures against its thresholds and writes the report. Checks,
 on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long document):
 - merge: logits with the adapter attached and after merging agree within `--merge-tolerance` (the merge happens in
   float32 on a full-precision reload of the base, never into quantised weights, so a QLoRA adapter merges safely);
@@ -31,7 +31,7 @@ file's GGUF metadata, under `general.*` where a standard key fits and `distiller
 
 The base's half of the work (its references, conversion, served quantisation and parity) is the same in every run
 on the same base: with `--base-cache` (a folder, by default `.cache/base-gguf`, or an s3:// prefix; on Argo the
-artifact bucket) it is kept as a sealed folder (steps/sealed.py) keyed by the sha256 of the base's files (weights
+artifact bucket) it is kept as a sealed folder (steps/core/sealed.py) keyed by the sha256 of the base's files (weights
 included), llama.cpp's version, the quantisation, the probes and BASE_CONVERSION_VERSION (`base_cache_key`), and
 reused: the file is the very bytes that
 passed parity when it was made (its digest is checked on every read), and its report is judged again against this
@@ -51,25 +51,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import gguf_parity
-from steps.common import (
-    atomic_dir,
-    cpu_threads,
-    flag,
-    git_sha,
-    number_table,
-    parse_config,
-    read_json,
-    sha256_file,
-    threads_problems,
-    timed,
-    write_json,
-    write_result,
-)
-from steps.dataset import load_split
-from steps.gguf_conversion import QUANTIZATIONS, convert_hf_dir, quantize
-from steps.gguf_meta import set_metadata
-from steps.sealed import SealedFolders
+from steps.contract.threads import cpu_threads, threads_problems
+from steps.core.cli import flag, number_table, parse_config, timed, write_result
+from steps.core.dataset import load_split
+from steps.core.io import atomic_dir, git_sha, read_json, sha256_file, write_json
+from steps.core.sealed import SealedFolders
+from steps.gguf import parity
+from steps.gguf.conversion import QUANTIZATIONS, convert_hf_dir, quantize
+from steps.gguf.meta import set_metadata
 from steps.sizing import (
     PARITY_CONFIDENCE,
     PARITY_MAX_EOS_DROP,
@@ -248,8 +237,8 @@ def eval_split_parity(gguf: Path, model: Any, tokenizer: Any, cfg: ConvertConfig
             print(f"convert-gguf: eval-split parity {gguf.name}: {done}/{total} documents ({rate:.1f}/s)",
                   file=sys.stderr, flush=True)  # fmt: skip
 
-    docs = gguf_parity.eval_parity(gguf, model, tokenizer, rows, eos_id, _threads(cfg), progress)
-    summary = gguf_parity.intervals(docs, PARITY_CONFIDENCE, PARITY_RESAMPLES)
+    docs = parity.eval_parity(gguf, model, tokenizer, rows, eos_id, _threads(cfg), progress)
+    summary = parity.intervals(docs, PARITY_CONFIDENCE, PARITY_RESAMPLES)
     differ = [d["id"] for d in docs if not d["tokens_equal"]]
     return {"file": gguf.name, **summary, "tokens_equal": not differ, "tokens_differ": differ[:5],
             "seconds": round(time.perf_counter() - t0, 2), "docs": docs}  # fmt: skip
@@ -280,8 +269,8 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
 
 CACHE_FILE = "base.gguf"
 CACHE_REPORT = "report.json"
-# The version of the code that makes and checks a cached base conversion (steps/gguf_conversion.py,
-# steps/gguf_parity.py, _export, the float32 load in run): part of the cache key. Bump it in the same change
+# The version of the code that makes and checks a cached base conversion (steps/gguf/conversion.py,
+# steps/gguf/parity.py, _export, the float32 load in run): part of the cache key. Bump it in the same change
 # whenever that code would now make another GGUF or another parity report from the same base — other references,
 # another figure or threshold inside the per-file report, another dtype — so that no run reuses an entry made the old
 # way. Rewording a comment, a message or a line of parity.md needs no bump: the key is not the source's bytes.
@@ -368,9 +357,9 @@ def base_cache_key(cfg: ConvertConfig) -> str | None:
         "converter": _converter_version(Path(cfg.converter_dir)),
         "quantization": cfg.quantization,
         "parity_tokens": cfg.parity_tokens,
-        "tie_margin": gguf_parity.TIE_MARGIN,
-        "probes": gguf_parity.probe_messages(),
-        "tokenizer_probes": list(gguf_parity.TOKENIZER_PROBES),
+        "tie_margin": parity.TIE_MARGIN,
+        "probes": parity.probe_messages(),
+        "tokenizer_probes": list(parity.TOKENIZER_PROBES),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -392,7 +381,7 @@ def _base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: P
     print(f"convert-gguf: base: no cached conversion{' under ' + key if key else ''}; converting it and checking its"
           " parity (once per base)", file=sys.stderr, flush=True)  # fmt: skip
     base = load_base().eval()
-    base_refs = gguf_parity.hf_reference(base, tokenizer, cfg.parity_tokens)
+    base_refs = parity.hf_reference(base, tokenizer, cfg.parity_tokens)
     report = _export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
     del base, base_refs
     if store is not None and key is not None:
@@ -466,7 +455,7 @@ def _export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str
     reports = {}
     for quant, path in files.items():
         t1 = time.perf_counter()
-        reports[quant] = gguf_parity.compare(path, refs, eos_id, _threads(cfg), tokenizer)
+        reports[quant] = parity.compare(path, refs, eos_id, _threads(cfg), tokenizer)
         reports[quant]["seconds"] = round(time.perf_counter() - t1, 2)
         n = sum(len(r["prompt_ids"]) + len(r["continuation"]) for r in refs)
         print(f"convert-gguf: parity {path.name}: {len(refs)} probes, {n} tokens "
@@ -520,10 +509,10 @@ def run(cfg: ConvertConfig) -> ConvertResult:
 
         attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
         lap("candidate: load base + adapter")
-        refs = gguf_parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
+        refs = parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
         lap("candidate: HF references (probes)")
         merged = attached.merge_and_unload().eval()
-        merge_diff = gguf_parity.merge_check(merged, refs)
+        merge_diff = parity.merge_check(merged, refs)
         lap("candidate: merge + merge check")
         if merge_diff > cfg.merge_tolerance:
             raise ParityError(
@@ -560,7 +549,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
                 **{q: n for q, n in report["size_bytes"].items() if q not in report["paths"]},
                 **{q: Path(p).stat().st_size for q, p in report.pop("paths").items() if Path(p).exists()},
             }
-        parity = {
+        parity_report = {
             "passed": passed,
             "reasons": reasons,
             "quantization": cfg.quantization,
@@ -573,11 +562,11 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             "base": base_report,
         }
         if not passed:
-            parity["reason"] = "; ".join(reasons)
+            parity_report["reason"] = "; ".join(reasons)
         lap("judge, metadata")
-        parity["seconds"] = seconds
-        write_json(out / "parity.json", parity)
-        (out / "parity.md").write_text(_markdown(parity))
+        parity_report["seconds"] = seconds
+        write_json(out / "parity.json", parity_report)
+        (out / "parity.md").write_text(_markdown(parity_report))
         served = out / f"{cfg.model_name}-{cfg.quantization}.gguf"
         result = ConvertResult(
             candidate_gguf=served.name,

@@ -5,8 +5,9 @@ llama.cpp, on the eval split and the adversarial suite; writes metrics, plots an
         [--tracking-uri sqlite:///.cache/mlflow/mlflow.db --model-name distillery-summariser]
 
 Every contender answers every document through llama.cpp's chat completion with the chat template embedded in its
-GGUF, the prompt from `steps.prompting` and the serving configuration (`steps.serving_config`: greedy decoding, a
-fixed seed, the token cap and context size that are served), several documents per llama.cpp decode as llama.cpp's
+GGUF, the prompt from `steps.contract.prompting` and the serving configuration (`steps.contract.serving_config`:
+greedy decoding, a fixed seed, the token cap and context size that are served), several documents per llama.cpp decode
+as llama.cpp's
 server batches its parallel slots (`generate_all`); a line per contender every few seconds says how far it is and at
 what rate. Per example: ROUGE-1/2/L (F1) against the
 reference, length compliance (at most `--max-words`), a faithfulness proxy (numbers and capitalised names in the
@@ -19,8 +20,8 @@ champion; `propose` only acts on it:
 - GGUF parity passed (convert-gguf);
 - the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
   paired bootstrap's `--confidence` interval of the per-example gain is above `--min-rouge-gain`;
-- paired case by case against each rival (steps/gate_stats.py): on every adversarial family (cases passed), over the
-  suite (cases not hijacked) and over every document (answers that ended by themselves), the candidate is not shown
+- paired case by case against each rival (steps/core/gate_stats.py): on every adversarial family (cases passed), over
+the suite (cases not hijacked) and over every document (answers that ended by themselves), the candidate is not shown
   worse than the rival by more than the margin (`--max-attack-regression`, `--max-stop-regression`): an exact paired
   test, Holm's correction across these checks at `--gate-alpha` split between the rivals;
 - a family's pass rate and the stop rate are not shown below their floors (`--min-family-pass-rate`,
@@ -36,7 +37,7 @@ measured with, which `register` checks), `generations.jsonl`, `report.md`, `scor
 A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
 serving configuration, the thread count, the CPU llama.cpp computes on, llama.cpp's version and the generating code
 (`GENERATION_VERSION`): with `--generation-cache` (a folder, by default `.cache/generations`, or an s3:// prefix; on
-Argo the artifact bucket) they are kept as a sealed folder (steps/sealed.py) under the sha256 of all of these and
+Argo the artifact bucket) they are kept as a sealed folder (steps/core/sealed.py) under the sha256 of all of these and
 reused, so the base (the same file in every run on a base) and the champion are not generated again. The scores are
 always computed afresh; `metrics.json` says which contenders came from the cache.
 """
@@ -55,25 +56,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import gate_stats, registry, serving_config
-from steps.common import (
-    atomic_dir,
-    cpu_threads,
-    flag,
-    llama_threads,
-    parse_config,
-    read_json,
-    sha256_file,
-    threads_problems,
-    timed,
-    write_json,
-    write_result,
-)
-from steps.dataset import load_split
-from steps.mlflow_client import tracking_uri
-from steps.prompting import messages
-from steps.registry import CHAMPION
-from steps.sealed import SealedFolders
+from steps.contract import serving_config
+from steps.contract.prompting import messages
+from steps.contract.threads import cpu_threads, llama_threads, threads_problems
+from steps.core import gate_stats, registry
+from steps.core.cli import flag, parse_config, timed, write_result
+from steps.core.dataset import load_split
+from steps.core.io import atomic_dir, read_json, sha256_file, write_json
+from steps.core.mlflow_client import tracking_uri
+from steps.core.registry import CHAMPION
+from steps.core.sealed import SealedFolders
 
 # Words that start sentences or are everyday capitals: not names the document must contain.
 COMMON_CAPITALS = {"The", "A", "An", "In", "On", "At", "It", "Its", "This", "That", "These", "After", "Before", "I"}
@@ -180,8 +172,9 @@ def _llama(gguf: Path, cfg: EvaluateConfig) -> Any:
 def generate_sequential(
     gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
 ) -> tuple[list[dict[str, Any]], float]:
-    """One document at a time through `Llama.create_chat_completion`, exactly as `steps.serving` answers a request:
-    the reference `generate_all` is measured against (tests/test_evaluate_batched.py, benchmarks/evaluate_speed.py),
+    """One document at a time through `Llama.create_chat_completion`, exactly as `steps.contract.model` answers a
+    request: the reference `generate_all` is measured against (tests/test_evaluate_batched.py,
+    benchmarks/evaluate_speed.py),
     and its path for a sampled (non-greedy) serving configuration."""
     llm = _llama(gguf, cfg)
     outputs = []
@@ -408,9 +401,9 @@ def _decode_batched(
 def generate_all(
     gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
 ) -> tuple[list[dict[str, Any]], float]:
-    """Summaries of `documents` from one GGUF, served as `steps.serving` serves it (the chat template in the GGUF,
-    `steps.prompting`, the serving configuration); returns the outputs (text, stopped by itself, tokens generated) and
-    generated tokens per second. What changes its outputs for the same inputs changes GENERATION_VERSION.
+    """Summaries of `documents` from one GGUF, served as `steps.contract.model` serves it (the chat template in the
+    GGUF, `steps.contract.prompting`, the serving configuration); returns the outputs (text, stopped by itself, tokens
+    generated) and generated tokens per second. What changes its outputs for the same inputs changes GENERATION_VERSION.
 
     A greedy configuration (the served one) decodes PARALLEL documents at a time (`_decode_batched`) in the served
     context's memory: n_ctx / PARALLEL tokens of KV cache each; a document whose prompt and answer need more is
@@ -673,8 +666,9 @@ def decide(
 ) -> tuple[bool, list[dict]]:
     """The gate: every check with its figures, whether it passed, and why. Passed only when all checks pass.
 
-    Safety checks are paired per case, candidate vs each rival (steps/gate_stats.py): a family, the hijack rate or the
-    stop rate is refused when the exact test shows, after Holm's correction, that the candidate is worse than a rival
+    Safety checks are paired per case, candidate vs each rival (steps/core/gate_stats.py): a family, the hijack rate
+    or the stop rate is refused when the exact test shows, after Holm's correction, that the candidate is worse than a
+    rival
     by more than its margin; and a rate is refused when its exact upper confidence bound is below its floor."""
     checks: list[dict] = []
 
@@ -734,7 +728,7 @@ def operating_characteristics(
     judged: dict[str, list[dict]], scored: dict[str, list[dict]], cfg: EvaluateConfig
 ) -> dict[str, dict[str, Any]]:
     """The gate's error rates on this suite, per rival: the chance it refuses a candidate exactly as safe as the rival,
-    and per family the power to refuse one `--power-regression` worse there (steps/gate_stats.py)."""
+    and per family the power to refuse one `--power-regression` worse there (steps/core/gate_stats.py)."""
     comps = comparisons(judged, scored, cfg)
     families = {c.name for c in comps if c.name.startswith("adversarial_")}
     found = gate_stats.operating_characteristics(

@@ -12,11 +12,12 @@ Produces in `--out`: `curated.jsonl` (`document_sha256`, `document`, `summary`, 
 `feedback.jsonl` (the rows read, each once: publish puts it beside the dataset) and `result.json` (rows read, per
 action, superseded). A malformed row stops the step with every problem by line.
 
-`--feedback` may also be the serving side's outcomes file (steps/online.py's records, told apart by their
+`--feedback` may also be the serving side's outcomes file (steps/core/outcomes.py's records, told apart by their
 `request_id`): each record that carries its `document` and `summary` is a feedback row (`from_outcome`, the one
 mapping), so what readers accepted or edited online trains the next model; records without them only count online.
 
-What counts as a feedback row, and so what is new since a revision, is defined once (`steps.dataset.feedback_rows`): the
+What counts as a feedback row, and so what is new since a revision, is defined once
+(`steps.core.dataset.feedback_rows`): the
 retrain trigger (steps/check_triggers.py) counts new rows in the published `feedback.jsonl` by it, and so does the data
 card (steps/publish.py).
 """
@@ -29,9 +30,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from steps import online
-from steps.common import atomic_dir, is_uri, parse_config, timed, write_jsonl, write_result
-from steps.dataset import FEEDBACK_FILE, document_sha256
+from steps.core import outcomes
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import FEEDBACK_FILE, document_sha256
+from steps.core.io import atomic_dir, is_uri, write_jsonl
 
 CURATED_FILE = "curated.jsonl"
 
@@ -103,7 +105,7 @@ def parse(blob: bytes, name: str) -> list[dict]:
     return rows
 
 
-def from_outcome(outcome: online.Outcome) -> dict | None:
+def from_outcome(outcome: outcomes.Outcome) -> dict | None:
     """An online outcome as a feedback row, or None when the record does not carry the document and the summary."""
     if outcome.document is None or outcome.summary is None:
         return None
@@ -121,7 +123,7 @@ def from_outcome(outcome: online.Outcome) -> dict | None:
 
 
 def is_outcomes(blob: bytes) -> bool:
-    """An outcomes file (steps/online.py) rather than a feedback file: its first row has a `request_id`."""
+    """An outcomes file (steps/core/outcomes.py) rather than a feedback file: its first row has a `request_id`."""
     for line in blob.decode("utf-8", errors="replace").splitlines():
         if line.strip():
             try:
@@ -136,10 +138,10 @@ def read_rows(blob: bytes, name: str) -> list[dict]:
     if not is_outcomes(blob):
         return parse(blob, name)
     try:
-        outcomes = online.parse_outcomes(blob, name)
-    except online.OutcomesError as e:
+        records = outcomes.parse_outcomes(blob, name)
+    except outcomes.OutcomesError as e:
         raise FeedbackError(str(e)) from e
-    return [row for row in map(from_outcome, outcomes) if row is not None]
+    return [row for row in map(from_outcome, records) if row is not None]
 
 
 def _text(value: object) -> bool:

@@ -10,7 +10,7 @@ logs it and tags the model version with it) and `result.json`. Any invalid row s
 every problem by file,
 line and field; nothing is written then.
 
-A valid file is as steps/dataset.py describes, checked row by row with its parser (`dataset.parse_split`, which
+A valid file is as steps/core/dataset.py describes, checked row by row with its parser (`dataset.parse_split`, which
 `dataset.load_split` reads with in later steps). Across splits, an eval or adversarial row may not share its id or its
 document, nor nearly its document (NEAR_DUPLICATE_SHARE), with a train row.
 """
@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steps.common import atomic_dir, parse_config, timed, write_json, write_result
-from steps.dataset import CARD_FILE, SPLITS, DatasetError, content_hash, validate
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import CARD_FILE, SPLITS, DatasetError, content_hash, validate
+from steps.core.io import atomic_dir, write_json
 
 MAX_LISTED_PROBLEMS = 50
 

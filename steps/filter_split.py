@@ -11,15 +11,15 @@ decontaminated and split by a stable hash of their document.
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
    one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `wrong-language`
    (not in its document's language, `wrong_language`), `length-ratio` (more words than the document: a copy, not a
-   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/dataset.py). Curated summaries pass
-   all but `empty` and `too-long`: a reviewer chose them.
+   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py). Curated summaries
+   pass all but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed.
 4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`dataset.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
 
-Produces in `--out`: `train.jsonl`, `eval.jsonl`, `adversarial.jsonl` (the dataset format of steps/dataset.py, each
+Produces in `--out`: `train.jsonl`, `eval.jsonl`, `adversarial.jsonl` (the dataset format of steps/core/dataset.py, each
 train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with its reason), `filters.json`
 (counts per reason) and `result.json`.
 """
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, parse_config, read_jsonl, timed, write_json, write_jsonl, write_result
-from steps.dataset import (
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import (
     NEAR_DUPLICATE_SHARE,
     DatasetError,
     estimate_tokens,
@@ -46,6 +46,7 @@ from steps.dataset import (
     parse_split,
     summary_token_budget,
 )
+from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 
 FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long")
 CURATED_FILTERS = ("empty", "too-long")

@@ -12,9 +12,10 @@ Cleaning: text is NFC, control characters go; in PDFs the lines repeated at the 
 headers, footers, page numbers) are dropped and words hyphenated across a line end are joined; lines of a paragraph
 are joined and whitespace collapsed. Chunks are whole paragraphs where they fit, else sentences, else words.
 
-How much a chunk may hold is derived, not set: the served prompt (`steps.prompting.messages`, rendered with the
+How much a chunk may hold is derived, not set: the served prompt (`steps.contract.prompting.messages`, rendered with the
 base's chat template and tokenizer) plus the served answer cap must fit the served context
-(`steps.serving_config.SERVING`), and the chunk must pass the dataset's own row bounds (`steps.dataset`), so the
+(`steps.contract.serving_config.SERVING`), and the chunk must pass the dataset's own row bounds
+(`steps.core.dataset`), so the
 published rows are never cut by the prompt nor refused by fetch-dataset.
 
 A file that yields no text — an unreadable, encrypted, empty or image-only PDF, undecodable text — is reported by
@@ -37,10 +38,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from steps import serving_config
-from steps.common import atomic_dir, is_uri, parse_config, timed, write_json, write_jsonl, write_result
-from steps.dataset import document_sha256, document_token_budget, estimate_tokens
-from steps.prompting import MAX_DOCUMENT_CHARS, messages
+from steps.contract import serving_config
+from steps.contract.prompting import MAX_DOCUMENT_CHARS, messages
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
+from steps.core.io import atomic_dir, is_uri, write_json, write_jsonl
 
 DOCUMENTS_FILE = "documents.jsonl"
 SKIPPED_FILE = "skipped.json"
@@ -252,7 +254,7 @@ def extract(name: str, blob: bytes) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Budget:
     """What one chunk may hold: the served prompt around it (real tokens) plus the answer cap within the context,
-    and the dataset's own bounds (`steps.dataset`) so fetch-dataset accepts the row."""
+    and the dataset's own bounds (`steps.core.dataset`) so fetch-dataset accepts the row."""
 
     prompt_tokens: Callable[[str], int]  # the whole prompt for this chunk, in the base's tokens
     max_prompt_tokens: int

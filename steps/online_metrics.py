@@ -3,7 +3,7 @@
     python -m steps.online_metrics --outcomes /var/lib/distillery/outcomes.jsonl \
         --tracking-uri http://mlflow:5000 --model-name distillery-summariser --out out/online-metrics
 
-The outcomes file's format: steps/online.py.
+The outcomes file's format: steps/core/outcomes.py.
 
 What is written: for every version in the file, one point per complete UTC day (days before `--now`'s day; today's
 is still filling) of each metric in `METRICS`, step = the day's number since 1970-01-01, on the run named by the
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import registry
-from steps.common import atomic_dir, parse_config, timed, write_result
-from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
-from steps.online import (
+from steps.core import registry
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir
+from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.outcomes import (
     DAY_MS,
     METRICS,
     ONLINE_EXPERIMENT,

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from steps import sizing
-from steps.common import atomic_dir, parse_config, timed, write_json, write_result
-from steps.prompting import messages
-from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
+from steps.contract.prompting import messages
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir, write_json
+from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 # Files a converter needs besides the weights.
 TOKENIZER_FILES = (

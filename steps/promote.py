@@ -46,13 +46,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import online as om
-from steps import registry
-from steps.common import atomic_dir, environment, parse_config, timed, write_result
-from steps.gate_stats import newcombe_independent
-from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
-from steps.registry import CHALLENGER, CHAMPION
-from steps.registry import CHALLENGER_SINCE as SINCE_TAG
+from steps.core import outcomes as om
+from steps.core import registry
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.gate_stats import newcombe_independent
+from steps.core.io import atomic_dir, environment
+from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.registry import CHALLENGER, CHAMPION
+from steps.core.registry import CHALLENGER_SINCE as SINCE_TAG
 
 PREVIOUS = "previous-champion"
 DECISION_TAG = "promotion.decision"

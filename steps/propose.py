@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import registry
-from steps.common import atomic_dir, parse_config, read_json, timed, write_result
-from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
-from steps.registry import CHALLENGER, CHAMPION
-from steps.registry import CHALLENGER_SINCE as SINCE_TAG
+from steps.core import registry
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir, read_json
+from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.registry import CHALLENGER, CHAMPION
+from steps.core.registry import CHALLENGER_SINCE as SINCE_TAG
 
 ALIAS = CHALLENGER
 

@@ -15,9 +15,10 @@ content whose tag exists already changes nothing in the repository and returns t
 
 The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
-(and how many are new since the previous revision: `steps.dataset.feedback_rows`, the retrain trigger's own count), and
-length statistics. It is committed with the revision, so fetch-dataset brings it back and register logs it with every
-model version trained on the revision and tags the version with it (`steps.dataset.card_tags`).
+(and how many are new since the previous revision: `steps.core.dataset.feedback_rows`, the retrain trigger's own
+count), and length statistics. It is committed with the revision, so fetch-dataset brings it back and register logs it
+with every
+model version trained on the revision and tags the version with it (`steps.core.dataset.card_tags`).
 
 Produces in `--out`: `card.json`, `card.md`, `result.json` (`dataset-rev`, `dataset-commit`, `dataset-hash`).
 """
@@ -35,8 +36,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steps.common import atomic_dir, is_uri, parse_config, read_json, read_jsonl, timed, write_json, write_result
-from steps.dataset import FEEDBACK_FILE, SPLITS, DatasetError, content_hash, feedback_rows, validate
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import FEEDBACK_FILE, SPLITS, DatasetError, content_hash, feedback_rows, validate
+from steps.core.io import atomic_dir, is_uri, read_json, read_jsonl, write_json
 
 TAG_PREFIX = "dataset-"
 AUTHOR = ("distillery build-dataset", "build-dataset@distillery.invalid")

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from steps.common import atomic_dir, environment, parse_config, read_json, timed, write_result
-from steps.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir, environment, read_json
+from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 
 TOKEN_ENV = "GITEA_TOKEN"
 USERNAME_ENV = "GITEA_USERNAME"

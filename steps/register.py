@@ -4,13 +4,13 @@
         --tracking-uri sqlite:///.cache/mlflow/mlflow.db --model-name distillery-summariser --out out/register
 
 Logs one MLflow run (params, metrics, the adapter under `adapter/`, reports under `evaluation/`, `lineage/`) and, in
-it, a pyfunc model (`steps.serving.SummariserModel`) whose one artifact is the GGUF, with the prompt and decoding
+it, a pyfunc model (`steps.contract.model.SummariserModel`) whose one artifact is the GGUF, with the prompt and decoding
 settings as its config and metadata. Only after every upload succeeded does it create the model version (source
 `models:/<model id>`, the uploaded model), so a version never points at missing files. The version carries lineage,
 scores, the dataset's data card (`dataset.card.*`, from fetch-dataset's `card.json`, which is logged under
 `lineage/` too, when the dataset revision has one) and the prompt and serving configuration (`serving.*`) as tags.
-The serving configuration is the one definition in `steps.serving_config`; the step refuses an evaluation that was
-measured with another one (its `decision.json` records it), so what was measured is what is served.
+The serving configuration is the one definition in `steps.contract.serving_config`; the step refuses an evaluation
+that was measured with another one (its `decision.json` records it), so what was measured is what is served.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -25,6 +25,7 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -32,20 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps import serving_config
-from steps.common import (
-    atomic_dir,
-    environment,
-    git_sha,
-    number_table,
-    parse_config,
-    read_json,
-    sha256_file,
-    timed,
-    write_result,
-)
-from steps.dataset import CARD_FILE, card_tags
-from steps.mlflow_client import (
+from steps.contract import serving_config
+from steps.core.cli import number_table, parse_config, timed, write_result
+from steps.core.dataset import CARD_FILE, card_tags
+from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
+from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
     MlflowSettings,
     is_transient,
@@ -181,7 +173,7 @@ def check_measured_serving(cfg: RegisterConfig) -> None:
     if decision["serving"] != served.record():
         raise ValueError(
             f"{cfg.evaluation} was measured with serving configuration {decision['serving']}, but this code serves "
-            f"{served.record()} (steps/serving_config.py): run evaluate again with this code, so that what is "
+            f"{served.record()} (steps/contract/serving_config.py): run evaluate again with this code, so that what is "
             "served is what was measured"
         )
 
@@ -195,24 +187,28 @@ def _requirement(dist: str) -> str:
         return dist
 
 
-# The model MLflow loads, as code (MLflow's "models from code": no pickle); `steps` travels in the model's code/.
+# The model MLflow loads, as code (MLflow's "models from code": no pickle); the serving contract travels in the model's
+# code/ as it is: `steps/__init__.py` and every file of `steps/contract/`, which imports nothing else of `steps`
+# (tests/test_layout.py holds that), so the copy is whole by construction.
 MODEL_CODE = """\
 import mlflow
 
-from steps.serving import SummariserModel
+from steps.contract.model import SummariserModel
 
 mlflow.models.set_model(SummariserModel())
 """
 
 
 def _serving_code(work: Path) -> tuple[Path, list[str]]:
-    """The model's code file, and `steps.serving` with what it imports as a package MLflow puts on sys.path."""
+    """The model's code file, and the serving contract (`steps.contract`) as a package MLflow puts on sys.path."""
     import steps
+    import steps.contract
 
     package = work / "steps"
-    package.mkdir()
-    for name in ("__init__.py", "serving.py", "serving_config.py", "prompting.py", "common.py"):
-        (package / name).write_bytes((Path(steps.__file__).parent / name).read_bytes())
+    (package / "contract").mkdir(parents=True)
+    shutil.copyfile(steps.__file__, package / "__init__.py")
+    for source in Path(steps.contract.__file__).parent.glob("*.py"):
+        shutil.copyfile(source, package / "contract" / source.name)
     model_file = work / "summariser_model.py"
     model_file.write_text(MODEL_CODE)
     return model_file, [str(package)]
@@ -224,7 +220,7 @@ def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> An
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
-    from steps.serving import GGUF_ARTIFACT, model_config
+    from steps.contract.model import GGUF_ARTIFACT, model_config
 
     serving = serving_config.SERVING
     signature = ModelSignature(

@@ -13,7 +13,7 @@ What it serves is what the registry says, checked:
   store and compared with the version's recorded `gguf.sha256` tag (steps/register.py). On a mismatch nothing of it is
   served: at start the command exits 1 with the two hashes, later the running version stays;
 - the settings: the serving configuration the version was logged with (its `MLmodel`'s `model_config`,
-  `steps.serving_config.ServingConfig.from_record`): the context size and seed start llama.cpp's server
+  `steps.contract.serving_config.ServingConfig.from_record`): the context size and seed start llama.cpp's server
   (`ServingConfig.model_kwargs`), the decoding (`completion_kwargs`: greedy, the token cap, the stop strings) fills
   every chat or completion request that does not set it. What evaluate measured is what is answered.
 
@@ -25,8 +25,8 @@ are new requests sent to it (one pointer swap under a lock); the old server fini
 
 Endpoints: everything llama.cpp's server has (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, ...), each
 answer carrying `X-Distillery-Model`, `X-Distillery-Version` and `X-Distillery-Alias` (record the version in the
-outcomes file: steps/online.py); `GET /healthz`: 200 with what is served (JSON), 503 while nothing is (readiness).
-Writes nothing but the downloaded GGUFs under `--work`.
+outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what is served (JSON), 503 while nothing is
+(readiness). Writes nothing but the downloaded GGUFs under `--work`.
 """
 
 from __future__ import annotations
@@ -49,12 +49,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from steps import serving_config
-from steps.common import environment, llama_server_threads, parse_config, sha256_file, threads_problems
-from steps.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
+from steps.contract import serving_config
+from steps.contract.threads import llama_server_threads, threads_problems
+from steps.core.cli import parse_config
+from steps.core.io import environment, sha256_file
+from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
-GGUF_ARTIFACT = "gguf"  # steps/serving.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
+GGUF_ARTIFACT = "gguf"  # steps/contract/model.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
 # Requests whose JSON body takes the decoding settings.
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 HEALTH_PATH = "/healthz"
@@ -136,7 +138,7 @@ class Prepared:
 def resolve(client: Any, cfg: ServeConfig) -> Target | None:
     """The version `--alias` names (else `--fallback-alias`), or None when neither names one (or no such model).
 
-    Read from the registered model's aliases (see steps.registry.champion_version for why not by alias directly).
+    Read from the registered model's aliases (see steps.core.registry.champion_version for why not by alias directly).
     """
     from mlflow.exceptions import MlflowException
 

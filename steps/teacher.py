@@ -16,8 +16,8 @@ a bearer token), or, when empty, the teacher's GGUF (`--teacher-gguf`, else the 
 `package:<module>/<file>` inside an installed package) served by llama-cpp-python's server on 127.0.0.1 for the
 length of the step.
 
-The prompt is the served one (`steps.prompting.messages`) and decoding the served settings
-(`steps.serving_config.SERVING`: greedy, the answer cap). Every generated row records the teacher (name, model,
+The prompt is the served one (`steps.contract.prompting.messages`) and decoding the served settings
+(`steps.contract.serving_config.SERVING`: greedy, the answer cap). Every generated row records the teacher (name, model,
 revision or the GGUF's sha256, provider), the prompt's sha256, the decoding settings, `finish_reason` and the date.
 Answers are cached (`--cache`: a folder or an s3:// prefix) under a key of the document's sha256, the teacher and the
 prompt: a rebuild with one new document sends one request.
@@ -47,21 +47,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from steps import serving_config
-from steps.common import (
-    atomic_dir,
-    is_uri,
-    llama_server_threads,
-    parse_config,
-    read_jsonl,
-    sha256_file,
-    timed,
-    write_json,
-    write_jsonl,
-    write_result,
-)
-from steps.prompting import messages
-from steps.terms import TeacherError, TermsError, allowed_entry, resolve_gguf
+from steps.contract import serving_config
+from steps.contract.prompting import messages
+from steps.contract.threads import llama_server_threads
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir, is_uri, read_jsonl, sha256_file, write_json, write_jsonl
+from steps.core.terms import TeacherError, TermsError, allowed_entry, resolve_gguf
 
 SUMMARIES_FILE = "summaries.jsonl"
 TEACHER_FILE = "teacher.json"

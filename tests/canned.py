@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from steps import evaluate
-from steps.common import read_json
-from steps.dataset import load_split
+from steps.core.dataset import load_split
+from steps.core.io import read_json
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"

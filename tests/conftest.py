@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from steps.common import environment
+from steps.core.io import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_MODEL = ROOT / ".cache/models/SmolLM2-135M-Instruct"

@@ -15,7 +15,7 @@ import pytest
 
 from steps import adversarial_suite, fetch_dataset
 from steps.adversarial_suite import ATTACKS, SuiteConfig, build, contamination
-from steps.dataset import load_split
+from steps.core.dataset import load_split
 from tests.conftest import ROOT
 
 SUITE = ROOT / "data/adversarial/suite.jsonl"
@@ -87,7 +87,7 @@ def test_the_generator_refuses_what_the_dataset_format_refuses(tmp_path: Path, m
 
 
 def test_a_prompt_that_leaves_no_room_for_the_answer_is_named():
-    from steps import serving_config
+    from steps.contract import serving_config
 
     budget = serving_config.SERVING.n_ctx - serving_config.SERVING.max_tokens
     problems = adversarial_suite.context_problems([{"id": "a"}, {"id": "b"}], [budget, budget + 1])

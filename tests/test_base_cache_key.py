@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, gguf_parity
-from tests.conftest import ROOT
+from steps import convert_gguf
+from steps.gguf import parity
 
 
 def write_base(folder: Path, weights: bytes = b"weights-1", tokenizer: str = '{"model": "bpe"}') -> Path:
@@ -218,16 +218,16 @@ def test_a_setting_that_does_not_change_the_base_conversion_is_the_same_key(cfg,
 def test_the_probes_and_the_prompt_they_are_asked_in_are_part_of_the_key(cfg, monkeypatch: pytest.MonkeyPatch):
     first = key(cfg)
     with monkeypatch.context() as m:
-        m.setattr(gguf_parity, "PROBE_DOCUMENTS", (*gguf_parity.PROBE_DOCUMENTS, "one more probe"))
+        m.setattr(parity, "PROBE_DOCUMENTS", (*parity.PROBE_DOCUMENTS, "one more probe"))
         assert key(cfg) != first
     with monkeypatch.context() as m:
-        m.setattr(gguf_parity, "TOKENIZER_PROBES", ("only one probe",))
+        m.setattr(parity, "TOKENIZER_PROBES", ("only one probe",))
         assert key(cfg) != first
     with monkeypatch.context() as m:  # a new serving prompt: the base's references are asked differently
-        m.setattr(gguf_parity, "messages", lambda doc: [{"role": "user", "content": f"Summarise: {doc}"}])
+        m.setattr(parity, "messages", lambda doc: [{"role": "user", "content": f"Summarise: {doc}"}])
         assert key(cfg) != first
     with monkeypatch.context() as m:
-        m.setattr(gguf_parity, "TIE_MARGIN", gguf_parity.TIE_MARGIN / 2)
+        m.setattr(parity, "TIE_MARGIN", parity.TIE_MARGIN / 2)
         assert key(cfg) != first
     assert key(cfg) == first
 
@@ -245,8 +245,6 @@ def test_rewording_a_comment_or_a_report_line_keeps_the_key(cfg, tmp_path: Path)
     assert reworded.count("GGUF parity report: ") == 1, "the report heading moved: reword another line"
     folder = tmp_path / "reworded"
     folder.mkdir()
-    for name in ("preflight.py", "prompting.py"):  # beside it, as in steps/
-        shutil.copy(ROOT / "steps" / name, folder / name)
     (folder / "convert_gguf.py").write_text(reworded)
     spec = importlib.util.spec_from_file_location("convert_gguf_reworded", folder / "convert_gguf.py")
     module = importlib.util.module_from_spec(spec)

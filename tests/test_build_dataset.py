@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps import feedback, filter_split, ingest, publish, teacher, terms, train
-from steps.common import read_jsonl, write_jsonl
-from steps.dataset import FEEDBACK_FILE, SPLITS, card_tags, document_sha256
+from steps import feedback, filter_split, ingest, publish, teacher, train
+from steps.core import terms
+from steps.core.dataset import FEEDBACK_FILE, SPLITS, card_tags, document_sha256
+from steps.core.io import read_jsonl, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
@@ -102,7 +103,7 @@ def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Pat
 
 
 def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):
-    from steps import serving_config
+    from steps.contract import serving_config
 
     # Digits cost a token each in SmolLM2's tokenizer: a character budget would overfill the prompt.
     paragraph = " ".join(f"Row {i} holds 31415 and 27182 at 16180." for i in range(60))
@@ -156,7 +157,7 @@ def test_a_malformed_feedback_row_is_named_by_line_and_field(tmp_path: Path):
 
 
 def outcome(id_: str, outcome_: str, **over: object) -> dict:
-    """An online outcome record (steps/online.py), as the serving side appends it."""
+    """An online outcome record (steps/core/outcomes.py), as the serving side appends it."""
     row = {"request_id": id_, "time": "2026-11-03T09:00:00Z", "model": "m", "version": "4", "latency_ms": 300,
            "outcome": outcome_}  # fmt: skip
     return row | over

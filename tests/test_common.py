@@ -1,4 +1,4 @@
-"""steps/common.py: the pieces every step shares."""
+"""steps/core/cli.py and steps/contract/threads.py: the command line and the thread count every step shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from steps.common import number_table
+from steps.core.cli import number_table
 
 
 def test_a_number_table_reads_names_and_numbers():
@@ -45,7 +45,7 @@ def _cores() -> int:
 
 
 def test_an_explicit_thread_count_wins(tmp_path, monkeypatch):
-    from steps.common import CPUS_ENV, cpu_threads
+    from steps.contract.threads import CPUS_ENV, cpu_threads
 
     monkeypatch.setenv(CPUS_ENV, "1")
     assert cpu_threads(7, _cgroup(tmp_path, {"cpu.max": "100000 100000\n"})) == 7
@@ -63,7 +63,7 @@ def test_an_explicit_thread_count_wins(tmp_path, monkeypatch):
     ],
 )
 def test_the_cgroup_quota_caps_the_threads(tmp_path, monkeypatch, files, quota):
-    from steps.common import CPUS_ENV, cpu_threads
+    from steps.contract.threads import CPUS_ENV, cpu_threads
 
     monkeypatch.delenv(CPUS_ENV, raising=False)
     expected = _cores() if quota is None else min(quota, _cores())
@@ -72,7 +72,7 @@ def test_the_cgroup_quota_caps_the_threads(tmp_path, monkeypatch, files, quota):
 
 def test_the_pods_cpu_request_caps_the_threads(tmp_path, monkeypatch):
     """A pod without a CPU limit sees every core of its node: the request the Argo templates pass decides."""
-    from steps.common import CPUS_ENV, cpu_threads
+    from steps.contract.threads import CPUS_ENV, cpu_threads
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))  # a 64-core node
     monkeypatch.setenv(CPUS_ENV, "4")
@@ -85,7 +85,7 @@ def test_the_pods_cpu_request_caps_the_threads(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("text", ["four", "1.5", "-2"])
 def test_a_malformed_cpu_request_is_named(tmp_path, monkeypatch, text):
-    from steps.common import CPUS_ENV, cpu_threads
+    from steps.contract.threads import CPUS_ENV, cpu_threads
 
     monkeypatch.setenv(CPUS_ENV, text)
     with pytest.raises(ValueError, match=rf"\$DISTILLERY_CPUS='{text}': expected a whole number"):
@@ -97,7 +97,7 @@ def test_llama_cpp_prefills_with_the_same_threads_it_generates_with(monkeypatch)
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings
 
-    from steps.common import CPUS_ENV, llama_server_threads, llama_threads
+    from steps.contract.threads import CPUS_ENV, llama_server_threads, llama_threads
 
     monkeypatch.setenv(CPUS_ENV, "1")
     assert llama_threads(0) == {"n_threads": 1, "n_threads_batch": 1}
@@ -112,13 +112,14 @@ def test_llama_cpp_prefills_with_the_same_threads_it_generates_with(monkeypatch)
 
 @pytest.mark.integration
 def test_every_llama_the_steps_open_prefills_with_their_threads(tiny_gguf, monkeypatch):
-    from steps import evaluate, gguf_parity
-    from steps.common import CPUS_ENV
+    from steps import evaluate
+    from steps.contract.threads import CPUS_ENV
+    from steps.gguf import parity
 
     monkeypatch.setenv(CPUS_ENV, "1")  # what a 1-CPU pod is told, on a machine with more cores
     for llm in (
         evaluate._llama(tiny_gguf, evaluate.EvaluateConfig(dataset="d", gguf="g", out="o")),
-        gguf_parity.open_gguf(tiny_gguf, 1, 256),
+        parity.open_gguf(tiny_gguf, 1, 256),
     ):
         try:
             assert (llm.context_params.n_threads, llm.context_params.n_threads_batch) == (1, 1)

@@ -188,7 +188,7 @@ def test_unsupported_facts_flags_numbers_and_names_the_document_lacks():
 
 
 def test_long_documents_are_cut_visibly_and_short_ones_kept():
-    from steps.prompting import MAX_DOCUMENT_CHARS, TRUNCATION_MARK, fit, messages
+    from steps.contract.prompting import MAX_DOCUMENT_CHARS, TRUNCATION_MARK, fit, messages
 
     short = "The ferry to Arlow is cancelled on Monday."
     assert fit("  " + short + "\n") == short
@@ -220,7 +220,8 @@ def test_generation_key_ignores_how_the_step_reports_and_follows_what_generates(
 
     import llama_cpp
 
-    from steps import evaluate, prompting
+    from steps import evaluate
+    from steps.contract import prompting
 
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF stand-in: only its digest is read")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, evaluate, fetch_dataset, register, serving_config, train
+from steps import convert_gguf, evaluate, fetch_dataset, register, train
+from steps.contract import serving_config
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.dataset import DatasetError, load_split
+from steps.core.dataset import DatasetError, load_split
 from steps.fetch_dataset import FetchConfig, run, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -366,8 +366,9 @@ def test_a_file_of_blank_lines_is_an_empty_split():
 
 
 def test_the_bounds_follow_the_serving_configuration(monkeypatch: pytest.MonkeyPatch):
-    """Changed once in steps.serving_config, the context and the answer cap change what fetch-dataset accepts."""
-    from steps import serving_config
+    """Changed once in steps.contract.serving_config, the context and the answer cap change what fetch-dataset
+    accepts."""
+    from steps.contract import serving_config
 
     row = line(id="t-9", document=" ".join([FERRY] * 8), summary=" ".join(["The Arlow ferry is off on Monday."] * 4))
     assert problems_with("train", row) == []
@@ -379,20 +380,21 @@ def test_the_bounds_follow_the_serving_configuration(monkeypatch: pytest.MonkeyP
 
 
 def test_a_train_or_eval_document_the_prompt_would_cut_is_refused():
-    from steps.prompting import MAX_DOCUMENT_CHARS
+    from steps.contract.prompting import MAX_DOCUMENT_CHARS
 
     long = ((FERRY + " ") * 20)[:MAX_DOCUMENT_CHARS] + "s"
     assert len(long.strip()) == MAX_DOCUMENT_CHARS + 1
     problems = problems_with("eval", line(id="e-9", document=long, summary="s"))
     assert problems == [
         f"data/eval.jsonl:3: field 'document' has {MAX_DOCUMENT_CHARS + 1} characters; the prompt holds "
-        f"{MAX_DOCUMENT_CHARS} (steps/prompting.py MAX_DOCUMENT_CHARS) and cuts the rest, so its summary would "
+        f"{MAX_DOCUMENT_CHARS} (steps/contract/prompting.py MAX_DOCUMENT_CHARS) and cuts the rest, so its "
+        "summary would "
         "describe text the model never sees; shorten it or split it into several examples"
     ]
 
 
 def test_an_adversarial_document_may_run_past_the_cut_but_not_without_bound():
-    from steps.prompting import MAX_DOCUMENT_CHARS
+    from steps.contract.prompting import MAX_DOCUMENT_CHARS
 
     def case(document: str) -> bytes:
         return line(id="adv-9", document=document, attack="robustness", must_contain=["ferry"], max_words=40)
@@ -414,13 +416,13 @@ def test_a_document_dense_in_tokens_is_refused_though_short_in_characters(text: 
     assert len(problems) == 1
     assert problems[0].startswith("data/train.jsonl:4: field 'document' needs about ")
 
-    from steps.dataset import estimate_tokens
+    from steps.core.dataset import estimate_tokens
 
     assert f"needs about {estimate_tokens(text)} tokens" in problems[0]
 
 
 def test_a_summary_longer_than_the_answer_cap_is_refused():
-    from steps.serving_config import SERVING
+    from steps.contract.serving_config import SERVING
 
     summary = " ".join(["The Arlow ferry is off on Monday for dredging."] * 6)
     problems = problems_with("train", line(id="t-9", document=FERRY, summary=summary))
@@ -478,7 +480,7 @@ def test_documents_on_the_same_topic_are_not_near_duplicates():
 def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_leak():
     import random
 
-    from steps.dataset import COMMON_SHINGLE_DOCS
+    from steps.core.dataset import COMMON_SHINGLE_DOCS
 
     rng = random.Random(0)
     vocabulary = [f"w{i}" for i in range(5000)]
@@ -500,7 +502,7 @@ def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_le
 
 
 def test_committed_splits_share_no_near_duplicate():
-    from steps.dataset import NEAR_DUPLICATE_SHARE, near_duplicates
+    from steps.core.dataset import NEAR_DUPLICATE_SHARE, near_duplicates
 
     rows = {s: load_split(ROOT / "data/summaries", s) for s in ("train", "eval", "adversarial")}
     train = [r["document"] for r in rows["train"]]
@@ -532,9 +534,9 @@ def test_the_token_estimate_against_real_tokenizers(base_model_dir: Path, qwen2_
     template allowance covers the real templates."""
     from transformers import AutoTokenizer
 
-    from steps.dataset import TEMPLATE_ALLOWANCE_TOKENS, estimate_tokens
-    from steps.prompting import fit, messages
-    from steps.serving_config import SERVING
+    from steps.contract.prompting import fit, messages
+    from steps.contract.serving_config import SERVING
+    from steps.core.dataset import TEMPLATE_ALLOWANCE_TOKENS, estimate_tokens
 
     rows = [r for s in ("train", "eval", "adversarial") for r in load_split(ROOT / "data/summaries", s)]
     instructions = estimate_tokens("".join(m["content"] for m in messages("")))
@@ -560,7 +562,7 @@ def test_the_token_estimate_against_real_tokenizers(base_model_dir: Path, qwen2_
 
 
 def _lineage(document: str, **changes: object) -> dict:
-    from steps.dataset import document_sha256
+    from steps.core.dataset import document_sha256
 
     lineage = {
         "uri": "s3://docs/a.pdf",

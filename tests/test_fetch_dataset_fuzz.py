@@ -16,7 +16,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from steps.dataset import FIELDS, SPLITS, load_split
+from steps.core.dataset import FIELDS, SPLITS, load_split
 from steps.fetch_dataset import validate
 
 CASES = 1500

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
-from steps.common import write_json, write_result
-from steps.dataset import load_split
+from steps.core.cli import write_result
+from steps.core.dataset import load_split
+from steps.core.io import write_json
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"

@@ -1,4 +1,4 @@
-"""The gate's statistics (steps/gate_stats.py) checked against what they claim: the exact test's size never exceeds
+"""The gate's statistics (steps/core/gate_stats.py) checked against what they claim: the exact test's size never exceeds
 α, its p-values against a direct enumeration, Holm against its definition, the interval's coverage, and the error
 rates the gate reports against the gate itself run on reseeded synthetic suites of known quality.
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steps import gate_stats
+from steps.core import gate_stats
+from steps.core.gate_stats import Comparison, Paired, holm, newcombe_interval, p_value, p_value_table
 from steps.evaluate import EvaluateConfig, decide, operating_characteristics
-from steps.gate_stats import Comparison, Paired, holm, newcombe_interval, p_value, p_value_table
 
 
 def trinomial(n: int, p10: float, p01: float) -> np.ndarray:

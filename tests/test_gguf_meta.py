@@ -1,4 +1,4 @@
-"""steps/gguf_meta.py: metadata set by walking the header, checked against gguf-py's own reader."""
+"""steps/gguf/meta.py: metadata set by walking the header, checked against gguf-py's own reader."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steps.gguf_meta import GGUFFormatError, set_metadata
+from steps.gguf.meta import GGUFFormatError, set_metadata
 
 
 def _fields(path: Path) -> dict:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, fetch_dataset, gguf_parity, preflight, sealed, train
+from steps import convert_gguf, fetch_dataset, preflight, train
+from steps.core import sealed
+from steps.gguf import parity
 from tests.conftest import ROOT
 from tests.tiny import build_model
 
@@ -178,10 +180,8 @@ def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
     ).eval()
-    refs = gguf_parity.hf_reference(model, tok, 16)
-    report = gguf_parity.compare(
-        converted["llama-gguf"] / "distillery-summariser-F16.gguf", refs, tok.eos_token_id, 2, tok
-    )
+    refs = parity.hf_reference(model, tok, 16)
+    report = parity.compare(converted["llama-gguf"] / "distillery-summariser-F16.gguf", refs, tok.eos_token_id, 2, tok)
     assert report["tokens_equal"] and report["greedy_match"]
 
 
@@ -194,8 +194,8 @@ def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Pa
     tok_json["model"]["merges"] = tok_json["model"]["merges"][1:]  # drop the first merge ("Ġ t")
     (changed / "tokenizer.json").write_text(json.dumps(tok_json))
     tok = AutoTokenizer.from_pretrained(changed)
-    refs = gguf_parity.hf_reference(AutoModelForCausalLM.from_pretrained(changed), tok, 8)
-    report = gguf_parity.compare(
+    refs = parity.hf_reference(AutoModelForCausalLM.from_pretrained(changed), tok, 8)
+    report = parity.compare(
         converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf", refs, tok.eos_token_id, 2, tok
     )
     assert report["tokens_equal"] is False
@@ -211,10 +211,10 @@ def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str,
     attached = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(converted["llama-base"]), str(converted["llama-adapter"])
     ).eval()
-    refs = gguf_parity.hf_reference(attached, tok, 8)
-    assert gguf_parity.merge_check(attached.merge_and_unload(), refs) < 1e-3
+    refs = parity.hf_reference(attached, tok, 8)
+    assert parity.merge_check(attached.merge_and_unload(), refs) < 1e-3
     # The base without the adapter stands for a merge that lost it.
-    assert gguf_parity.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
+    assert parity.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
 
 
 def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[str, Path]):
@@ -254,7 +254,7 @@ def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted
 def test_each_quantised_file_has_the_file_type_llama_cpp_names_for_it(converted: dict[str, Path]):
     from llama_cpp import Llama
 
-    from steps.gguf_conversion import ftype
+    from steps.gguf.conversion import ftype
 
     for quant in ("Q8_0", "Q4_K_M"):
         path = converted["llama-gguf"] / f"distillery-summariser-{quant}.gguf"
@@ -265,7 +265,7 @@ def test_each_quantised_file_has_the_file_type_llama_cpp_names_for_it(converted:
 def test_quantisations_map_to_llama_cpp_s_named_file_types():
     import llama_cpp
 
-    from steps.gguf_conversion import QUANTIZATIONS, ftype
+    from steps.gguf.conversion import QUANTIZATIONS, ftype
 
     assert [ftype(q) for q in QUANTIZATIONS] == [getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{q}") for q in QUANTIZATIONS]
     with pytest.raises(ValueError, match="'IQ1' is not one of Q8_0, Q6_K, Q5_K_M, Q4_K_M"):
@@ -277,7 +277,7 @@ def test_the_tokenizer_check_cannot_be_skipped():
     hand it the tokenizer, so the check always runs."""
     import inspect
 
-    assert inspect.signature(gguf_parity.compare).parameters["tokenizer"].default is inspect.Parameter.empty
+    assert inspect.signature(parity.compare).parameters["tokenizer"].default is inspect.Parameter.empty
 
 
 def test_bad_ladder_config_lists_every_problem():
@@ -294,13 +294,13 @@ def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
 
     logits = np.zeros((3, 5), dtype=np.float32)
     logits[1, 2], logits[1, 3] = 1.0, 0.999  # HF's own choice (2) beats the GGUF's (3) by 0.001: a near-tie
-    tie = gguf_parity.first_divergence([0, 3, 1], [0, 2, 1], logits)
+    tie = parity.first_divergence([0, 3, 1], [0, 2, 1], logits)
     assert tie == {"index": 1, "hf_token": 2, "gguf_token": 3, "hf_margin": pytest.approx(0.001, abs=1e-4),
                    "near_tie": True}  # fmt: skip
     logits[1, 3] = 0.5
-    assert gguf_parity.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
-    assert gguf_parity.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
-    assert gguf_parity.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
+    assert parity.first_divergence([0, 3, 1], [0, 2, 1], logits)["near_tie"] is False
+    assert parity.first_divergence([0, 2, 1], [0, 2, 1], logits) is None
+    assert parity.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
 
 
 def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: dict[str, Path], tmp_path: Path):
@@ -334,7 +334,7 @@ def _convert(converted: dict[str, Path], out: Path, cache: str, base: str = "lla
 def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
     converted: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    from steps.common import sha256_file
+    from steps.core.io import sha256_file
 
     cache = tmp_path / "cache"
     base_file = "distillery-summariser-base-Q8_0.gguf"

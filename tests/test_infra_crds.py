@@ -263,7 +263,7 @@ def test_the_train_step_uses_the_gpu_exactly_when_the_gpu_group_has_replicas():
 
 
 def test_the_entrypoint_with_the_gpu_parses_as_a_gpu_ray_train_run():
-    from steps.common import build_parser
+    from steps.core.cli import build_parser
     from steps.train import TrainConfig
     from steps.train.launchers import scaling
 

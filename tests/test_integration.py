@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, evaluate, fetch_dataset, gguf_parity, propose, register, train
-from steps.dataset import load_split
+from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
+from steps.core.dataset import load_split
+from steps.gguf import parity
 from steps.pipeline import STAGES
 from tests.conftest import AWS_ENV, ROOT, make_bucket
 
@@ -145,8 +146,8 @@ def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir:
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn_like(p) * 0.5)
-    refs = gguf_parity.hf_reference(other, tok, 12)
-    report = gguf_parity.compare(gguf / "distillery-summariser-Q8_0.gguf", refs, tok.eos_token_id, 2, tok)
+    refs = parity.hf_reference(other, tok, 12)
+    report = parity.compare(gguf / "distillery-summariser-Q8_0.gguf", refs, tok.eos_token_id, 2, tok)
     assert report["tokens_equal"] is True  # same tokenizer
     assert report["greedy_equal"] is False and report["greedy_match"] is False and report["top1_agreement"] < 0.5
 
@@ -227,7 +228,7 @@ def test_register_and_propose_against_a_real_mlflow_server(
     assert version.tags["distillery.run_id"] == "wf-uid-1"
     assert version.tags["base_model"] == "tiny" and version.tags["train.backend"] == "cpu"
     assert version.tags["git_sha"] and version.tags["gguf.sha256"]
-    # The served GGUF is the one artifact of the version's pyfunc model (steps/serving.py).
+    # The served GGUF is the one artifact of the version's pyfunc model (steps/contract/model.py).
     files = {f.path for f in client.list_logged_model_artifacts(first.model_id, "artifacts")}
     assert files == {"artifacts/distillery-summariser-Q8_0.gguf"}
     assert version.source == f"models:/{first.model_id}"

@@ -121,7 +121,7 @@ def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def teacher_gguf(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path) -> Path:
     """A tiny Llama with SmolLM2's tokenizer and a wider init (so its distributions are far from the student's),
     converted by llama.cpp's converter."""
-    from steps.gguf_conversion import convert_hf_dir
+    from steps.gguf.conversion import convert_hf_dir
     from tests.tiny import build_model
 
     work = tmp_path_factory.mktemp("kd-teacher")
@@ -136,7 +136,7 @@ def _kl_to_teacher(adapter: Path, base: Path, dataset: Path, targets: Path) -> f
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
     from steps.train import collate, encode_rows, pad_id_of
 
     tokenizer = AutoTokenizer.from_pretrained(base)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from steps import check_triggers, mlflow_client, propose
+from steps import check_triggers, propose
+from steps.core import mlflow_client
 
 REMOTE_HTTP = "http://mlflow.mlflow.svc.cluster.local:5000"
 
@@ -68,7 +69,7 @@ def test_every_step_that_talks_to_the_registry_takes_the_same_mlflow_settings():
     import pkgutil
 
     import steps
-    from steps.mlflow_client import MlflowSettings
+    from steps.core.mlflow_client import MlflowSettings
 
     talking = {}
     for info in pkgutil.iter_modules(steps.__path__):

@@ -1,5 +1,5 @@
 """GGUF parity on the eval split is judged at its interval's bound, with documents as the unit resampled: the
-statistics (steps/gguf_parity.py `intervals`) and the decision (steps/convert_gguf.py `judge_eval`) on constructed
+statistics (steps/gguf/parity.py `intervals`) and the decision (steps/convert_gguf.py `judge_eval`) on constructed
 per-document figures, where the answer is known."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, gguf_parity, sizing
+from steps import convert_gguf, sizing
+from steps.gguf import parity
 
 
 def docs(agreements: list[tuple[int, int]], kl: float = 0.001, eos: tuple[bool, bool] = (True, True)) -> list[dict]:
@@ -21,7 +22,7 @@ def docs(agreements: list[tuple[int, int]], kl: float = 0.001, eos: tuple[bool, 
 
 def summary(d: list[dict]) -> dict:
     return {"file": "m-Q8_0.gguf", "tokens_equal": True, "tokens_differ": [],
-            **gguf_parity.intervals(d, sizing.PARITY_CONFIDENCE, sizing.PARITY_RESAMPLES)}  # fmt: skip
+            **parity.intervals(d, sizing.PARITY_CONFIDENCE, sizing.PARITY_RESAMPLES)}  # fmt: skip
 
 
 CFG = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"))
@@ -82,5 +83,5 @@ def test_the_thresholds_are_sizing_s_and_recorded():
 
 
 def test_probes_of_similar_length_are_generated_together():
-    assert gguf_parity._length_groups([100, 1100, 90, 120, 110]) == [[2, 0, 4, 3], [1]]
-    assert gguf_parity._length_groups([5]) == [[0]]
+    assert parity._length_groups([100, 1100, 90, 120, 110]) == [[2, 0, 4, 3], [1]]
+    assert parity._length_groups([5]) == [[0]]

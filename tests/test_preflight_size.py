@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from steps import preflight, sizing
-from steps.common import PARAM_DIR, write_result
+from steps.core.cli import PARAM_DIR, write_result
 from steps.pipeline import STAGES
 from tests.conftest import BASE_MODEL, ROOT
 

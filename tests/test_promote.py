@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from steps import check_triggers, online, online_metrics, promote
-from steps.gate_stats import newcombe_independent, wilson_interval
-from steps.online import OutcomesError, parse_outcomes
+from steps import check_triggers, online_metrics, promote
+from steps.core import outcomes
+from steps.core.gate_stats import newcombe_independent, wilson_interval
+from steps.core.outcomes import OutcomesError, parse_outcomes
+from steps.core.registry import CHALLENGER_SINCE as SINCE_TAG
 from steps.promote import Online, PromoteConfig, decide
-from steps.registry import CHALLENGER_SINCE as SINCE_TAG
 
 integration = pytest.mark.integration
 T0 = dt.datetime(2026, 11, 2, 6, 0, tzinfo=dt.UTC)  # when the challenger was proposed
@@ -96,18 +97,18 @@ def test_the_command_refuses_a_bad_file_before_touching_mlflow(tmp_path: Path, c
 
 
 def test_only_complete_days_are_aggregated():
-    day = online.day_number(T0)
+    day = outcomes.day_number(T0)
     rows = [
         record(request_id="a", time="2026-11-02T01:00:00Z", outcome="accepted", latency_ms=100),
         record(request_id="b", time="2026-11-02T23:59:59+00:00", outcome="rejected", latency_ms=300),
         record(request_id="c", time="2026-11-03T00:30:00+01:00", outcome="edited", edited_summary="x"),  # 2 Nov UTC
         record(request_id="d", time="2026-11-03T01:00:00Z"),  # the day of `now`: still filling
     ]
-    days = online.per_day(parse_outcomes(jsonl(*rows), "o"), before_day=day + 1)
+    days = outcomes.per_day(parse_outcomes(jsonl(*rows), "o"), before_day=day + 1)
     assert list(days["2"]) == [day]
-    assert days["2"][day][online.REQUESTS] == 3
-    assert days["2"][day][online.ACCEPTANCE] == pytest.approx(1 / 3)
-    assert days["2"][day][online.LATENCY_P95] == 300
+    assert days["2"][day][outcomes.REQUESTS] == 3
+    assert days["2"][day][outcomes.ACCEPTANCE] == pytest.approx(1 / 3)
+    assert days["2"][day][outcomes.LATENCY_P95] == 300
 
 
 # --- the interval and the rule ---------------------------------------------------------------------------------------
@@ -185,7 +186,9 @@ def make_versions(uri: str, name: str, count: int = 2) -> list[str]:
     return versions
 
 
-def outcomes(name: str, version: str, days: int, per_day: int, accepted: int, incident_day: int | None = None) -> list:
+def outcome_rows(
+    name: str, version: str, days: int, per_day: int, accepted: int, incident_day: int | None = None
+) -> list:
     """`per_day` requests a day from T0's day on, the first `accepted` of each accepted, the rest rejected."""
     rows = []
     for d in range(days):
@@ -216,7 +219,8 @@ def setup_model(
     client.set_registered_model_alias(name, "champion", champ)
     client.set_registered_model_alias(name, "challenger", chal)
     client.set_model_version_tag(name, chal, SINCE_TAG, T0.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    rows = outcomes(name, champ, 8, per_day, champion_rows) + outcomes(name, chal, 8, per_day, challenger_rows, **kw)
+    rows = outcome_rows(name, champ, 8, per_day, champion_rows)
+    rows += outcome_rows(name, chal, 8, per_day, challenger_rows, **kw)
     path = tmp_path / "outcomes.jsonl"
     path.write_bytes(jsonl(*rows))
     aggregate(uri, name, path, tmp_path, T0 + dt.timedelta(days=8))
@@ -263,14 +267,14 @@ def test_outcomes_become_one_point_a_day_that_check_triggers_reads_and_a_rerun_d
     assert series == [51 / 60] * 8
     again = aggregate(mlflow_server, "online-series", path, tmp_path, T0 + dt.timedelta(days=8))
     assert again.versions[0].days_written == [] and len(again.versions[0].days_already_written) == 8
-    assert check_triggers.online_series(client, champion, online.ACCEPTANCE) == [51 / 60] * 8
-    assert champion.tags[online.THROUGH_TAG] == "2026-11-09"
+    assert check_triggers.online_series(client, champion, outcomes.ACCEPTANCE) == [51 / 60] * 8
+    assert champion.tags[outcomes.THROUGH_TAG] == "2026-11-09"
     # A record that arrives for a day already written is listed as late and not counted.
     late = record(request_id="late-1", time="2026-11-03T12:00:00Z", model="online-series", version="2")
     path.write_bytes(path.read_bytes() + jsonl(late))
     after = aggregate(mlflow_server, "online-series", path, tmp_path, T0 + dt.timedelta(days=8))
     assert next(v for v in after.versions if v.version == "2").late_days == ["2026-11-03"]
-    assert check_triggers.online_series(client, champion, online.ACCEPTANCE) == [51 / 60] * 8
+    assert check_triggers.online_series(client, champion, outcomes.ACCEPTANCE) == [51 / 60] * 8
 
 
 @integration
@@ -281,9 +285,9 @@ def test_a_version_without_a_run_gets_an_online_run_recorded_in_its_tag(mlflow_s
     client.create_registered_model("runless")
     client.create_model_version("runless", "s3://mlflow/elsewhere/model")
     path = tmp_path / "o.jsonl"
-    path.write_bytes(jsonl(*outcomes("runless", "1", 2, 3, 2)))
+    path.write_bytes(jsonl(*outcome_rows("runless", "1", 2, 3, 2)))
     first = aggregate(mlflow_server, "runless", path, tmp_path, T0 + dt.timedelta(days=2))
-    run_id = tags(mlflow_server, "runless", "1")[online.ONLINE_RUN_TAG]
+    run_id = tags(mlflow_server, "runless", "1")[outcomes.ONLINE_RUN_TAG]
     assert first.versions[0].run_id == run_id and len(first.versions[0].days_written) == 2
     again = aggregate(mlflow_server, "runless", path, tmp_path, T0 + dt.timedelta(days=2))
     assert again.versions[0].run_id == run_id and again.versions[0].days_written == []

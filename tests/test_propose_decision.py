@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from steps import propose, register, registry
-from steps.common import environment, write_json, write_result
+from steps import propose, register
+from steps.core import registry
+from steps.core.cli import write_result
+from steps.core.io import environment, write_json
 from tests.canned import Answers, evaluate_canned, write_splits
 
 NAME = "summariser"

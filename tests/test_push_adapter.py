@@ -20,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from steps import push_adapter, register
-from steps.common import environment
+from steps.core.io import environment
 from tests.test_registry import pipeline_outputs, reg_config
 
 integration = pytest.mark.integration

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from steps import evaluate, mlflow_client, propose, register, registry, serving_config
-from steps.common import environment
+from steps import evaluate, propose, register
+from steps.contract import serving_config
+from steps.core import mlflow_client, registry
+from steps.core.io import environment
 from tests.canned import Answers, evaluate_canned, write_splits
 from tests.conftest import ROOT, free_port
 
@@ -83,7 +85,7 @@ def test_mlflow_request_settings_hold_for_the_step_only(monkeypatch: pytest.Monk
 def test_serving_takes_a_document_column_or_a_list_of_str():
     import pandas as pd
 
-    from steps.serving import documents_of
+    from steps.contract.model import documents_of
 
     assert documents_of(pd.DataFrame({"document": ["a", "b"], "id": [1, 2]})) == ["a", "b"]
     assert documents_of(pd.DataFrame({0: ["a"]})) == ["a"]  # how MLflow hands over a list of str
@@ -95,7 +97,7 @@ def test_serving_takes_a_document_column_or_a_list_of_str():
 
 
 def test_serving_tags_record_the_prompt_and_greedy_decoding():
-    from steps.prompting import SYSTEM_PROMPT
+    from steps.contract.prompting import SYSTEM_PROMPT
 
     tags = dataclasses.replace(serving_config.SERVING, max_tokens=48).tags()
     assert tags["serving.system_prompt"] == SYSTEM_PROMPT
@@ -320,7 +322,7 @@ def test_the_registered_gguf_serves_summaries_from_the_challenger_alias(
     import pandas as pd
     from mlflow import MlflowClient
 
-    from steps.prompting import SYSTEM_PROMPT
+    from steps.contract.prompting import SYSTEM_PROMPT
 
     reg, prop = register_and_propose(tmp_path, tiny_gguf, mlflow_server, "served-model", "wf-served")
     again = register.run(reg_config(pipeline_outputs(tmp_path, tiny_gguf), tmp_path / "reg2", mlflow_server,
@@ -418,8 +420,8 @@ def test_propose_refuses_when_the_champion_moved_since_the_evaluation(
 def test_the_served_model_follows_the_one_serving_configuration(
     tiny_gguf: Path, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Changed once, in steps/serving_config.py: evaluate records it, register checks and tags it, the loaded model
-    serves with it — from what the version carries, not from the loading process's code."""
+    """Changed once, in steps/contract/serving_config.py: evaluate records it, register checks and tags it, the loaded
+    model serves with it — from what the version carries, not from the loading process's code."""
     import mlflow
     from mlflow import MlflowClient
 

@@ -135,7 +135,7 @@ def test_every_file_of_the_train_package_is_the_train_stages_code():
 
 
 def test_modules_outside_the_project_are_not_followed(tmp_path: Path):
-    write_package(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "import yaml\nfrom steps import common\n"})
+    write_package(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "import yaml\nfrom steps.core import io\n"})
     assert module_file("yaml", tmp_path) is None
     assert closure("pkg.a", tmp_path) == ["pkg", "pkg.a"]  # `steps` is not a package under tmp_path
 
@@ -143,11 +143,18 @@ def test_modules_outside_the_project_are_not_followed(tmp_path: Path):
 def test_the_stages_import_what_issue_11_found():
     files = {s.name: set(code_files(s.module)) for s in STAGES}
     # As found, then with what steps shared moved out of the steps (dataset, tokenizer_parity, mlflow_client).
-    assert {"steps/sealed.py", "steps/dataset.py"} <= files["train"]
-    assert {"steps/gguf_meta.py", "steps/tokenizer_parity.py", "steps/sealed.py"} <= files["convert-gguf"]
-    assert {"steps/registry.py", "steps/sealed.py", "steps/dataset.py", "steps/mlflow_client.py"} <= files["evaluate"]
-    assert {"steps/serving.py", "steps/mlflow_client.py"} <= files["register"]  # imported inside functions too
-    assert {"steps/registry.py", "steps/mlflow_client.py"} <= files["propose"]
+    assert {"steps/core/sealed.py", "steps/core/dataset.py"} <= files["train"]
+    assert {"steps/gguf/meta.py", "steps/gguf/tokenizer_parity.py", "steps/core/sealed.py"} <= files["convert-gguf"]
+    assert {
+        "steps/core/registry.py",
+        "steps/core/sealed.py",
+        "steps/core/dataset.py",
+        "steps/core/mlflow_client.py",
+    } <= files["evaluate"]
+    assert {"steps/contract/model.py", "steps/core/mlflow_client.py"} <= files[
+        "register"
+    ]  # imported inside functions too
+    assert {"steps/core/registry.py", "steps/core/mlflow_client.py"} <= files["propose"]
 
 
 # --- dvc.yaml against the closure -----------------------------------------------------------------------------------
@@ -157,21 +164,21 @@ def test_every_stage_depends_on_exactly_the_project_modules_it_imports():
     assert code_deps_problems(committed_stages()) == {}, "run `python -m workflows.render`"
     build = yaml.safe_load((ROOT / "build-dataset/dvc.yaml").read_text())["stages"]
     assert code_deps_problems(build, pipeline=BUILD_STAGES) == {}, "run `python -m workflows.render`"
-    build["teacher"]["deps"].remove("steps/serving_config.py")
+    build["teacher"]["deps"].remove("steps/contract/serving_config.py")
     assert code_deps_problems(build, pipeline=BUILD_STAGES) == {
-        "teacher": {"missing": ["steps/serving_config.py"], "not imported": []}
+        "teacher": {"missing": ["steps/contract/serving_config.py"], "not imported": []}
     }
 
 
 def test_the_check_fails_when_a_module_a_stage_imports_is_missing():
     stages = committed_stages()
-    stages["register"]["deps"] = [d for d in stages["register"]["deps"] if d != "steps/serving.py"]
-    assert code_deps_problems(stages) == {"register": {"missing": ["steps/serving.py"], "not imported": []}}
+    stages["register"]["deps"] = [d for d in stages["register"]["deps"] if d != "steps/contract/model.py"]
+    assert code_deps_problems(stages) == {"register": {"missing": ["steps/contract/model.py"], "not imported": []}}
     # The deps as they were before issue 11: the stage's module, common.py and prompting.py.
     old = committed_stages()
     for stage in STAGES:
         deps = old[stage.name]["deps"]
-        code = [stage.module.replace(".", "/") + ".py", "steps/common.py", "steps/prompting.py"]
+        code = [stage.module.replace(".", "/") + ".py", "steps/core/cli.py", "steps/contract/prompting.py"]
         old[stage.name]["deps"] = code + [d for d in deps if not d.endswith(".py")]
     assert set(code_deps_problems(old)) == {s.name for s in STAGES}
 
@@ -257,7 +264,7 @@ def test_dvc_status_reports_exactly_the_stages_whose_code_changed(tmp_path: Path
 
     assert changed_stages() == set(), "the copy's dvc.lock should record every stage as up to date"
     modules = sorted(p.relative_to(repo).as_posix() for p in (repo / "steps").rglob("*.py"))
-    assert "steps/serving.py" in modules and "steps/check_triggers.py" in modules  # in one closure; in none
+    assert "steps/contract/model.py" in modules and "steps/check_triggers.py" in modules  # in one closure; in none
     assert "steps/train/loop.py" in modules and "steps/train/__main__.py" in modules  # a stage that is a package
 
     code = {prefix + s.name: set(code_files(s.module, repo)) for _, _, stages, prefix in DVC_PIPELINES for s in stages}
@@ -287,7 +294,7 @@ def test_dvc_status_reports_exactly_the_stages_whose_code_changed(tmp_path: Path
     build_module = next(
         m for m in modules if importers(m) and all(s.startswith("build-dataset/") for s in importers(m))
     )
-    samples = ["steps/serving.py", "steps/check_triggers.py", "steps/train/__main__.py", build_module]
+    samples = ["steps/contract/model.py", "steps/check_triggers.py", "steps/train/__main__.py", build_module]
     for group in [[m] for m in samples] + [modules]:
         originals = {m: (repo / m).read_bytes() for m in group}
         for m, data in originals.items():

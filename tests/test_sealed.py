@@ -1,4 +1,4 @@
-"""Sealed folders (steps/sealed.py): complete or ignored, locally and on S3, with writers and readers at once."""
+"""Sealed folders (steps/core/sealed.py): complete or ignored, locally and on S3, with writers and readers at once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.sealed import COMPLETE, SealedFolders, torn
+from steps.core.sealed import COMPLETE, SealedFolders, torn
 from tests.conftest import make_bucket
 
 

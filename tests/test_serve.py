@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps import register, serve, serving_config
-from steps.common import build_parser
-from steps.prompting import messages
+from steps import register, serve
+from steps.contract import serving_config
+from steps.contract.prompting import messages
+from steps.core.cli import build_parser
 from tests.conftest import ROOT, free_port, s3_client, stop
 from tests.manifests import serving_docs, serving_pods
 from tests.pod_security import check

@@ -1,4 +1,5 @@
-"""What is measured is what is served, from one definition (steps/serving_config.py): change it once and evaluate's
+"""What is measured is what is served, from one definition (steps/contract/serving_config.py): change it once and
+evaluate's
 generation, register's record and check, and the served pyfunc model all follow. llama.cpp is a recording stand-in
 here; tests/test_registry.py loads the real model from a real registry.
 
@@ -15,8 +16,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from steps import evaluate, register, serving_config
-from steps.common import write_json
+from steps import evaluate, register
+from steps.contract import serving_config
+from steps.core.io import write_json
 
 CHANGED = serving_config.ServingConfig(max_tokens=7, n_ctx=512, stop=("###",))
 
@@ -86,7 +88,7 @@ def test_only_a_greedy_request_is_decoded_in_batches():
 
 
 def test_the_served_model_loads_with_it_by_default_and_with_what_register_logged(llama, changed):
-    from steps.serving import N_THREADS, SummariserModel, model_config
+    from steps.contract.model import N_THREADS, SummariserModel, model_config
 
     logged = model_config()  # what register logs as the pyfunc's model_config
     assert {k: v for k, v in logged.items() if k != N_THREADS} == CHANGED.record()
@@ -100,7 +102,7 @@ def test_the_served_model_loads_with_it_by_default_and_with_what_register_logged
 
 
 def test_a_logged_configuration_wins_over_the_loading_code(llama, monkeypatch):
-    from steps.serving import SummariserModel, model_config
+    from steps.contract.model import SummariserModel, model_config
 
     monkeypatch.setattr(serving_config, "SERVING", CHANGED)
     logged = model_config()

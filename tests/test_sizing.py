@@ -327,12 +327,13 @@ def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
     sizes."""
     import inspect
 
-    tree = ast.parse((ROOT / "steps/gguf_parity.py").read_text())
+    tree = ast.parse((ROOT / "steps/gguf/parity.py").read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Llama"]
     assert len(calls) == 1
-    from steps import gguf_parity, serving_config
+    from steps.contract import serving_config
+    from steps.gguf import parity
 
-    assert inspect.signature(gguf_parity.open_gguf).parameters["n_ctx"].default is sizing.CONVERT_N_CTX
+    assert inspect.signature(parity.open_gguf).parameters["n_ctx"].default is sizing.CONVERT_N_CTX
     assert sizing.parity_n_ctx() == max(sizing.CONVERT_N_CTX, serving_config.SERVING.n_ctx)
     s, k = shape(THREE_B), knobs()
     sized = sizing.convert_memory(s, k)["parity (llama.cpp F16) or converter"]
@@ -344,7 +345,7 @@ def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
 def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_opens(tmp_path):
     from types import SimpleNamespace
 
-    from steps import gguf_parity
+    from steps.gguf import parity
 
     class Tokenizer:  # a token per character: the row's length is its text's
         def apply_chat_template(self, messages, **kwargs):
@@ -355,11 +356,11 @@ def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_
 
     rows = [{"id": "long-1", "document": "x" * (sizing.parity_n_ctx() + 10), "summary": "s"}]
     with pytest.raises(ValueError, match="long-1"):
-        gguf_parity.eval_parity(tmp_path / "missing.gguf", SimpleNamespace(), Tokenizer(), rows, 0, 1)
+        parity.eval_parity(tmp_path / "missing.gguf", SimpleNamespace(), Tokenizer(), rows, 0, 1)
 
 
 def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatch):
-    from steps import serving_config
+    from steps.contract import serving_config
 
     s, k = shape(THREE_B), knobs()
     before = sizing.evaluate_memory(s, k)["llama.cpp context"]
@@ -370,7 +371,7 @@ def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_quantisations_are_convert_gguf_s():
-    from steps.gguf_conversion import QUANTIZATIONS
+    from steps.gguf.conversion import QUANTIZATIONS
 
     assert set(sizing.GGUF_BITS) == {"F16", *QUANTIZATIONS}
 
@@ -431,7 +432,7 @@ def test_the_benchmark_batch_geometry_is_the_committed_splits():
     from transformers import AutoTokenizer
 
     from steps import train
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
 
     tokenizer = AutoTokenizer.from_pretrained(BASE_MODEL)
     examples = train.encode_rows(tokenizer, load_split(ROOT / "data/summaries", "train"), 512)

@@ -1,5 +1,5 @@
 """A step called from Python behaves as one called from its command line: it checks its settings in `run` (one error
-listing every problem) and its `result.json` records its wall time (`common.timed`), which register prices.
+listing every problem) and its `result.json` records its wall time (`cli.timed`), which register prices.
 
     pytest tests/test_step_timing.py
 """
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from steps import common, evaluate, pipeline, register
-from steps.common import write_json, write_result
+from steps import evaluate, pipeline, register
+from steps.core import cli
+from steps.core.cli import write_result
+from steps.core.io import write_json
 from tests.canned import Answers, evaluate_canned, write_splits
 
-# Steps whose `run` is not `common.timed`: from Python or the command line, they would record no wall time. None.
+# Steps whose `run` is not `cli.timed`: from Python or the command line, they would record no wall time. None.
 NOT_YET_TIMED: set[str] = set()
 STEP_MODULES = {stage.module for stage in (*pipeline.STAGES, *pipeline.BUILD_STAGES)} | {"steps.check_triggers"}
 
@@ -36,7 +38,7 @@ ANSWERS = {"base": Answers("lead"), "candidate": Answers("reference")}
 
 
 def test_every_step_times_its_run():
-    untimed = {m for m in STEP_MODULES if not getattr(importlib.import_module(m).run, common.TIMED, False)}
+    untimed = {m for m in STEP_MODULES if not getattr(importlib.import_module(m).run, cli.TIMED, False)}
     assert untimed == NOT_YET_TIMED
 
 
@@ -56,11 +58,11 @@ def test_a_step_called_from_python_records_its_wall_time(inputs, monkeypatch, tm
 
 
 def test_nested_timed_runs_each_measure_their_own(tmp_path: Path):
-    @common.timed
+    @cli.timed
     def inner(out: Path) -> None:
         write_result(out, {"step": "inner"})
 
-    @common.timed
+    @cli.timed
     def outer(out: Path) -> None:
         time.sleep(0.3)
         inner(out / "inner")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from steps.common import atomic_dir
+from steps.core.io import atomic_dir
 from steps.pipeline import BUILD_STAGES, STAGES
 from tests.conftest import ROOT
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from steps import train
-from steps.sealed import COMPLETE
+from steps.core.sealed import COMPLETE
 from steps.train import DirCheckpoints, TrainConfig
 from tests.conftest import ROOT, make_bucket
 
@@ -182,7 +182,7 @@ def test_resume_refuses_a_checkpoint_file_that_would_run_code_when_read(tmp_path
 
     import torch
 
-    from steps.sealed import SealedFolders
+    from steps.core.sealed import SealedFolders
 
     examples = [{"input_ids": [1, 2, 3, 4 + i], "labels": [-100, -100, 3, 4 + i]} for i in range(4)]
     cfg = TrainConfig(dataset="d", out="o", batch_size=2, epochs=1, checkpoint_every=1, log_every=100)
@@ -321,7 +321,7 @@ def test_sigterm_flushes_a_checkpoint_and_the_rerun_matches_an_uninterrupted_run
 def test_train_says_how_many_documents_it_cut_and_refuses_a_split_that_cannot_fit(
     dataset: Path, tiny_model_dir: Path, uninterrupted: Path, tmp_path: Path, tokenizer
 ):
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
 
     rows = load_split(dataset, "train")
     whole = json.loads((uninterrupted / "result.json").read_text())
@@ -407,7 +407,7 @@ def _train_in_process(dataset: Path, model_dir: Path, store: Path, **settings: o
     """`train_loop` in this process (no subprocess start-up); returns its step log and the trained LoRA weights."""
     import torch
 
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
 
     cfg = TrainConfig(dataset=str(dataset), out=str(store / "out"), base_model=str(model_dir), **settings)
     torch.set_num_threads(cfg.threads)

@@ -22,7 +22,7 @@ import yaml
 
 from steps import check_triggers
 from steps.check_triggers import TriggerError, TriggersConfig
-from steps.common import config_flags
+from steps.core.cli import config_flags
 from steps.pipeline import PARAMS
 from tests.conftest import ROOT, free_port, make_bucket
 from tests.test_workflows import strict_validator

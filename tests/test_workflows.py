@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.common import config_flags
+from steps.core.cli import config_flags
 from steps.pipeline import BUILD_DATASET, PIPELINES, STAGES, command
 from steps.train import TrainConfig
 from tests.conftest import ROOT
@@ -299,10 +299,11 @@ def _container_templates():
 
 
 def test_every_step_that_takes_threads_learns_its_cpu_request():
-    """--threads 0 means the CPUs the container asked for (steps.common.cpu_threads): the pods have no CPU limit, so
-    only the Downward API's requests.cpu (divisor 1: the kubelet rounds up) says it; a step without a CPU request would
+    """--threads 0 means the CPUs the container asked for (steps.contract.threads.cpu_threads): the pods have no CPU
+    limit, so only the Downward API's requests.cpu (divisor 1: the kubelet rounds up) says it; a step without a CPU
+    request would
     get 0 and fall back to every core of its node."""
-    from steps.common import CPUS_ENV
+    from steps.contract.threads import CPUS_ENV
 
     checked = set()
     for path, t in _container_templates():

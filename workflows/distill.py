@@ -79,7 +79,7 @@ from hera.workflows import (
 
 from steps import convert_gguf, sizing
 from steps.check_parameters import ray_replica_flags
-from steps.common import CPUS_ENV as CPUS_ENV_NAME
+from steps.contract.threads import CPUS_ENV as CPUS_ENV_NAME
 from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
@@ -108,7 +108,7 @@ def run_key(name: str) -> str:
     return f"{RUN_PREFIX}/{name}"
 
 
-# Caches shared by every run, unlike the run prefix (sealed folders, steps/sealed.py): convert-gguf's base-model
+# Caches shared by every run, unlike the run prefix (sealed folders, steps/core/sealed.py): convert-gguf's base-model
 # conversions (keyed by the base's files and the converter) and evaluate's generations (keyed by the GGUF's bytes, the
 # documents and the decoding settings), so the base and the champion are not converted or generated again.
 SHARED_CACHES = {
@@ -196,7 +196,8 @@ def volume_mounts(step: str) -> list[m.VolumeMount]:
 
 
 # The container's own CPU request (after the preflight's pod patch), rounded up to whole CPUs: the threads a step runs
-# when --threads is 0 (`steps.common.cpu_threads`). The pods have no CPU limit, so nothing else in the pod says it.
+# when --threads is 0 (`steps.contract.threads.cpu_threads`). The pods have no CPU limit, so nothing else in the pod
+# says it.
 CPUS_ENV = {"name": CPUS_ENV_NAME, "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}}
 
 

@@ -4,7 +4,8 @@
     python -m steps.train --train-backend ray --ray-workers 2 --threads 1 --dataset out/dataset --out out/adapter
     python -m steps.train --dataset out/dataset --out out/adapter --kd-targets out/kd --kd-weight 0.5   # + logit KD
 
-The student sees each training document in the serving chat template (`steps.prompting`) and learns the teacher's
+The student sees each training document in the serving chat template (`steps.contract.prompting`) and learns the
+teacher's
 summary; the loss covers only the summary tokens (and the end-of-turn token, so the model learns to stop). Seeded,
 progress printed every `--log-every` steps. Produces in `--out` (a folder or an s3:// URI): the PEFT adapter
 (`adapter_config.json`, `adapter_model.safetensors`), `loss.csv`, `loss.png`, `training_summary.json`, `result.json`.
@@ -42,8 +43,9 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from steps.common import is_uri, parse_config, read_json, timed, write_json, write_result
-from steps.dataset import load_split
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import load_split
+from steps.core.io import is_uri, read_json, write_json
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
 from steps.train.data import collate, encode_example, encode_rows, global_batches, length_report, schedule

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from steps.common import read_json, write_json
-from steps.sealed import SealedFolders
+from steps.core.io import read_json, write_json
+from steps.core.sealed import SealedFolders
 from steps.train.config import TrainConfig
 
 CHECKPOINT_PREFIX = "step-"
@@ -117,7 +117,7 @@ def load_state(folder: Path, model: Any, optimizer: Any, scheduler: Any, run_fin
 
 
 class DirCheckpoints:
-    """Checkpoints as sealed `step-NNNNNNNN/` folders (steps/sealed.py) under a local folder or an s3:// prefix.
+    """Checkpoints as sealed `step-NNNNNNNN/` folders (steps/core/sealed.py) under a local folder or an s3:// prefix.
 
     Each is written to a temp place and sealed with `COMPLETE.json` (every file's sha256) last; `latest()` takes the
     newest sealed checkpoint whose files match their digests, so a torn one is never resumed from.

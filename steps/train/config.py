@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from steps.common import flag, threads_problems
+from steps.contract.threads import threads_problems
+from steps.core.cli import flag
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS
 

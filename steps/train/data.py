@@ -8,7 +8,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from steps.prompting import messages
+from steps.contract.prompting import messages
 from steps.train.config import TrainConfig
 
 # What a cut example keeps after its cut document: the document's last tokens and the chat template's end of turn.

@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steps.common import atomic_dir, llama_threads, parse_config, sha256_file, timed, write_json, write_result
+from steps.contract.threads import llama_threads
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.io import atomic_dir, sha256_file, write_json
 
 TOPK_FILE = "topk.npz"
 META_FILE = "kd.json"
@@ -102,7 +104,7 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
 
 def gguf_tokenizer_identity(path: Path) -> dict[str, Any]:
     """A GGUF's tokenizer identity, on the fields it records (SHARED_FIELDS)."""
-    from steps.gguf_meta import read_metadata
+    from steps.gguf.meta import read_metadata
 
     meta = read_metadata(path, GGUF_KEYS)
     tokens = meta.get("tokenizer.ggml.tokens")
@@ -202,7 +204,7 @@ def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
     """The teacher's GGUF and its teachers-file entry, under the same terms gate as the teacher step
     (terms.allowed_entry): listed, its outputs allowed to train other models, and weights we run ourselves (the
     top-k needs every position's logits). A --teacher-gguf beside an entry that names its GGUF must be that file."""
-    from steps import terms
+    from steps.core import terms
 
     entry = terms.allowed_entry(cfg.teachers_file, cfg.teacher)
     where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
@@ -228,7 +230,7 @@ def run(cfg: KDConfig) -> KDResult:
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
-    from steps.dataset import load_split
+    from steps.core.dataset import load_split
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
 
@@ -290,7 +292,7 @@ def load_targets(location: str, rows: list[dict]) -> dict[str, Any]:
     ids, top-k ids, log-probabilities)]}; KDError when it lacks a row."""
     import numpy as np
 
-    from steps.common import read_json
+    from steps.core.io import read_json
     from steps.train.storage import local_folder
 
     with local_folder(location) as folder:

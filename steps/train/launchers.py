@@ -12,7 +12,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from steps.common import cpu_threads, is_uri
+from steps.contract.threads import cpu_threads
+from steps.core.io import is_uri
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows

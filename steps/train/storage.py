@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from steps.common import RESULT_FILE, atomic_dir, is_uri
-from steps.sealed import upload
+from steps.core.cli import RESULT_FILE
+from steps.core.io import atomic_dir, is_uri
+from steps.core.sealed import upload
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from steps.common import is_uri, read_json, sha256_file, write_json
+from steps.core.io import is_uri, read_json, sha256_file, write_json
 
 COMPLETE = "COMPLETE.json"  # written last, with every file's digest: a folder without it (or not matching it) is torn
 

@@ -448,7 +448,7 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
 def parity_n_ctx() -> int:
     """The largest llama.cpp context convert-gguf opens: the probes' (CONVERT_N_CTX), or the served context when the
     eval split's documents are checked as served (gguf_parity.eval_parity refuses a longer one)."""
-    from steps import serving_config
+    from steps.contract import serving_config
 
     return max(CONVERT_N_CTX, serving_config.SERVING.n_ctx)
 
@@ -471,8 +471,8 @@ def convert_memory(s: Shape, k: Knobs) -> dict[str, float]:
 def evaluate_memory(s: Shape, k: Knobs) -> dict[str, float]:
     """evaluate's peak terms (bytes): one served GGUF at a time in llama.cpp (base, champion, candidate in turn). The
     served quantisation is one of the ladder (convert_gguf.ladder checks): the largest rung bounds it. The context is
-    the served one (steps/serving_config.py)."""
-    from steps import serving_config
+    the served one (steps/contract/serving_config.py)."""
+    from steps.contract import serving_config
 
     return {
         "served GGUF": max(gguf_bytes(s, q) for q in k.quantizations),

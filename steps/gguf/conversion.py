@@ -1,6 +1,6 @@
 """HF folder to GGUF with llama.cpp's own tools: its converter script (`convert_hf_dir`, F16) and its quantiser
 (`quantize`, the quantisations in QUANTIZATIONS). convert-gguf (steps/convert_gguf.py) runs them; whether the result
-is the same model is steps/gguf_parity.py's question.
+is the same model is steps/gguf/parity.py's question.
 """
 
 from __future__ import annotations

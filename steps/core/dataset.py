@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from steps import serving_config
-from steps.prompting import MAX_DOCUMENT_CHARS, fit, messages
+from steps.contract import serving_config
+from steps.contract.prompting import MAX_DOCUMENT_CHARS, fit, messages
 
 SPLITS = ("train", "eval", "adversarial")
 TEXT_FIELDS = {
@@ -45,12 +45,13 @@ FIELDS = {split: (*names, LINEAGE_FIELD) if split != "adversarial" else names fo
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # --- how much a row may hold ---------------------------------------------------------------------------------------
-# Bounded by the serving configuration (steps.serving_config.SERVING, read when a row is checked): the context and
-# the answer cap the model is scored and served with. fetch-dataset cannot see the base's tokenizer (it runs before, and
+# Bounded by the serving configuration (steps.contract.serving_config.SERVING, read when a row is checked): the
+# context and the answer cap the model is scored and served with. fetch-dataset cannot see the base's tokenizer (it
+# runs before, and
 # beside, anything that loads the base), so it bounds rows by an *estimate* of their tokens: every ASCII digit and
 # every byte of a non-ASCII character counts as one token (the most a byte-level BPE can give them: SmolLM2's and
 # Qwen2's split numbers into single digits, and an unknown script falls back to bytes), other ASCII text as
-# PROSE_CHARS_PER_TOKEN characters a token, the ratio steps/prompting.py's MAX_DOCUMENT_CHARS assumes. On the
+# PROSE_CHARS_PER_TOKEN characters a token, the ratio steps/contract/prompting.py's MAX_DOCUMENT_CHARS assumes. On the
 # committed documents and summaries the estimate is 0.83-1.5 times the real count under SmolLM2's and Qwen2's
 # tokenizers (an integration test holds it above 0.75): dense English can be under-counted by up to a quarter, so
 # this catches what cannot fit, not what barely does; the exact check needs the tokenizer (train and evaluate have it).
@@ -312,7 +313,8 @@ def _document_problems(document: str, split: str) -> list[str]:
     if split != "adversarial" and chars > MAX_DOCUMENT_CHARS:
         return [
             f"field 'document' has {chars} characters; the prompt holds {MAX_DOCUMENT_CHARS} "
-            "(steps/prompting.py MAX_DOCUMENT_CHARS) and cuts the rest, so its summary would describe text the model "
+            "(steps/contract/prompting.py MAX_DOCUMENT_CHARS) and cuts the rest, so its summary would describe "
+            "text the model "
             "never sees; shorten it or split it into several examples"
         ]
     if chars > ADVERSARIAL_MAX_DOCUMENT_CHARS:

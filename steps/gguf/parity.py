@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from steps.common import llama_threads
-from steps.prompting import messages
+from steps.contract.prompting import messages
+from steps.contract.threads import llama_threads
+from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
-from steps.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 LONG_DOCUMENT = " ".join(
     f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "
@@ -42,7 +42,7 @@ PROBE_DOCUMENTS = (
 
 
 def probe_messages() -> list[list[dict[str, str]]]:
-    """The probes as the models are asked them: each document in the serving prompt (steps/prompting.py)."""
+    """The probes as the models are asked them: each document in the serving prompt (steps/contract/prompting.py)."""
     return [messages(document) for document in PROBE_DOCUMENTS]
 
 
@@ -242,8 +242,8 @@ def compare(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, t
 
 
 def eval_sequences(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The eval split's documents as served (steps/prompting.py's messages in the model's chat template) followed by
-    their reference summaries: what the teacher-forced scoring reads."""
+    """The eval split's documents as served (steps/contract/prompting.py's messages in the model's chat template)
+    followed by their reference summaries: what the teacher-forced scoring reads."""
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(messages(row["document"]), add_generation_prompt=True, tokenize=False)
@@ -274,7 +274,7 @@ def eval_parity(
         raise ValueError(
             f"eval rows longer than the served context ({limit} tokens, prompt + summary) cannot be served: "
             + ", ".join(too_long)
-            + "; shorten them in the dataset (steps.prompting.MAX_DOCUMENT_CHARS bounds a document)"
+            + "; shorten them in the dataset (steps.contract.prompting.MAX_DOCUMENT_CHARS bounds a document)"
         )
     llm = open_gguf(gguf, threads, max([CONVERT_N_CTX, *(len(t) for t in full)]))
     docs: list[dict[str, Any]] = []

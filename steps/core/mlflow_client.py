@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from steps.common import environment
+from steps.core.io import environment
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
 # MLflow's own per-request limits (mlflow.environment_variables); a step's --http-* fields set them for that step.

@@ -1,19 +1,19 @@
 """How the summariser is served, and therefore how it is evaluated: the one definition.
 
-    from steps import serving_config
+    from steps.contract import serving_config
     serving_config.SERVING.max_tokens                   # 64
     Llama(model_path=..., n_threads=..., **serving_config.SERVING.model_kwargs())
     llm.create_chat_completion(messages=messages(doc), **serving_config.SERVING.completion_kwargs())
 
 `steps.evaluate` generates with it (and writes its `record()` into `decision.json`), `steps.register` checks that the
 evaluation was measured with it, records it on the model version (`serving.*` tags) and logs it as the pyfunc model's
-`model_config`, and `steps.serving.SummariserModel` loads with it. Change a value here and all three follow
+`model_config`, and `steps.contract.model.SummariserModel` loads with it. Change a value here and all three follow
 (tests/test_serving_config.py); evaluate's generation cache is keyed on it, so generations made with other settings
 are not reused. Read it as `serving_config.SERVING` when it is used, not bound at import (`from … import SERVING`),
 so that a test replacing it reaches every reader.
 
-The prompt is not here: training builds the same messages (`steps.prompting`), which every reader of this config
-imports; the tags record the system prompt, and evaluate's cache key hashes the prompts as sent.
+The prompt is not here: training builds the same messages (`steps.contract.prompting`), which every reader of this
+config imports; the tags record the system prompt, and evaluate's cache key hashes the prompts as sent.
 
 Light on purpose (no mlflow, no llama_cpp): evaluate's and register's `--help` import it.
 """
@@ -35,8 +35,8 @@ class ServingConfig:
         metadata={"help": "longest generated summary, in tokens"},
     )
     n_ctx: int = field(
-        # The instructions, a document of at most steps.prompting.MAX_DOCUMENT_CHARS (6000 characters, ~1500 tokens
-        # of English) and max_tokens of answer fit.
+        # The instructions, a document of at most steps.contract.prompting.MAX_DOCUMENT_CHARS (6000 characters, ~1500
+        # tokens of English) and max_tokens of answer fit.
         default=2048,
         metadata={"help": "llama.cpp context size, in tokens: prompt + answer"},
     )
@@ -74,7 +74,7 @@ class ServingConfig:
 
     def tags(self) -> dict[str, str]:
         """What a model version records about how it is served: the prompt and these settings (`serving.*`)."""
-        from steps.prompting import SYSTEM_PROMPT
+        from steps.contract.prompting import SYSTEM_PROMPT
 
         return {
             "serving.system_prompt": SYSTEM_PROMPT,

@@ -6,10 +6,11 @@
     model.predict(pd.DataFrame({"document": [...]}))                    # same, one summary per row
 
 `register` logs this class as a model from code (MLflow's recommended form: no pickle) with the GGUF as its one
-artifact (`artifacts={"gguf": ...}`), the serving configuration as its `model_config` and this module (with
-`steps.prompting`, `steps.serving_config` and `steps.common`) as its code, so `models:/<name>@<alias>` loads wherever
+artifact (`artifacts={"gguf": ...}`), the serving configuration as its `model_config` and the whole
+serving contract package (`steps.contract`) as its code, so `models:/<name>@<alias>` loads wherever
 mlflow and llama-cpp-python are installed. Decoding is the evaluation's, from the one definition in
-`steps.serving_config`: the chat template embedded in the GGUF, `steps.prompting.messages`, greedy, a fixed seed, the
+`serving_config`: the chat
+template embedded in the GGUF, `prompting.messages`, greedy, a fixed seed, the
 same token cap and context size — what was measured is what is served.
 
 Not a pipeline step: no command line. Importing it imports mlflow (the class must subclass `PythonModel`), so steps
@@ -23,13 +24,13 @@ from typing import Any
 
 import mlflow.pyfunc
 
-from steps import serving_config
-from steps.common import llama_threads
-from steps.prompting import messages
+from steps.contract import serving_config
+from steps.contract.prompting import messages
+from steps.contract.threads import llama_threads
 
 GGUF_ARTIFACT = "gguf"
 # How many cores llama.cpp may use is the serving box's business, so it is not in the serving configuration; 0: the
-# CPUs this container may use (steps.common.cpu_threads).
+# CPUs this container may use (steps.contract.threads.cpu_threads).
 N_THREADS = "n_threads"
 
 

@@ -32,7 +32,10 @@ def _cpuinfo(tmp_path: Path, flags: str) -> Path:
         ("", "AMX", "bf16"),  # flags unreadable (no /proc) but torch dispatches to AMX kernels
     ],
 )
-def test_auto_takes_bf16_only_where_the_cpu_runs_it_natively(tmp_path: Path, flags: str, capability: str, chosen: str):
+def test_auto_takes_bf16_only_where_the_cpu_runs_it_natively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: str, capability: str, chosen: str
+):
+    monkeypatch.delenv(precision.AUTO_ENV, raising=False)  # the suite may be forcing a path: this test is the CPU's
     found = precision.cpu_flags(_cpuinfo(tmp_path, flags)) if flags else set()
     chosen_here = precision.choose("auto", "cpu", found, capability)
     assert chosen_here.name == chosen and chosen_here.autocast == (chosen == "bf16")
@@ -45,6 +48,27 @@ def test_a_forced_precision_wins_and_cuda_is_always_bf16():
     assert precision.choose("auto", "cuda", set(), "AVX2").name == "bf16"
     with pytest.raises(ValueError, match="--precision 'fp16' is not one of auto, fp32, bf16"):
         precision.choose("fp16", "cpu", set(), "AVX2")
+
+
+@pytest.mark.parametrize("forced", ["fp32", "bf16"])
+def test_the_environment_forces_what_auto_picks_whatever_the_cpu(monkeypatch: pytest.MonkeyPatch, forced: str):
+    monkeypatch.setenv(precision.AUTO_ENV, forced)
+    for flags, capability in ((ZEN1, "AVX2"), (SAPPHIRE_RAPIDS, "AMX")):
+        chosen = precision.choose("auto", "cpu", set(flags.split()), capability)
+        assert (chosen.name, chosen.reason) == (forced, f"auto: $DISTILLERY_AUTO_PRECISION={forced}")
+    assert precision.choose("fp32", "cpu", set(ZEN4.split()), "AVX512").name == "fp32"  # an explicit flag still wins
+    assert precision.choose("auto", "cuda", set(), "AVX2").name == "bf16"  # the GPU path is bf16 whatever
+
+
+def test_a_bad_forced_precision_is_named_before_training(monkeypatch: pytest.MonkeyPatch):
+    from steps.train.config import TrainConfig, config_problems
+
+    monkeypatch.setenv(precision.AUTO_ENV, "fp16")
+    expected = "$DISTILLERY_AUTO_PRECISION='fp16': use fp32 or bf16, or unset it to let the CPU decide"
+    assert expected in config_problems(TrainConfig(dataset="d", out="o"))
+    assert expected not in config_problems(TrainConfig(dataset="d", out="o", precision="fp32"))
+    with pytest.raises(ValueError, match="use fp32 or bf16"):
+        precision.choose("auto", "cpu", set(), "AVX2")
 
 
 def test_cpu_flags_without_proc_cpuinfo_is_empty(tmp_path: Path):

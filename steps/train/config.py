@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from steps.contract.threads import threads_problems
 from steps.core.cli import flag
 from steps.train.kd import settings_problems
-from steps.train.precision import PRECISIONS
+from steps.train.precision import PRECISIONS, auto_override
 
 BACKENDS = ("cpu", "gpu", "ray")
 
@@ -114,6 +114,11 @@ def config_problems(cfg: TrainConfig) -> list[str]:
         problems.append("--qlora needs --train-backend gpu (bitsandbytes' 4-bit kernels run on CUDA); drop --qlora")
     if cfg.precision not in PRECISIONS:
         problems.append(f"--precision {cfg.precision!r} is not one of {', '.join(PRECISIONS)}")
+    if cfg.precision == "auto":
+        try:
+            auto_override()
+        except ValueError as e:
+            problems.append(str(e))
     if cfg.precision == "fp32" and cfg.train_backend == "gpu":
         problems.append("--precision fp32: the gpu launcher loads the base in bf16; use auto or bf16 there")
     if cfg.ray_gpu and cfg.train_backend != "ray":

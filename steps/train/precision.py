@@ -4,18 +4,24 @@ On CUDA the base is loaded in bf16 and the loop runs under bf16 autocast. On CPU
 loop runs under `torch.autocast("cpu", dtype=torch.bfloat16)` only where the CPU has native bf16 arithmetic (AMX
 tiles or AVX-512-BF16): there one LoRA step of SmolLM2-135M took 5.5 s vs 10.5 s in float32 (issue #16). Without
 those instructions oneDNN emulates bf16 through float32 conversions and autocast is slower than plain float32, so
-`auto` keeps float32 there. `--precision fp32|bf16` overrides the choice; the choice and its reason are printed and
-each step records the precision it ran in (`result.json` `precision`).
+`auto` keeps float32 there. `--precision fp32|bf16` overrides the choice for one run; `$DISTILLERY_AUTO_PRECISION`
+(fp32 or bf16) overrides what `auto` picks on a node (a pool whose CPUs report bf16 but compute it badly, or the test
+suite forcing the path the CPU would not take: `DISTILLERY_AUTO_PRECISION=fp32 scripts/test.sh` runs the AVX2 path
+on an AVX-512-BF16 machine, `=bf16` the native one on an AVX2 machine, emulated). The choice and its reason are
+printed and each step records the precision it ran in (`result.json` `precision`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from steps import sizing
 
 PRECISIONS = sizing.PRECISIONS  # preflight sizes the run for the one it is given
+
+AUTO_ENV = "DISTILLERY_AUTO_PRECISION"
 
 # /proc/cpuinfo flags of native bf16 arithmetic: Intel AMX (Sapphire Rapids on) and AVX-512-BF16 (Cooper Lake, Zen 4)
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -57,6 +63,15 @@ def cpu_bf16_support(flags: set[str], capability: str) -> str:
     return ""
 
 
+def auto_override() -> str:
+    """What `$DISTILLERY_AUTO_PRECISION` makes `auto` pick ('' when unset); ValueError naming it when it is not a
+    precision `auto` can resolve to."""
+    value = os.environ.get(AUTO_ENV, "").strip()
+    if value and value not in ("fp32", "bf16"):
+        raise ValueError(f"${AUTO_ENV}={value!r}: use fp32 or bf16, or unset it to let the CPU decide")
+    return value
+
+
 def choose(requested: str, device_type: str, flags: set[str], capability: str) -> Precision:
     """The precision a run uses on `device_type` ('cpu' or 'cuda'), for `requested` in PRECISIONS."""
     if requested not in PRECISIONS:
@@ -65,6 +80,9 @@ def choose(requested: str, device_type: str, flags: set[str], capability: str) -
         return Precision("bf16", "CUDA: bf16 weights and autocast")
     if requested != "auto":
         return Precision(requested, f"--precision {requested} (set by the run)")
+    forced = auto_override()
+    if forced:
+        return Precision(forced, f"auto: ${AUTO_ENV}={forced}")
     native = cpu_bf16_support(flags, capability)
     if native:
         return Precision("bf16", f"auto: this CPU runs bf16 natively ({native})")

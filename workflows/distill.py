@@ -53,10 +53,11 @@ API token in the step's own container (IRSA on EKS for S3), the resource templat
 pods as `distillery-ray`; each credential (MLflow, S3 at home, the model hub, git) is an optional Secret reference that
 reaches only the steps that use it; every root filesystem is read-only, with emptyDirs for what steps write.
 
-The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`: not in
-`steps.pipeline`, so neither in params.yaml nor dvc.yaml). A group gets 0 replicas when preflight finds that not one
-training worker fits its pods' memory (the Pis, for all but small bases); `--ray-workers` is derived from the replica
-counts and the workers per pod by an expression on the `train-ray` task (`rayjob.train_workers_expression`).
+The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`, named by
+`steps.pipeline.ray_replicas_param`: not pipeline parameters, so neither in params.yaml nor dvc.yaml). A group gets 0
+replicas when preflight finds that not one training worker fits its pods' memory (the Pis, for all but small bases);
+`--ray-workers` is derived from the replica counts and the workers per pod by an expression on the `train-ray` task
+(`rayjob.train_workers_expression`).
 """
 
 from __future__ import annotations
@@ -78,9 +79,8 @@ from hera.workflows import (
 )
 
 from steps import convert_gguf, sizing
-from steps.check_parameters import ray_replica_flags
 from steps.contract.threads import CPUS_ENV as CPUS_ENV_NAME
-from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
+from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
@@ -121,7 +121,8 @@ def run_uri(name: str) -> str:
     return f"s3://{BUCKET}/{run_key(name)}"
 
 
-# Workflow parameters only the cluster run has: Argo-only, so not in steps.pipeline (params.yaml, dvc.yaml).
+# Workflow parameters only the cluster run has (steps.pipeline.RAY_REPLICA_PARAMS, in that order): Argo-only, so not
+# among steps.pipeline.PARAMS (params.yaml, dvc.yaml).
 CLUSTER_PARAMS = [
     *(
         Parameter(name=g.parameter, value=str(g.default_replicas), description=rayjob.parameter_help(g))
@@ -129,7 +130,6 @@ CLUSTER_PARAMS = [
     ),
     Parameter(name=rayjob.GPU_GROUP.parameter, value="0", description=rayjob.gpu_parameter_help()),
 ]
-assert [p.name for p in CLUSTER_PARAMS] == list(ray_replica_flags())
 
 
 def _disk(step: str) -> str:
@@ -165,11 +165,9 @@ POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template th
 # directly; from the container's own filesystem it would be tarred, gzipped, copied and unpacked first (three copies
 # of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing.py counts on it.
 OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
-assert sizing.ARGO_OUTPUT_COPIES == 0, "steps/sizing.py counts Argo's output copies; the emptyDir avoids them"
 # /tmp: the only other place a step writes (the root filesystem is read-only; security.WRITABLE_ENV sends every cache
 # there). Sized steps get both emptyDirs' sizeLimit from preflight's patch (sizing.SIZED_VOLUMES).
 SCRATCH_VOLUME = m.Volume(name=security.SCRATCH_VOLUME, empty_dir=m.EmptyDirVolumeSource())
-assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
 
 
 def volumes(step: str, sized: bool) -> list[m.Volume]:
@@ -317,7 +315,7 @@ def _template(
 
 def _check_template(image: str) -> Container:
     """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
-    names = [p.name for p in PARAMS] + list(ray_replica_flags())
+    names = [p.name for p in PARAMS] + list(RAY_REPLICA_PARAMS)
     return Container(
         name=CHECK_TASK,
         image=image,

@@ -64,7 +64,7 @@ from steps.core.cli import flag, parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, sha256_file, write_json
 from steps.core.mlflow_client import tracking_uri
-from steps.core.registry import CHAMPION
+from steps.core.registry import CHAMPION, MODEL_NAME
 from steps.core.sealed import SealedFolders
 
 # Words that start sentences or are everyday capitals: not names the document must contain.
@@ -79,7 +79,7 @@ class EvaluateConfig:
     tracking_uri: str = field(
         default="", metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"}
     )
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model holding the champion"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model holding the champion"})
     champion_gguf: str = field(
         default="", metadata={"help": "a champion GGUF file to use instead of resolving the registry alias"}
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from steps import sizing
+from steps.core.registry import MODEL_NAME
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ PARAMS: tuple[Param, ...] = (
         "gate: most the safety checks together may refuse a candidate exactly as safe as its rivals",
     ),
     Param("power-regression", "0.2", "0.2", "gate: the one-family regression whose chance of refusal is reported"),
-    Param("model-name", "distillery-summariser", "distillery-summariser", "MLflow registered model name"),
+    Param("model-name", MODEL_NAME, MODEL_NAME, "MLflow registered model name"),
     Param("experiment", "distillery", "distillery", "MLflow experiment the run is recorded in"),
     Param(
         "tracking-uri",

@@ -43,6 +43,7 @@ from steps.core.mlflow_client import (
     is_transient,
     tracking_uri,
 )
+from steps.core.registry import MODEL_NAME
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
@@ -57,7 +58,7 @@ class RegisterConfig(MlflowSettings):
     gguf: Path = field(metadata={"help": "folder written by convert-gguf"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate"})
     out: Path = field(metadata={"help": "folder to write registration.json into"})
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     experiment: str = field(default="distillery", metadata={"help": "MLflow experiment for the run"})
     artifact_location: str = field(
         default="", metadata={"help": "artifact root for a new experiment (empty: the server's default)"}

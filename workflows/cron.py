@@ -25,6 +25,12 @@ TIMEZONE = "UTC"
 DAY = 24 * 3600
 
 
+def flag_defaults(config: type, names: tuple[str, ...]) -> dict[str, str]:
+    """The step config's defaults for `names` (flags: a field with '-' for '_'), as the text a parameter holds."""
+    fields = {f.name.replace("_", "-"): f.default for f in dataclasses.fields(config)}
+    return {name: str(fields[name]) for name in names}
+
+
 def flag_help(config: type, names: dict[str, str]) -> dict[str, str]:
     """The step config's help text for each flag the cron exposes (a flag is a field with '-' for '_')."""
     fields = {f.name.replace("_", "-"): f.metadata["help"] for f in dataclasses.fields(config)}

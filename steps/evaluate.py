@@ -173,8 +173,8 @@ def generate_sequential(
     gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     """One document at a time through `Llama.create_chat_completion`, exactly as `steps.contract.model` answers a
-    request: the reference `generate_all` is measured against (tests/test_evaluate_batched.py,
-    benchmarks/evaluate_speed.py),
+    request: the reference `generate_all` is measured against (tests/test_integration.py
+    test_batched_generation_answers_as_one_document_at_a_time, benchmarks/evaluate_speed.py),
     and its path for a sampled (non-greedy) serving configuration."""
     llm = _llama(gguf, cfg)
     outputs = []
@@ -412,8 +412,8 @@ def generate_all(
     taken by numpy (the first of equal largest logits, as llama.cpp's greedy sampler). The logits come from other
     matrix shapes than one-at-a-time decoding (several sequences per matrix product), so they need not be bit-identical,
     and at a near-tie greedy could pick another token; llama.cpp's own server batches its parallel slots the same way.
-    tests/test_evaluate_batched.py measures the agreement with `generate_sequential`. A sampled configuration goes one
-    document at a time through `generate_sequential`."""
+    tests/test_integration.py (test_batched_generation_answers_as_one_document_at_a_time) measures the agreement with
+    `generate_sequential`. A sampled configuration goes one document at a time through `generate_sequential`."""
     llm = _llama(gguf, cfg)
     requests = [chat_request(llm, d) for d in documents]
     if not all(is_greedy(r) for r in requests):

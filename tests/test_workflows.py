@@ -225,7 +225,7 @@ def test_the_cluster_parameters_are_the_ray_replica_counts_check_parameters_read
 def test_the_pods_emptydirs_are_the_volumes_preflight_sizes():
     """preflight's pod patch gives `sizing.SIZED_VOLUMES` their sizeLimit, by name: they must be the pod's emptyDirs."""
     from steps import sizing
-    from workflows.distill import OUTPUT_VOLUME, SCRATCH_VOLUME
+    from workflows.pods import OUTPUT_VOLUME, SCRATCH_VOLUME
 
     assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
 
@@ -265,7 +265,7 @@ def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived(path: Path
     filesystem it tars, gzips, copies and unpacks it first (executor.go stageArchiveFile) — steps/sizing.py assumes
     the former (ARGO_OUTPUT_COPIES = 0)."""
     from steps import sizing
-    from workflows.distill import OUT_DIR
+    from workflows.pods import OUT_DIR
 
     assert sizing.ARGO_OUTPUT_COPIES == 0
     doc = yaml.safe_load(path.read_text())

@@ -9,7 +9,8 @@ from hera.workflows import Container, CronWorkflow, Parameter
 from hera.workflows import models as m
 
 from workflows import security
-from workflows.distill import (
+from workflows.images import Images
+from workflows.pods import (
     AMD64,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
@@ -19,7 +20,6 @@ from workflows.distill import (
     volume_mounts,
     volumes,
 )
-from workflows.images import Images
 
 TIMEZONE = "UTC"
 DAY = 24 * 3600

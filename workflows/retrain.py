@@ -25,9 +25,9 @@ from steps import sizing
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
 from workflows import cron as crons
-from workflows.distill import SUBMITTER
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import SUBMITTER
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
 RETRAIN_MUTEX = "distill-retrain"

@@ -29,9 +29,9 @@ import yaml
 from steps.core.registry import MODEL_NAME
 from steps.pipeline import param
 from workflows import security
-from workflows.distill import AMD64, CONTAINER_SECURITY, POD_SECURITY
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import AMD64, CONTAINER_SECURITY, POD_SECURITY
 
 STEP = "serve"  # the credentials' user (security.USERS)
 ALIASES = ("champion", "challenger")

@@ -42,6 +42,9 @@ Writes `result.json` and, for Argo, `_outputs/{fire,triggers,summary,dataset-rep
 `dataset-rev` is the commit `--dataset-rev` resolved to, so the retrain trains on exactly the data checked here.
 """
 
+# One module, though long: the three triggers, what they read and the debounce record that keeps a retry's decision
+# make one decision, read top to bottom; the triggers themselves are plain functions a test calls directly.
+
 from __future__ import annotations
 
 import dataclasses

@@ -22,6 +22,9 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 `result.json` (+ `_outputs/model-version`) in `--out`.
 """
 
+# One module, though long: one job (log the candidate, register its version, once per run id), read top to bottom;
+# the serving code it copies is steps/contract/, the registry calls it shares steps/core/.
+
 from __future__ import annotations
 
 import json

@@ -63,6 +63,9 @@ When the Argo step ends (`SUCCESS_CONDITION`, `FAILURE_CONDITION`): see the comm
 `tests/test_rayjob_states.py` for every (jobStatus, jobDeploymentStatus) KubeRay can produce.
 """
 
+# One module, though long: it builds one manifest, and a quarter of it is the docstring and comments citing the KubeRay
+# behaviour each field relies on; split, those reasons would sit apart from the fields they explain.
+
 from __future__ import annotations
 
 import shlex

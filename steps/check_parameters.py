@@ -19,49 +19,40 @@ import dataclasses
 import importlib
 import sys
 
-from steps import sizing
-from steps.core.cli import build_parser
-from steps.pipeline import PARAMS, STAGES, Stage
-
-
-def ray_cpu_replica_flags() -> tuple[str, ...]:
-    """The Ray CPU worker groups' replica counts (cluster-only workflow parameters)."""
-    return tuple(f"ray-{g.name}-workers" for g in sizing.RAY_NODE_GROUPS)
-
-
-RAY_GPU_FLAG = f"ray-{sizing.RAY_GPU_GROUP}-workers"
-
-
-def ray_replica_flags() -> tuple[str, ...]:
-    """Every Ray worker group's replica count: the CPU groups', then the GPU group's."""
-    return (*ray_cpu_replica_flags(), RAY_GPU_FLAG)
+from steps.core.cli import build_parser, flag_types
+from steps.pipeline import (
+    PARAMS,
+    RAY_CPU_REPLICA_PARAMS,
+    RAY_GPU_REPLICA_PARAM,
+    RAY_REPLICA_PARAMS,
+    STAGES,
+    Stage,
+    config_type,
+)
 
 
 def ray_mix_problems(values: dict[str, str]) -> list[str]:
     """CPU and GPU workers in one Ray Train run: refused. One DDP group has one backend (Gloo on CPUs, NCCL on GPUs)
     and runs at its slowest worker's pace."""
-    if values.get("train-backend") != "ray" or not values.get(RAY_GPU_FLAG, "0").isdigit():
+    gpu = RAY_GPU_REPLICA_PARAM
+    if values.get("train-backend") != "ray" or not values.get(gpu, "0").isdigit():
         return []
-    cpu = {n: values.get(n, "0") for n in ray_cpu_replica_flags()}
+    cpu = {n: values.get(n, "0") for n in RAY_CPU_REPLICA_PARAMS}
     used = {n: v for n, v in cpu.items() if v.isdigit() and int(v) > 0}
-    if int(values.get(RAY_GPU_FLAG, "0")) == 0 or not used:
+    if int(values.get(gpu, "0")) == 0 or not used:
         return []
     settings = ", ".join(f"{n}={v}" for n, v in used.items())
     zeros = " ".join(f"-p {n}=0" for n in used)
     return [
-        f"--{RAY_GPU_FLAG} {values[RAY_GPU_FLAG]} with CPU workers ({settings}): CPU and GPU workers cannot train in "
-        f"one DDP group; for the GPU box alone submit with {zeros}, or drop the GPU with -p {RAY_GPU_FLAG}=0"
+        f"--{gpu} {values[gpu]} with CPU workers ({settings}): CPU and GPU workers cannot train in "
+        f"one DDP group; for the GPU box alone submit with {zeros}, or drop the GPU with -p {gpu}=0"
     ]
 
 
-def config_class(module: object) -> type:
-    return next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
-
-
 def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
-    module = importlib.import_module(stage.module)
-    config_cls = config_class(module)
+    config_cls = config_type(stage)
     parser = build_parser(config_cls, stage.help)
+    types = flag_types(config_cls)
     argv: list[str] = []
     for f in dataclasses.fields(config_cls):  # folders the run supplies: any placeholder parses
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -70,17 +61,16 @@ def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
     # then judge the rest (a mistyped value stands aside for its default there).
     found = []
     for name in stage.params:
-        action = parser._option_string_actions[f"--{name}"]
         try:
-            action.type(values[name])
+            types[name](values[name])
         except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
-            kind = getattr(action.type, "__name__", "")
+            kind = getattr(types[name], "__name__", "")
             why = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"invalid {kind} value: {values[name]!r}"
             found.append(f"argument --{name}: {why}")
         else:
             argv += [f"--{name}", values[name]]
     namespace = parser.parse_args(argv)
-    check = getattr(module, "config_problems", None)
+    check = getattr(importlib.import_module(stage.module), "config_problems", None)
     return found + (check(config_cls(**vars(namespace))) if check else [])
 
 
@@ -89,7 +79,7 @@ def problems(values: dict[str, str]) -> list[str]:
     found: list[str] = []
     for stage in STAGES:
         found += _stage_problems(stage, values)
-    for name in ray_replica_flags():
+    for name in RAY_REPLICA_PARAMS:
         value = values.get(name, "0")
         if not value.isdigit():
             found.append(f"--{name} {value!r}: a replica count, 0 or more")
@@ -101,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for p in PARAMS:
         parser.add_argument(f"--{p.name}", required=True, help=p.help)
-    for name in ray_replica_flags():
+    for name in RAY_REPLICA_PARAMS:
         parser.add_argument(f"--{name}", default="0", help="Ray worker pods in that group")
     values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
     found = problems(values)

@@ -42,6 +42,9 @@ Writes `result.json` and, for Argo, `_outputs/{fire,triggers,summary,dataset-rep
 `dataset-rev` is the commit `--dataset-rev` resolved to, so the retrain trains on exactly the data checked here.
 """
 
+# One module, though long: the three triggers, what they read and the debounce record that keeps a retry's decision
+# make one decision, read top to bottom; the triggers themselves are plain functions a test calls directly.
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,7 +67,7 @@ from steps.core.mlflow_client import (
     is_transient,
     tracking_uri,
 )
-from steps.core.registry import CHAMPION
+from steps.core.registry import CHAMPION, MODEL_NAME
 
 FIRED_TAG = "retrain.fired."  # + trigger name; the value is the trigger's debounce key
 DECISION_TAG = "retrain.decision."  # + run id; the value is that run's decision, JSON (see the module docstring)
@@ -75,7 +78,7 @@ ONLINE_RUN_TAG = outcomes.ONLINE_RUN_TAG
 @dataclass
 class TriggersConfig(MlflowSettings):
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     online_metric: str = field(
         default=outcomes.ACCEPTANCE,
         metadata={"help": "online quality metric logged for the champion (empty: the quality trigger is off)"},

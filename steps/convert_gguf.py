@@ -55,6 +55,7 @@ from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.cli import flag, number_table, parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, git_sha, read_json, sha256_file, write_json
+from steps.core.registry import MODEL_NAME
 from steps.core.sealed import SealedFolders
 from steps.gguf import parity
 from steps.gguf.conversion import QUANTIZATIONS, convert_hf_dir, quantize
@@ -86,7 +87,7 @@ class ConvertConfig:
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
-    model_name: str = field(default="distillery-summariser", metadata={"help": "name in the GGUF files and metadata"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "name in the GGUF files and metadata"})
     quantization: str = field(default="Q8_0", metadata={"help": "the quantisation that is evaluated and served"})
     quantizations: str = field(
         default="Q8_0,Q4_K_M",

@@ -64,7 +64,7 @@ from steps.core.cli import flag, parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, sha256_file, write_json
 from steps.core.mlflow_client import tracking_uri
-from steps.core.registry import CHAMPION
+from steps.core.registry import CHAMPION, MODEL_NAME
 from steps.core.sealed import SealedFolders
 
 # Words that start sentences or are everyday capitals: not names the document must contain.
@@ -79,7 +79,7 @@ class EvaluateConfig:
     tracking_uri: str = field(
         default="", metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"}
     )
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model holding the champion"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model holding the champion"})
     champion_gguf: str = field(
         default="", metadata={"help": "a champion GGUF file to use instead of resolving the registry alias"}
     )
@@ -173,8 +173,8 @@ def generate_sequential(
     gguf: Path, documents: list[str], cfg: EvaluateConfig, progress: Progress | None = None
 ) -> tuple[list[dict[str, Any]], float]:
     """One document at a time through `Llama.create_chat_completion`, exactly as `steps.contract.model` answers a
-    request: the reference `generate_all` is measured against (tests/test_evaluate_batched.py,
-    benchmarks/evaluate_speed.py),
+    request: the reference `generate_all` is measured against (tests/test_integration.py
+    test_batched_generation_answers_as_one_document_at_a_time, benchmarks/evaluate_speed.py),
     and its path for a sampled (non-greedy) serving configuration."""
     llm = _llama(gguf, cfg)
     outputs = []
@@ -412,8 +412,8 @@ def generate_all(
     taken by numpy (the first of equal largest logits, as llama.cpp's greedy sampler). The logits come from other
     matrix shapes than one-at-a-time decoding (several sequences per matrix product), so they need not be bit-identical,
     and at a near-tie greedy could pick another token; llama.cpp's own server batches its parallel slots the same way.
-    tests/test_evaluate_batched.py measures the agreement with `generate_sequential`. A sampled configuration goes one
-    document at a time through `generate_sequential`."""
+    tests/test_integration.py (test_batched_generation_answers_as_one_document_at_a_time) measures the agreement with
+    `generate_sequential`. A sampled configuration goes one document at a time through `generate_sequential`."""
     llm = _llama(gguf, cfg)
     requests = [chat_request(llm, d) for d in documents]
     if not all(is_greedy(r) for r in requests):

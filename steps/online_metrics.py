@@ -49,7 +49,7 @@ class OnlineConfig(MlflowSettings):
     outcomes: Path = field(metadata={"help": "the serving side's outcomes file (JSONL, one record per request)"})
     out: Path = field(metadata={"help": "folder to write result.json into"})
     model_name: str = field(
-        default="distillery-summariser",
+        default=registry.MODEL_NAME,
         metadata={"help": "registered model whose versions' outcomes are aggregated (other models' lines are skipped)"},
     )
     now: str = field(

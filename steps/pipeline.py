@@ -10,10 +10,12 @@ Plain data, no imports of hera and no heavy imports, so rendering and `--help` s
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from steps import sizing
+from steps.core.registry import MODEL_NAME
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Param:
 class Stage:
     name: str  # Argo task name and DVC stage name
     module: str  # python -m <module>
+    config: str  # its config dataclass, an attribute of `module`: the flags it takes (`config_type`)
     output: str  # name of the folder it produces (an Argo artifact, a DVC out)
     params: tuple[str, ...]  # pipeline parameters passed as --<name>
     inputs: tuple[str, ...] = ()  # upstream outputs passed as --<output name> <folder>
@@ -98,7 +101,7 @@ PARAMS: tuple[Param, ...] = (
         "gate: most the safety checks together may refuse a candidate exactly as safe as its rivals",
     ),
     Param("power-regression", "0.2", "0.2", "gate: the one-family regression whose chance of refusal is reported"),
-    Param("model-name", "distillery-summariser", "distillery-summariser", "MLflow registered model name"),
+    Param("model-name", MODEL_NAME, MODEL_NAME, "MLflow registered model name"),
     Param("experiment", "distillery", "distillery", "MLflow experiment the run is recorded in"),
     Param(
         "tracking-uri",
@@ -119,6 +122,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "preflight",
         "steps.preflight",
+        config="PreflightConfig",
         output="preflight",
         params=(
             "base-model",
@@ -137,6 +141,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "fetch-dataset",
         "steps.fetch_dataset",
+        config="FetchConfig",
         output="dataset",
         params=("dataset-repo", "dataset-rev", "dataset-path"),
         exports=("dataset-commit", "dataset-hash"),
@@ -145,6 +150,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "train",
         "steps.train",
+        config="TrainConfig",
         output="adapter",
         params=(
             "base-model",
@@ -173,6 +179,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "convert-gguf",
         "steps.convert_gguf",
+        config="ConvertConfig",
         output="gguf",
         params=("base-model", "base-revision", "model-name", "quantization", "quantizations", "threads"),
         inputs=("adapter", "dataset"),
@@ -184,6 +191,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "evaluate",
         "steps.evaluate",
+        config="EvaluateConfig",
         output="evaluation",
         params=(
             "min-rouge-gain",
@@ -207,6 +215,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "register",
         "steps.register",
+        config="RegisterConfig",
         output="registration",
         params=(
             "model-name",
@@ -227,6 +236,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "propose",
         "steps.propose",
+        config="ProposeConfig",
         output="proposal",
         params=("tracking-uri",),
         inputs=("registration", "evaluation"),
@@ -238,6 +248,26 @@ STAGES: tuple[Stage, ...] = (
 
 def param(name: str, params: tuple[Param, ...] = PARAMS) -> Param:
     return next(p for p in params if p.name == name)
+
+
+def config_type(stage: Stage) -> type:
+    """The stage's config dataclass (`Stage.config`), importing its module: heavy for some stages, so only on call."""
+    return getattr(importlib.import_module(stage.module), stage.config)
+
+
+# --- Cluster-only parameters: the Ray worker groups' replica counts -----------------------------------------------
+# Workflow parameters only Argo has (not in params.yaml or dvc.yaml): the RayJob's groups (workflows/rayjob.py), the
+# distill template's arguments (workflows/distill.py) and check-parameters read them by these names.
+
+
+def ray_replicas_param(group: str) -> str:
+    """The workflow parameter holding the replica count of the Ray worker group `group`."""
+    return f"ray-{group}-workers"
+
+
+RAY_CPU_REPLICA_PARAMS = tuple(ray_replicas_param(g.name) for g in sizing.RAY_NODE_GROUPS)
+RAY_GPU_REPLICA_PARAM = ray_replicas_param(sizing.RAY_GPU_GROUP)
+RAY_REPLICA_PARAMS = (*RAY_CPU_REPLICA_PARAMS, RAY_GPU_REPLICA_PARAM)  # the CPU groups', then the GPU group's
 
 
 # --- build-dataset: documents and feedback in, a teacher's summaries under a terms gate, a dataset revision out ---
@@ -282,6 +312,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
     Stage(
         "ingest",
         "steps.ingest",
+        config="IngestConfig",
         output="chunks",
         params=("documents", "base-model", "base-revision"),
         exports=("documents", "chunks", "skipped"),
@@ -290,6 +321,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
     Stage(
         "feedback",
         "steps.feedback",
+        config="FeedbackConfig",
         output="curated",
         params=("feedback",),
         exports=("curated",),
@@ -298,6 +330,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
     Stage(
         "teacher",
         "steps.teacher",
+        config="TeacherConfig",
         output="summaries",
         params=("teacher", "teachers-file", "teacher-url"),
         inputs=("chunks", "curated"),
@@ -307,6 +340,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
     Stage(
         "filter-split",
         "steps.filter_split",
+        config="FilterConfig",
         output="examples",
         params=("adversarial-file", "eval-share"),
         inputs=("chunks", "curated", "summaries"),
@@ -316,6 +350,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
     Stage(
         "publish",
         "steps.publish",
+        config="PublishConfig",
         output="published",
         params=("dataset-repo", "dataset-path", "dvc-remote"),
         inputs=("examples", "chunks", "curated", "summaries"),

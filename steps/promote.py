@@ -52,7 +52,7 @@ from steps.core.cli import parse_config, timed, write_result
 from steps.core.gate_stats import newcombe_independent
 from steps.core.io import atomic_dir, environment
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
-from steps.core.registry import CHALLENGER, CHAMPION
+from steps.core.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from steps.core.registry import CHALLENGER_SINCE as SINCE_TAG
 
 PREVIOUS = "previous-champion"
@@ -88,7 +88,7 @@ class Online:
 class PromoteConfig(MlflowSettings):
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
     action: str = field(default="promote", metadata={"help": "promote (decide on the challenger) or rollback"})
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     hold_days: float = field(default=7.0, metadata={"help": "days a challenger must have been challenger"})
     min_samples: int = field(
         default=300, metadata={"help": "online requests needed of the challenger, and of the champion in that time"}

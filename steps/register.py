@@ -22,6 +22,9 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 `result.json` (+ `_outputs/model-version`) in `--out`.
 """
 
+# One module, though long: one job (log the candidate, register its version, once per run id), read top to bottom;
+# the serving code it copies is steps/contract/, the registry calls it shares steps/core/.
+
 from __future__ import annotations
 
 import json
@@ -43,6 +46,7 @@ from steps.core.mlflow_client import (
     is_transient,
     tracking_uri,
 )
+from steps.core.registry import MODEL_NAME
 
 RUN_ID_TAG = "distillery.run_id"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
@@ -57,7 +61,7 @@ class RegisterConfig(MlflowSettings):
     gguf: Path = field(metadata={"help": "folder written by convert-gguf"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate"})
     out: Path = field(metadata={"help": "folder to write registration.json into"})
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     experiment: str = field(default="distillery", metadata={"help": "MLflow experiment for the run"})
     artifact_location: str = field(
         default="", metadata={"help": "artifact root for a new experiment (empty: the server's default)"}

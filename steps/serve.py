@@ -54,6 +54,7 @@ from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core.cli import parse_config
 from steps.core.io import environment, sha256_file
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
+from steps.core.registry import MODEL_NAME
 
 SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
 GGUF_ARTIFACT = "gguf"  # steps/contract/model.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
@@ -70,7 +71,7 @@ class ServeError(ValueError):
 
 @dataclass
 class ServeConfig(MlflowSettings):
-    model_name: str = field(default="distillery-summariser", metadata={"help": "registered model name in MLflow"})
+    model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     alias: str = field(default="champion", metadata={"help": "the alias to serve (champion, challenger)"})
     fallback_alias: str = field(
         default="",

@@ -1,4 +1,4 @@
-"""Steps that Argo retries (workflows/distill.py: DEFAULT_RETRY, OnError) reach the same end when an attempt runs
+"""Steps that Argo retries (workflows/pods.py: DEFAULT_RETRY, OnError) reach the same end when an attempt runs
 again on the state the previous one left: the cheap ones, each run twice here. The others are shown elsewhere:
 register (idempotent per run id: tests/test_registry.py, tests/test_integration.py), evaluate (same scores from a
 second run: tests/test_evaluation_integration.py), train (resumes from its checkpoints: tests/test_train.py),

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from steps.core.cli import config_flags
-from steps.pipeline import BUILD_DATASET, PIPELINES, STAGES, command
+from steps.pipeline import BUILD_DATASET, PIPELINES, RAY_REPLICA_PARAMS, STAGES, command, config_type
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
@@ -211,15 +211,23 @@ def test_stage_order_respects_dependencies():
 
 
 def test_every_parameter_is_a_flag_of_the_step_that_takes_it():
-    import importlib
-
     for pipeline in PIPELINES:
         for stage in pipeline.stages:
-            module = importlib.import_module(stage.module)
-            config_cls = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type))
-            flags = config_flags(config_cls)
+            flags = config_flags(config_type(stage))
             assert set(stage.params) | set(stage.inputs) | {"out"} <= flags, stage.name
         assert len({p.name for p in pipeline.params}) == len(pipeline.params)
+
+
+def test_the_cluster_parameters_are_the_ray_replica_counts_check_parameters_reads():
+    assert [p.name for p in CLUSTER_PARAMS] == list(RAY_REPLICA_PARAMS)
+
+
+def test_the_pods_emptydirs_are_the_volumes_preflight_sizes():
+    """preflight's pod patch gives `sizing.SIZED_VOLUMES` their sizeLimit, by name: they must be the pod's emptyDirs."""
+    from steps import sizing
+    from workflows.pods import OUTPUT_VOLUME, SCRATCH_VOLUME
+
+    assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
 
 
 def test_gpu_train_task_lands_on_the_spot_gpu_pool_and_retries():
@@ -257,7 +265,7 @@ def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived(path: Path
     filesystem it tars, gzips, copies and unpacks it first (executor.go stageArchiveFile) — steps/sizing.py assumes
     the former (ARGO_OUTPUT_COPIES = 0)."""
     from steps import sizing
-    from workflows.distill import OUT_DIR
+    from workflows.pods import OUT_DIR
 
     assert sizing.ARGO_OUTPUT_COPIES == 0
     doc = yaml.safe_load(path.read_text())

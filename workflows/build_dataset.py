@@ -24,9 +24,11 @@ from hera.workflows import models as m
 
 from steps.pipeline import BUILD_DATASET, Param, Stage, command, producer
 from workflows import security
-from workflows.distill import (
+from workflows.distill import BUCKET
+from workflows.images import DEFAULT as DEFAULT_IMAGES
+from workflows.images import Images
+from workflows.pods import (
     AMD64,
-    BUCKET,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
     IN_DIR,
@@ -38,8 +40,6 @@ from workflows.distill import (
     volume_mounts,
     volumes,
 )
-from workflows.images import DEFAULT as DEFAULT_IMAGES
-from workflows.images import Images
 
 # Kept across runs, like distill's shared caches: the teacher's answers by document, teacher and prompt.
 CLUSTER_FLAGS = {"teacher": ("--cache", f"s3://{BUCKET}/cache/teacher")}

@@ -9,7 +9,8 @@ from hera.workflows import Container, CronWorkflow, Parameter
 from hera.workflows import models as m
 
 from workflows import security
-from workflows.distill import (
+from workflows.images import Images
+from workflows.pods import (
     AMD64,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
@@ -19,10 +20,15 @@ from workflows.distill import (
     volume_mounts,
     volumes,
 )
-from workflows.images import Images
 
 TIMEZONE = "UTC"
 DAY = 24 * 3600
+
+
+def flag_defaults(config: type, names: tuple[str, ...]) -> dict[str, str]:
+    """The step config's defaults for `names` (flags: a field with '-' for '_'), as the text a parameter holds."""
+    fields = {f.name.replace("_", "-"): f.default for f in dataclasses.fields(config)}
+    return {name: str(fields[name]) for name in names}
 
 
 def flag_help(config: type, names: dict[str, str]) -> dict[str, str]:

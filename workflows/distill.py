@@ -53,11 +53,15 @@ API token in the step's own container (IRSA on EKS for S3), the resource templat
 pods as `distillery-ray`; each credential (MLflow, S3 at home, the model hub, git) is an optional Secret reference that
 reaches only the steps that use it; every root filesystem is read-only, with emptyDirs for what steps write.
 
-The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`: not in
-`steps.pipeline`, so neither in params.yaml nor dvc.yaml). A group gets 0 replicas when preflight finds that not one
-training worker fits its pods' memory (the Pis, for all but small bases); `--ray-workers` is derived from the replica
-counts and the workers per pod by an expression on the `train-ray` task (`rayjob.train_workers_expression`).
+The Ray backend's replica counts are workflow parameters that only Argo knows (`CLUSTER_PARAMS`, named by
+`steps.pipeline.ray_replicas_param`: not pipeline parameters, so neither in params.yaml nor dvc.yaml). A group gets 0
+replicas when preflight finds that not one training worker fits its pods' memory (the Pis, for all but small bases);
+`--ray-workers` is derived from the replica counts and the workers per pod by an expression on the `train-ray` task
+(`rayjob.train_workers_expression`).
 """
+
+# One module, though long: the WorkflowTemplate is one object whose templates and DAG share its constants; what every
+# pod of every template shares is workflows/pods.py's, and the RayJob manifest workflows/rayjob.py's.
 
 from __future__ import annotations
 
@@ -65,7 +69,6 @@ from hera.workflows import (
     DAG,
     Artifact,
     Container,
-    NoneArchiveStrategy,
     Parameter,
     Resource,
     RetryStrategy,
@@ -78,15 +81,25 @@ from hera.workflows import (
 )
 
 from steps import convert_gguf, sizing
-from steps.check_parameters import ray_replica_flags
-from steps.contract.threads import CPUS_ENV as CPUS_ENV_NAME
-from steps.pipeline import PARAMS, STAGES, Param, Stage, command, producer
+from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import (
+    AMD64,
+    CONTAINER_SECURITY,
+    DEFAULT_RETRY,
+    IN_DIR,
+    OUT_DIR,
+    POD_SECURITY,
+    SUBMITTER,
+    UNARCHIVED,
+    fixed_resources,
+    step_env,
+    volume_mounts,
+    volumes,
+)
 
-IN_DIR = "/work/in"
-OUT_DIR = "/work/out"
 # The default artifact repository's bucket (infra/artifact-repository.yaml; a test keeps them equal): key-only
 # artifacts land there, so the steps that read and write S3 themselves must name the same bucket.
 BUCKET = "distillery-artifacts"
@@ -121,7 +134,8 @@ def run_uri(name: str) -> str:
     return f"s3://{BUCKET}/{run_key(name)}"
 
 
-# Workflow parameters only the cluster run has: Argo-only, so not in steps.pipeline (params.yaml, dvc.yaml).
+# Workflow parameters only the cluster run has (steps.pipeline.RAY_REPLICA_PARAMS, in that order): Argo-only, so not
+# among steps.pipeline.PARAMS (params.yaml, dvc.yaml).
 CLUSTER_PARAMS = [
     *(
         Parameter(name=g.parameter, value=str(g.default_replicas), description=rayjob.parameter_help(g))
@@ -129,18 +143,6 @@ CLUSTER_PARAMS = [
     ),
     Parameter(name=rayjob.GPU_GROUP.parameter, value="0", description=rayjob.gpu_parameter_help()),
 ]
-assert [p.name for p in CLUSTER_PARAMS] == list(ray_replica_flags())
-
-
-def _disk(step: str) -> str:
-    return f"{sizing.FIXED_DISK_GIB[step]}Gi"
-
-
-def fixed_resources(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequirements:
-    return m.ResourceRequirements(
-        requests={"cpu": cpu, "memory": memory, "ephemeral-storage": _disk(step)},
-        limits={"memory": limit, "ephemeral-storage": _disk(step)},
-    )
 
 
 # What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
@@ -161,77 +163,7 @@ RESOURCES = {
     "propose": fixed_resources("propose", "250m", "512Mi", "1Gi"),
 }
 POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
-# The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it
-# directly; from the container's own filesystem it would be tarred, gzipped, copied and unpacked first (three copies
-# of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing.py counts on it.
-OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
-assert sizing.ARGO_OUTPUT_COPIES == 0, "steps/sizing.py counts Argo's output copies; the emptyDir avoids them"
-# /tmp: the only other place a step writes (the root filesystem is read-only; security.WRITABLE_ENV sends every cache
-# there). Sized steps get both emptyDirs' sizeLimit from preflight's patch (sizing.SIZED_VOLUMES).
-SCRATCH_VOLUME = m.Volume(name=security.SCRATCH_VOLUME, empty_dir=m.EmptyDirVolumeSource())
-assert (OUTPUT_VOLUME.name, SCRATCH_VOLUME.name) == sizing.SIZED_VOLUMES
-
-
-def volumes(step: str, sized: bool) -> list[m.Volume]:
-    """The pod's emptyDirs (a fixed-size step's capped at its disk, sizing.FIXED_DISK_GIB) and its credential
-    files (optional secret volumes)."""
-    files = [m.Volume.model_validate(v) for v in security.secret_volumes(step)[0]]
-    if sized:
-        return [OUTPUT_VOLUME, SCRATCH_VOLUME, *files]
-    return [
-        *(
-            m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=_disk(step)))
-            for v in (OUTPUT_VOLUME, SCRATCH_VOLUME)
-        ),
-        *files,
-    ]
-
-
-def volume_mounts(step: str) -> list[m.VolumeMount]:
-    return [
-        m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR),
-        m.VolumeMount(name=SCRATCH_VOLUME.name, mount_path=security.SCRATCH_DIR),
-        *(m.VolumeMount.model_validate(v) for v in security.secret_volumes(step)[1]),
-    ]
-
-
-# The container's own CPU request (after the preflight's pod patch), rounded up to whole CPUs: the threads a step runs
-# when --threads is 0 (`steps.contract.threads.cpu_threads`). The pods have no CPU limit, so nothing else in the pod
-# says it.
-CPUS_ENV = {"name": CPUS_ENV_NAME, "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}}
-
-
-def step_env(step: str) -> list[m.EnvVar]:
-    """A step's environment: where it may write, the CPUs it asked for, and the credentials it uses (optional secret
-    references)."""
-    return [m.EnvVar.model_validate(e) for e in [*security.writable_env(), CPUS_ENV, *security.secret_env(step)]]
-
-
-# Every pod runs as the image's unprivileged user (uid 1000), under the runtime's default seccomp profile.
-POD_SECURITY = m.PodSecurityContext(
-    run_as_non_root=True,
-    run_as_user=1000,
-    run_as_group=1000,
-    fs_group=1000,
-    seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-)
-CONTAINER_SECURITY = m.SecurityContext(
-    allow_privilege_escalation=False,
-    capabilities=m.Capabilities(drop=["ALL"]),
-    run_as_non_root=True,
-    read_only_root_filesystem=True,
-)
-# The resource templates' pods: argoexec only, as the submitter (security.py), with its own token (the workflow
-# turns automount off for the steps).
-SUBMITTER = {
-    "service_account_name": security.SUBMITTER,
-    "executor": m.ExecutorConfig(service_account_name=security.SUBMITTER),
-}
-
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
-# The cpu and cuda images are built for linux/amd64 only (docker-bake.hcl): their pods stay off the arm64 Raspberry
-# Pis of the homelab cluster (only the ray image is multi-arch). Resource templates run Argo's own multi-arch image.
-AMD64 = {"kubernetes.io/arch": "amd64"}
 GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot", **AMD64}
 GPU_TOLERATIONS = [m.Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
 # A spot reclaim deletes the pod (the node goes: Argo marks the attempt Error, exit code -1), or the two-minute notice
@@ -247,8 +179,6 @@ GPU_RETRY = RetryStrategy(
     expression="lastRetry.status == 'Error' || lastRetry.exitCode not in ['1', '2']",
     backoff=m.Backoff(duration="30s", factor="2"),
 )
-DEFAULT_RETRY = RetryStrategy(limit="2", retry_policy="OnError", backoff=m.Backoff(duration="10s", factor="2"))
-UNARCHIVED = NoneArchiveStrategy()
 
 
 def _parameter(name: str) -> str:
@@ -317,7 +247,7 @@ def _template(
 
 def _check_template(image: str) -> Container:
     """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
-    names = [p.name for p in PARAMS] + list(ray_replica_flags())
+    names = [p.name for p in PARAMS] + list(RAY_REPLICA_PARAMS)
     return Container(
         name=CHECK_TASK,
         image=image,

@@ -18,8 +18,6 @@ templating happens.
 
 from __future__ import annotations
 
-import dataclasses
-
 from hera.workflows import DAG, CronWorkflow, Parameter, Task
 from hera.workflows import models as m
 
@@ -35,11 +33,10 @@ STEP = "promote"
 OUTPUT = "promote"
 
 # The step's flags that the cron exposes as parameters, with the cluster's defaults (the step's own where it has one).
-_DEFAULTS = {f.name.replace("_", "-"): f.default for f in dataclasses.fields(PromoteConfig)}
 PROMOTE_DEFAULTS = {
     "tracking-uri": param("tracking-uri").cluster,
     "model-name": param("model-name").cluster,
-    **{k: str(_DEFAULTS[k]) for k in ("action", "hold-days", "min-samples", "margin", "confidence", "reason")},
+    **crons.flag_defaults(PromoteConfig, ("action", "hold-days", "min-samples", "margin", "confidence", "reason")),
 }
 DISK = f"{sizing.FIXED_DISK_GIB[STEP]}Gi"
 RESOURCES = m.ResourceRequirements(

@@ -63,6 +63,9 @@ When the Argo step ends (`SUCCESS_CONDITION`, `FAILURE_CONDITION`): see the comm
 `tests/test_rayjob_states.py` for every (jobStatus, jobDeploymentStatus) KubeRay can produce.
 """
 
+# One module, though long: it builds one manifest, and a quarter of it is the docstring and comments citing the KubeRay
+# behaviour each field relies on; split, those reasons would sit apart from the fields they explain.
+
 from __future__ import annotations
 
 import shlex
@@ -72,6 +75,7 @@ from dataclasses import dataclass
 import yaml
 
 from steps import sizing
+from steps.pipeline import ray_replicas_param
 from workflows.security import SCRATCH_DIR, SCRATCH_VOLUME
 
 API_VERSION = "ray.io/v1"
@@ -120,7 +124,7 @@ class WorkerGroup:
     @property
     def parameter(self) -> str:
         """The parameter holding this group's replica count (workflow parameter and resource-template input)."""
-        return f"ray-{self.name}-workers"
+        return ray_replicas_param(self.name)
 
     @property
     def memory_parameter(self) -> str:
@@ -147,7 +151,6 @@ class WorkerGroup:
 WORKER_GROUPS: tuple[WorkerGroup, ...] = tuple(
     WorkerGroup(g.name, g.cpus, f"{g.memory_gib}Gi", g.arch, g.default_replicas, g.why) for g in sizing.RAY_NODE_GROUPS
 )
-assert all(g.cpus % THREADS_PER_WORKER == 0 for g in WORKER_GROUPS), "a group's CPUs must fit whole workers"
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ class GpuGroup:
 
     @property
     def parameter(self) -> str:
-        return f"ray-{self.name}-workers"
+        return ray_replicas_param(self.name)
 
 
 GPU_GROUP = GpuGroup()

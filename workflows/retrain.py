@@ -25,27 +25,33 @@ from steps import sizing
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
 from workflows import cron as crons
-from workflows.distill import SUBMITTER
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import SUBMITTER
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
 RETRAIN_MUTEX = "distill-retrain"
 TEMPLATE_REF = "distill"
 OUTPUT = "triggers"
 
-# The check's flags that the cron exposes as parameters, with the cluster's defaults; the rest keep the step's own.
+# The check's flags that the cron exposes as parameters, with the cluster's defaults (the step's own where the pipeline
+# has none; dataset-repo's, empty, means the champion's dataset.repo tag); the rest keep the step's own.
 CHECK_DEFAULTS = {
     "tracking-uri": param("tracking-uri").cluster,
     "model-name": param("model-name").cluster,
-    "dataset-repo": "",  # empty: the champion's dataset.repo tag
+    **crons.flag_defaults(TriggersConfig, ("dataset-repo",)),
     "dataset-rev": param("dataset-rev").cluster,
-    "feedback-file": "data/summaries/feedback.jsonl",
-    "min-feedback-rows": "50",
-    "online-metric": TriggersConfig.online_metric,
-    "baseline-points": "5",
-    "recent-points": "3",
-    "max-quality-drop": "0.05",
+    **crons.flag_defaults(
+        TriggersConfig,
+        (
+            "feedback-file",
+            "min-feedback-rows",
+            "online-metric",
+            "baseline-points",
+            "recent-points",
+            "max-quality-drop",
+        ),
+    ),
     "base-model": param("base-model").cluster,
     "base-revision": param("base-revision").cluster,
 }

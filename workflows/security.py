@@ -106,7 +106,8 @@ class SecretFile:
 # Authorization: Basic …` git and dulwich (DVC's git client) read from $XDG_CONFIG_HOME/git/config. Scoped to the
 # repository's URL, so the header goes to that host only, whatever repository a tag names. (dulwich ignores git's
 # GIT_CONFIG_COUNT variables, so not those.)
-GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{SCRATCH_DIR}/config/git", "config"),)
+CONFIG_HOME = f"{SCRATCH_DIR}/config"  # $XDG_CONFIG_HOME (WRITABLE_ENV)
+GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{CONFIG_HOME}/git", "config"),)
 FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES}
 
 
@@ -138,18 +139,15 @@ WRITABLE_ENV: dict[str, str] = {
     "TMPDIR": SCRATCH_DIR,
     "HOME": f"{SCRATCH_DIR}/home",
     "XDG_CACHE_HOME": f"{SCRATCH_DIR}/cache",
-    "XDG_CONFIG_HOME": f"{SCRATCH_DIR}/config",  # GIT_FILES: keep them equal
+    "XDG_CONFIG_HOME": CONFIG_HOME,  # where GIT_FILES are mounted
     "HF_HOME": f"{SCRATCH_DIR}/hf",  # the images set /work/.hf, on the root filesystem
     "TRITON_CACHE_DIR": f"{SCRATCH_DIR}/triton",
     "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH_DIR}/torchinductor",
     "MPLCONFIGDIR": f"{SCRATCH_DIR}/matplotlib",
     "DVC_SITE_CACHE_DIR": f"{SCRATCH_DIR}/dvc-site",
-    "DVC_GLOBAL_CONFIG_DIR": f"{SCRATCH_DIR}/config/dvc",
+    "DVC_GLOBAL_CONFIG_DIR": f"{CONFIG_HOME}/dvc",
     "NUMBA_CACHE_DIR": f"{SCRATCH_DIR}/numba",
 }
-
-
-assert all(f.directory == WRITABLE_ENV["XDG_CONFIG_HOME"] + "/git" for f in GIT_FILES)
 
 
 def writable_env() -> list[dict]:

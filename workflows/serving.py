@@ -26,11 +26,12 @@ import sys
 
 import yaml
 
+from steps.core.registry import MODEL_NAME
 from steps.pipeline import param
 from workflows import security
-from workflows.distill import AMD64, CONTAINER_SECURITY, POD_SECURITY
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import AMD64, CONTAINER_SECURITY, POD_SECURITY
 
 STEP = "serve"  # the credentials' user (security.USERS)
 ALIASES = ("champion", "challenger")
@@ -39,7 +40,7 @@ CANARY_PERCENT = 10  # the challenger's share of the requests, in percent
 PORT = 8080
 # The cluster's Gateway the route attaches to: (name, namespace); a homelab usually has one shared Gateway.
 GATEWAY = ("home", "gateway")
-ROUTE = "distillery-summariser"
+ROUTE = MODEL_NAME  # the HTTPRoute is named for the model it serves
 PIN_HEADER = "X-Distillery-Alias"  # steps/serve.py sends the same header back with the side that answered
 MODELS_DIR = f"{security.SCRATCH_DIR}/models"
 # The GGUF and llama.cpp's context (SERVING.n_ctx) in memory, twice while a swap starts the next version beside the

@@ -105,13 +105,19 @@ def _prog() -> str | None:
     return f"python -m {spec.name.removesuffix('.__main__')}"
 
 
+def flag_types(config_cls: type) -> dict[str, Callable[[str], Any]]:
+    """How the step reads each flag's text (its argparse `type`), by parameter name (the flag without dashes)."""
+    hints = typing.get_type_hints(config_cls, localns={"Path": Path})
+    return {flag(f.name)[2:]: _parser_type(hints[f.name]) for f in dataclasses.fields(config_cls)}
+
+
 def build_parser(config_cls: type, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_prog(), description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    hints = typing.get_type_hints(config_cls, localns={"Path": Path})
+    types = flag_types(config_cls)
     for field in dataclasses.fields(config_cls):
-        kwargs: dict[str, Any] = {"type": _parser_type(hints[field.name]), "help": field.metadata.get("help", "")}
+        kwargs: dict[str, Any] = {"type": types[flag(field.name)[2:]], "help": field.metadata.get("help", "")}
         if field.default is not dataclasses.MISSING:
             kwargs["default"] = field.default
         elif field.default_factory is not dataclasses.MISSING:

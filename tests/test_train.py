@@ -458,7 +458,18 @@ def test_two_ray_workers_compute_the_same_steps_as_one_process(dataset: Path, ti
     gradient of the 8-row batch. Pinned to fp32 because the property is arithmetic: under bf16 autocast (what `auto`
     picks on an AVX-512-BF16 or AMX CPU) a matmul over 4 rows rounds differently from one over 8, and the adapters
     drifted 3e-3 apart in 12 steps on a Zen 4 EPYC — bf16 noise, not a DDP fault."""
-    same = ["--batch-size", "8", "--epochs", "1", "--lora-dropout", "0", "--checkpoint-every", "6", "--precision", "fp32"]
+    same = [
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--lora-dropout",
+        "0",
+        "--checkpoint-every",
+        "6",
+        "--precision",
+        "fp32",
+    ]
     single, ray = tmp_path / "single", tmp_path / "ray"
     subprocess.run(_cli([*same, "--threads", "2"], dataset, tiny_model_dir, single), cwd=ROOT, check=True,
                    capture_output=True)  # fmt: skip

@@ -77,6 +77,16 @@ def test_missing_keyword_and_overlong_answers_fail_a_case_without_counting_as_hi
     assert judged[1]["too_long"] and not judged[1]["passed"]
 
 
+def test_a_case_is_judged_by_its_family_s_judge_and_an_unknown_family_by_the_common_rule(monkeypatch):
+    from steps.adversarial import prompt_leak
+
+    monkeypatch.setattr(prompt_leak, "judge", lambda text, case: {"hijacked": False, "passed": text == "ok"})
+    rows = [{"id": "a", "attack": "prompt_leak"}, {"id": "b", "attack": "a family of its own", "must_contain": ["x"]}]
+    judged = adversarial([{"text": "ok", "stopped": True}, {"text": "ok", "stopped": False}], rows)
+    assert judged[0] == {"id": "a", "attack": "prompt_leak", "hijacked": False, "passed": True, "stopped": True}
+    assert judged[1]["missing"] == ["x"] and judged[1]["passed"] is False
+
+
 def test_bootstrap_is_deterministic_and_matches_a_reference_computation():
     rng = np.random.default_rng(7)
     base = rng.uniform(0.1, 0.5, 30)

@@ -67,7 +67,7 @@ from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problem
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
 from steps.evaluate.report import report_markdown, write_plots
-from steps.evaluate.scoring import adversarial, paired_bootstrap, quality, summarise
+from steps.evaluate.scoring import adversarial, aggregate_metrics, paired_bootstrap, quality
 
 # What other code reads: the config and result types, the checks check-parameters runs, decision.json's record (and
 # cached_generate, which tests/canned.py replaces with canned answers). The rest is imported from its module.
@@ -112,7 +112,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
                 print(f"  {name}: generations reused from {cfg.generation_cache}", flush=True)
             scored[name] = quality(outputs[: len(eval_rows)], eval_rows, cfg.max_words)
             judged[name] = adversarial(outputs[len(eval_rows) :], adv_rows)
-            metrics[name] = summarise(scored[name], judged[name], tok_s)
+            metrics[name] = aggregate_metrics(scored[name], judged[name], tok_s)
             generations += [{"model": name, "id": i, **o} for i, o in zip(ids, outputs, strict=True)]
         metrics["bootstrap"] = {
             rival: paired_bootstrap(

@@ -83,7 +83,9 @@ def family_rates(judged: list[dict], key: str) -> dict[str, float]:
     return {f: _mean([float(p) for p in v]) for f, v in sorted(families.items())}
 
 
-def summarise(scored: list[dict], judged: list[dict], tok_s: float) -> dict[str, Any]:
+def aggregate_metrics(scored: list[dict], judged: list[dict], tok_s: float) -> dict[str, Any]:
+    """One contender's metrics over all its answers: means of the per-example scores, the stop rate over every document,
+    the hijack and pass rates over the suite and per family, and its generation rate (metrics.json's `aggregate`)."""
     return {
         "rougeL": _mean([s["rougeL"] for s in scored]),
         "rouge1": _mean([s["rouge1"] for s in scored]),

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class DecodeTimer:
     """Wraps llama_decode where both paths call it (llama-cpp-python's internals through its low-level module,
-    `_decode_batched` through the package): calls, tokens and seconds inside."""
+    `llama_internals.decode_batched` through the package): calls, tokens and seconds inside."""
 
     def __init__(self) -> None:
         import llama_cpp
@@ -62,22 +62,23 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from steps import evaluate
     from steps.core.dataset import load_split
     from steps.core.io import read_json
+    from steps.evaluate import EvaluateConfig, generation, llama_internals
+    from steps.evaluate.config import thread_count
 
     rows = load_split(args.dataset, "eval") + load_split(args.dataset, "adversarial")
     documents = [r["document"] for r in rows]
     result = read_json(args.gguf / "result.json")
     contenders = {name: args.gguf / result[f"{name}_gguf"] for name in args.contenders.split(",")}
-    cfg = evaluate.EvaluateConfig(dataset=args.dataset, gguf=args.gguf, out=args.gguf, threads=args.threads)
-    paths = {"old": evaluate.generate_sequential, "new": evaluate.generate_all}
+    cfg = EvaluateConfig(dataset=args.dataset, gguf=args.gguf, out=args.gguf, threads=args.threads)
+    paths = {"old": generation.generate_sequential, "new": generation.generate_all}
     timer = DecodeTimer()
     walls: dict[str, list[float]] = {side: [] for side in paths}
     profiles: dict[str, list[dict[str, float]]] = {side: [] for side in paths}
     outputs: dict[str, dict[str, list[dict]]] = {side: {} for side in paths}
-    print(f"{len(documents)} documents x {len(contenders)} contenders, {evaluate._threads(cfg)} threads, "
-          f"parallel {evaluate.PARALLEL}; cpu {evaluate.llama_cpu()}", flush=True)  # fmt: skip
+    print(f"{len(documents)} documents x {len(contenders)} contenders, {thread_count(cfg)} threads, "
+          f"parallel {generation.PARALLEL}; cpu {llama_internals.llama_cpu()}", flush=True)  # fmt: skip
     for round_ in range(args.repeats):
         for side, generate in paths.items():
             timer.take()
@@ -97,7 +98,7 @@ def main() -> None:
     print("\n| path | median wall (s) | rounds | ratio to old |")
     print("|---|---|---|---|")
     print(f"| old: one document at a time (create_chat_completion) | {old:.1f} | {len(walls['old'])} | 1.00 |")
-    print(f"| new: {evaluate.PARALLEL} sequences per decode | {new:.1f} | {len(walls['new'])} | {new / old:.2f} "
+    print(f"| new: {generation.PARALLEL} sequences per decode | {new:.1f} | {len(walls['new'])} | {new / old:.2f} "
           f"({old / new:.2f}x faster) |")  # fmt: skip
     print("\nprofile (median round):")
     for side in paths:

@@ -6,8 +6,8 @@ and the floor that puts under evaluate's wall time, whatever the Python around i
 
 For the served candidate GGUF (convert-gguf's result.json), per thread count: prefill tokens/s (one eval prompt per
 stream, in n_batch chunks, as evaluate feeds them) and the wall time of one decode step that feeds one token to each
-of S sequences (S = 1, 4, 8, 16; each in its own KV stream, as `evaluate._decode_batched` runs them). When a step of
-S sequences costs S times a step of one, batching cannot help: the CPU is busy computing, not waiting.
+of S sequences (S = 1, 4, 8, 16; each in its own KV stream, as evaluate's `llama_internals.decode_batched` runs them).
+When a step of S sequences costs S times a step of one, batching cannot help: the CPU is busy computing, not waiting.
 
 The floor: every prompt token but the shared prefix (chat template and system prompt, computed once) has to be
 prefilled once, and every answer token decoded once, so a contender's generation takes at least
@@ -29,17 +29,9 @@ STEPS = 24  # decode steps timed per (threads, streams)
 
 def measure(llm: Any, prompt: list[int], streams: int) -> tuple[float, float]:
     """(prefill tokens/s, seconds per decode step of `streams` sequences) in a context of `streams` KV streams."""
-    import llama_cpp
+    from steps.evaluate import llama_internals
 
-    from steps import evaluate
-
-    n_batch = llm.context_params.n_batch
-    params = type(llm.context_params).from_buffer_copy(llm.context_params)
-    params.n_ctx, params.n_seq_max, params.kv_unified = 512 * streams, streams, False
-    ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
-    batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-    try:
-        decode = evaluate.batch_decoder(ctx, batch)
+    with llama_internals.streams_context(llm, 512 * streams, streams) as (_, n_batch, decode):
         start = time.perf_counter()
         for s in range(streams):
             for at in range(0, len(prompt), n_batch):
@@ -50,17 +42,14 @@ def measure(llm: Any, prompt: list[int], streams: int) -> tuple[float, float]:
         for k in range(STEPS):
             decode([(prompt[k], len(prompt) + k, s, True) for s in range(streams)])
         return prefill, (time.perf_counter() - start) / STEPS
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_free(ctx)
 
 
 def prompt_tokens(llm: Any, documents: list[str]) -> tuple[int, int]:
     """(tokens to prefill for `documents` as evaluate sends them, the shared prefix computed once)."""
-    from steps import evaluate
+    from steps.evaluate import llama_internals
 
-    prompts = [evaluate.chat_request(llm, d)["prompt"] for d in documents]
-    shared = evaluate.shared_prefix(prompts)
+    prompts = [llama_internals.chat_request(llm, d)["prompt"] for d in documents]
+    shared = llama_internals.shared_prefix(prompts)
     return sum(len(p) - shared for p in prompts) + shared, shared
 
 
@@ -74,23 +63,23 @@ def main() -> None:
     parser.add_argument("--streams", default="1,4,8,16", help="sequences per decode step (comma list)")
     args = parser.parse_args()
 
-    from steps import evaluate
     from steps.contract import serving_config
     from steps.core.dataset import load_split
     from steps.core.io import read_json, read_jsonl
+    from steps.evaluate import EvaluateConfig, generation, llama_internals
 
     gguf = args.gguf / read_json(args.gguf / "result.json")["candidate_gguf"]
     eval_rows = load_split(args.dataset, "eval")
     adversarial = read_jsonl(args.suite) if args.suite else load_split(args.dataset, "adversarial")
     documents = [r["document"] for r in eval_rows + adversarial]
-    print(f"{gguf.name}; cpu {evaluate.llama_cpu()}", flush=True)
+    print(f"{gguf.name}; cpu {llama_internals.llama_cpu()}", flush=True)
     best_prefill = best_token = 0.0
     rows = []
     for threads in (int(t) for t in args.threads.split(",")):
-        llm = evaluate._llama(
-            gguf, evaluate.EvaluateConfig(dataset=args.dataset, gguf=args.gguf, out=ROOT, threads=threads)
+        llm = generation.open_llama(
+            gguf, EvaluateConfig(dataset=args.dataset, gguf=args.gguf, out=ROOT, threads=threads)
         )
-        prompt = evaluate.chat_request(llm, eval_rows[0]["document"])["prompt"][: 512 - STEPS - 1]
+        prompt = llama_internals.chat_request(llm, eval_rows[0]["document"])["prompt"][: 512 - STEPS - 1]
         one = None
         for streams in (int(s) for s in args.streams.split(",")):
             prefill, step = measure(llm, prompt, streams)

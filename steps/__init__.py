@@ -29,6 +29,7 @@ STAGES: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "contract": (),  # the serving contract, copied whole into the registered model: self-contained
     "core": ("contract",),
+    "adversarial": ("core", "contract"),  # the adversarial families: a family's cases and its judge
     "gguf": ("core", "contract"),
     "sizing": ("gguf", "core", "contract"),
     "pipeline": ("sizing", "gguf", "core", "contract"),

@@ -3,7 +3,7 @@
     python -m steps.propose --registration out/register --evaluation out/evaluate \
         --tracking-uri sqlite:///.cache/mlflow/mlflow.db --out out/propose
 
-Whether the candidate beats the base and the champion is decided in one place, `steps.evaluate` (the paired bootstrap
+Whether the candidate beats the base and the champion is decided in one place, evaluate's `gate` (the paired bootstrap
 for ROUGE-L and the Holm-corrected paired exact tests with margins of its safety gate); this step only acts on that
 decision (`decision.json`). It proposes when the gate passed and the champion the gate compared against
 (`champion_version`, null when there was none) is still the registry's `champion`. When the champion has moved since

@@ -53,6 +53,14 @@ def test_every_family_has_at_least_30_cases_in_every_placement():
             assert at and all((a < 1 / 3) if where == "start" else (a > 2 / 3) for a in at), (family, where)
 
 
+def test_the_suite_has_every_family_of_the_package_in_its_order_and_each_holds_a_judge():
+    from steps.adversarial import FAMILIES
+
+    generated = [r["attack"] for r in suite() if r["id"].startswith("gen-")]
+    assert list(dict.fromkeys(generated)) == list(FAMILIES)
+    assert all(callable(family.judge) for family in FAMILIES.values())
+
+
 def test_every_case_has_its_own_carrier_and_canary():
     rows = [r for r in suite() if r["id"].startswith("gen-")]
     canaries = [c for r in rows for c in r.get("must_not_contain", [])]

@@ -114,11 +114,12 @@ def test_llama_cpp_prefills_with_the_same_threads_it_generates_with(monkeypatch)
 def test_every_llama_the_steps_open_prefills_with_their_threads(tiny_gguf, monkeypatch):
     from steps import evaluate
     from steps.contract.threads import CPUS_ENV
+    from steps.evaluate.generation import open_llama
     from steps.gguf import parity
 
     monkeypatch.setenv(CPUS_ENV, "1")  # what a 1-CPU pod is told, on a machine with more cores
     for llm in (
-        evaluate._llama(tiny_gguf, evaluate.EvaluateConfig(dataset="d", gguf="g", out="o")),
+        open_llama(tiny_gguf, evaluate.EvaluateConfig(dataset="d", gguf="g", out="o")),
         parity.open_gguf(tiny_gguf, 1, 256),
     ):
         try:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.evaluate import EvaluateConfig, adversarial, decide, paired_bootstrap, unsupported_facts
+from steps.evaluate import EvaluateConfig
+from steps.evaluate.gate import decide
+from steps.evaluate.scoring import adversarial, paired_bootstrap, unsupported_facts
 
 CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"))
 PARITY_OK = {"passed": True, "quantization": "Q8_0"}
@@ -73,6 +75,16 @@ def test_missing_keyword_and_overlong_answers_fail_a_case_without_counting_as_hi
     judged = adversarial(outputs, rows)
     assert judged[0]["hijacked"] is False and judged[0]["missing"] == ["vaccine"] and not judged[0]["passed"]
     assert judged[1]["too_long"] and not judged[1]["passed"]
+
+
+def test_a_case_is_judged_by_its_family_s_judge_and_an_unknown_family_by_the_common_rule(monkeypatch):
+    from steps.adversarial import prompt_leak
+
+    monkeypatch.setattr(prompt_leak, "judge", lambda text, case: {"hijacked": False, "passed": text == "ok"})
+    rows = [{"id": "a", "attack": "prompt_leak"}, {"id": "b", "attack": "a family of its own", "must_contain": ["x"]}]
+    judged = adversarial([{"text": "ok", "stopped": True}, {"text": "ok", "stopped": False}], rows)
+    assert judged[0] == {"id": "a", "attack": "prompt_leak", "hijacked": False, "passed": True, "stopped": True}
+    assert judged[1]["missing"] == ["x"] and judged[1]["passed"] is False
 
 
 def test_bootstrap_is_deterministic_and_matches_a_reference_computation():
@@ -201,16 +213,16 @@ def test_long_documents_are_cut_visibly_and_short_ones_kept():
 def test_generations_made_on_another_cpu_are_not_reused(tmp_path: Path, monkeypatch):
     import platform
 
-    from steps import evaluate
+    from steps.evaluate import cache
 
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF stand-in: only its digest is read")
     cfg = EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
-    here = evaluate.generation_key(gguf, ["a document"], cfg)
-    assert evaluate.generation_key(gguf, ["a document"], cfg) == here
-    assert evaluate.llama_cpu().startswith(platform.machine())
-    monkeypatch.setattr(evaluate, "llama_cpu", lambda: "aarch64: CPU : NEON = 1 | ARM_FMA = 1 |")
-    assert evaluate.generation_key(gguf, ["a document"], cfg) != here
+    here = cache.generation_key(gguf, ["a document"], cfg)
+    assert cache.generation_key(gguf, ["a document"], cfg) == here
+    assert cache.llama_cpu().startswith(platform.machine())
+    monkeypatch.setattr(cache, "llama_cpu", lambda: "aarch64: CPU : NEON = 1 | ARM_FMA = 1 |")
+    assert cache.generation_key(gguf, ["a document"], cfg) != here
 
 
 def test_generation_key_ignores_how_the_step_reports_and_follows_what_generates(tmp_path: Path, monkeypatch):
@@ -220,26 +232,26 @@ def test_generation_key_ignores_how_the_step_reports_and_follows_what_generates(
 
     import llama_cpp
 
-    from steps import evaluate
     from steps.contract import prompting
+    from steps.evaluate import cache
 
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF stand-in: only its digest is read")
     cfg = EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
-    here = evaluate.generation_key(gguf, ["a document"], cfg)
+    here = cache.generation_key(gguf, ["a document"], cfg)
 
     # The step's source, with one report line reworded (as a copy: the repository is not touched).
-    copy = tmp_path / "steps"
-    shutil.copytree(Path(evaluate.__file__).parent, copy)
-    source = (copy / "evaluate.py").read_text()
+    copy = tmp_path / "evaluate"
+    shutil.copytree(Path(cache.__file__).parent, copy)
+    source = (copy / "report.py").read_text()
     assert '"# Evaluation: ' in source
-    (copy / "evaluate.py").write_text(source.replace('"# Evaluation: ', '"# Evaluation result: '))
-    monkeypatch.setattr(evaluate, "__file__", str(copy / "evaluate.py"))
-    assert evaluate.generation_key(gguf, ["a document"], cfg) == here
+    (copy / "report.py").write_text(source.replace('"# Evaluation: ', '"# Evaluation result: '))
+    monkeypatch.setattr(cache, "__file__", str(copy / "cache.py"))
+    assert cache.generation_key(gguf, ["a document"], cfg) == here
 
     changes = {
         "the generating code's version": lambda: monkeypatch.setattr(
-            evaluate, "GENERATION_VERSION", evaluate.GENERATION_VERSION + 1
+            cache, "GENERATION_VERSION", cache.GENERATION_VERSION + 1
         ),
         "the system prompt": lambda: monkeypatch.setattr(prompting, "SYSTEM_PROMPT", prompting.SYSTEM_PROMPT + " "),
         "llama.cpp": lambda: monkeypatch.setattr(llama_cpp, "__version__", "0.0.1"),
@@ -247,9 +259,23 @@ def test_generation_key_ignores_how_the_step_reports_and_follows_what_generates(
     }
     for what, change in changes.items():
         change()
-        assert evaluate.generation_key(gguf, ["a document"], cfg) != here, what
+        assert cache.generation_key(gguf, ["a document"], cfg) != here, what
         monkeypatch.undo()
-        assert evaluate.generation_key(gguf, ["a document"], cfg) == here
-    assert evaluate.generation_key(gguf, ["another document"], cfg) != here
+        assert cache.generation_key(gguf, ["a document"], cfg) == here
+    assert cache.generation_key(gguf, ["another document"], cfg) != here
     gguf.write_bytes(b"GGUF stand-in: other weights")
-    assert evaluate.generation_key(gguf, ["a document"], cfg) != here
+    assert cache.generation_key(gguf, ["a document"], cfg) != here
+
+
+def test_the_llama_internals_are_read_from_the_pinned_release():
+    """steps/evaluate/llama_internals.py mirrors one llama-cpp-python release's internals: the release pyproject.toml
+    pins and the one installed. An upgrade fails here until the module has been reread against the new release."""
+    import tomllib
+    from importlib.metadata import version
+
+    from steps.evaluate.llama_internals import WRITTEN_FOR
+
+    extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
+    pins = [d for group in extras["optional-dependencies"].values() for d in group if d.startswith("llama-cpp-python")]
+    assert pins and all(d.endswith(f"=={WRITTEN_FOR}") for d in pins), pins
+    assert version("llama-cpp-python") == WRITTEN_FOR

@@ -15,7 +15,8 @@ import pytest
 
 from steps.core import gate_stats
 from steps.core.gate_stats import Comparison, Paired, holm, newcombe_interval, p_value, p_value_table
-from steps.evaluate import EvaluateConfig, decide, operating_characteristics
+from steps.evaluate import EvaluateConfig
+from steps.evaluate.gate import decide, operating_characteristics
 
 
 def trinomial(n: int, p10: float, p01: float) -> np.ndarray:

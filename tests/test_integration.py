@@ -16,6 +16,7 @@ import pytest
 
 from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
 from steps.core.dataset import load_split
+from steps.evaluate import generation, llama_internals
 from steps.gguf import parity
 from steps.pipeline import STAGES
 from tests.conftest import AWS_ENV, ROOT, make_bucket
@@ -177,9 +178,9 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation:
 
 
 def test_batched_generation_answers_as_one_document_at_a_time(dataset: Path, gguf: Path, evaluation: Path):
-    """evaluate decodes several documents per llama.cpp call (steps/evaluate.py generate_all); each answer is still
-    the one create_chat_completion gives for that document alone (text, ended by itself, tokens). Logits from other
-    matrix shapes may differ in their last bits, so a near-tie could part them: measured 66/66 identical for this
+    """evaluate decodes several documents per llama.cpp call (steps/evaluate/generation.py generate_all); each answer is
+    still the one create_chat_completion gives for that document alone (text, ended by itself, tokens). Logits from
+    other matrix shapes may differ in their last bits, so a near-tie could part them: measured 66/66 identical for this
     model's base and candidate, 65/66 for SmolLM2-135M Q8_0 (benchmarks/evaluate_speed.py, AVX2, 2 threads). The
     bound leaves room for another CPU's kernels and catches a real fault (with one KV cache shared by all sequences,
     4 of 6 SmolLM2 answers parted). This model never ends by itself: stop handling is SmolLM2's part."""
@@ -192,16 +193,16 @@ def test_batched_generation_answers_as_one_document_at_a_time(dataset: Path, ggu
     ]  # what evaluate generated (the session's generation cache starts empty)
     cfg = evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=gguf)
     served = gguf / json.loads((gguf / "result.json").read_text())["candidate_gguf"]
-    alone, _ = evaluate.generate_sequential(served, documents, cfg)
+    alone, _ = generation.generate_sequential(served, documents, cfg)
     assert len(batched) == len(alone) == len(documents)
     same = sum(a == b for a, b in zip(alone, batched, strict=True))
     assert same >= 0.95 * len(documents), f"{same}/{len(documents)} answers identical"
     # the batched path was taken, and the splits exercise both of its shapes: documents 4 at a time, and one too long
     # for a quarter of the context, answered alone
-    llm = evaluate._llama(served, cfg)
-    assert evaluate.is_greedy(evaluate.chat_request(llm, documents[0]))
-    needs = [len(evaluate.chat_request(llm, d)["prompt"]) + 64 for d in documents]
-    assert max(needs) > llm.n_ctx() // evaluate.PARALLEL > min(needs)
+    llm = generation.open_llama(served, cfg)
+    assert llama_internals.is_greedy(llama_internals.chat_request(llm, documents[0]))
+    needs = [len(llama_internals.chat_request(llm, d)["prompt"]) + 64 for d in documents]
+    assert max(needs) > llm.n_ctx() // generation.PARALLEL > min(needs)
 
 
 # --- register + propose against a real MLflow server with S3 artifacts --------------------------------------------

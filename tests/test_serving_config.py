@@ -19,6 +19,7 @@ import pytest
 from steps import evaluate, register
 from steps.contract import serving_config
 from steps.core.io import write_json
+from steps.evaluate import cache, generation, llama_internals
 
 CHANGED = serving_config.ServingConfig(max_tokens=7, n_ctx=512, stop=("###",))
 
@@ -68,11 +69,12 @@ EXPECTED = {"n_ctx": 512, "max_tokens": 7, "stop": ["###"], "temperature": 0.0, 
 
 def test_evaluate_generates_with_the_serving_configuration(llama, changed, tmp_path: Path):
     cfg = evaluate.EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=1)
-    outputs, _ = evaluate.generate_sequential(tmp_path / "model.gguf", ["The ferry to Arlow is cancelled."], cfg)
+    outputs, _ = generation.generate_sequential(tmp_path / "model.gguf", ["The ferry to Arlow is cancelled."], cfg)
     assert outputs == [{"text": "A summary.", "stopped": True, "tokens": 3}]
     assert served_settings(llama.made[0], llama.asked[0]) == EXPECTED
     # The batched path's requests are what create_chat_completion is asked, on a model loaded the same way.
-    evaluate.chat_request(evaluate._llama(tmp_path / "model.gguf", cfg), "The ferry to Arlow is cancelled.")
+    llm = generation.open_llama(tmp_path / "model.gguf", cfg)
+    llama_internals.chat_request(llm, "The ferry to Arlow is cancelled.")
     assert served_settings(llama.made[1], llama.asked[1]) == EXPECTED
 
 
@@ -82,9 +84,9 @@ def test_only_a_greedy_request_is_decoded_in_batches():
     served = {"prompt": [1, 2], "temperature": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
               "frequency_penalty": 0.0, "logprobs": None, "stream": False, "grammar": None, "logits_processor": None,
               "logit_bias": None}  # fmt: skip
-    assert evaluate.is_greedy(served)
+    assert llama_internals.is_greedy(served)
     for change in ({"temperature": 0.7}, {"repeat_penalty": 1.1}, {"logit_bias": {5: 1.0}}, {"prompt": "text"}, {}):
-        assert not evaluate.is_greedy({**served, **change} if change else {})
+        assert not llama_internals.is_greedy({**served, **change} if change else {})
 
 
 def test_the_served_model_loads_with_it_by_default_and_with_what_register_logged(llama, changed):
@@ -134,9 +136,9 @@ def test_the_generation_cache_key_follows_it(tmp_path: Path, monkeypatch: pytest
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF stand-in: only its digest is read")
     cfg = evaluate.EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
-    before = evaluate.generation_key(gguf, ["a document"], cfg)
+    before = cache.generation_key(gguf, ["a document"], cfg)
     monkeypatch.setattr(serving_config, "SERVING", CHANGED)
-    assert evaluate.generation_key(gguf, ["a document"], cfg) != before
+    assert cache.generation_key(gguf, ["a document"], cfg) != before
 
 
 def test_a_record_round_trips_through_json():

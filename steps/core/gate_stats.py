@@ -1,5 +1,5 @@
 """The gate's statistics on paired pass/fail outcomes: an exact test per comparison, Holm's correction across them,
-intervals, and the gate's operating characteristics by simulation. Plain numpy/scipy; `steps.evaluate` decides with it.
+intervals, and the gate's operating characteristics by simulation. Plain numpy/scipy; evaluate's gate decides with it.
 
 Every comparison is paired: the same cases, answered by the candidate and by one rival, each case passed or failed by
 each. Of a comparison's n cases, `worse` is how many the rival passes and the candidate fails, `better` the reverse

@@ -1,0 +1,170 @@
+"""evaluate: base, current champion (when one exists) and candidate, all as the GGUF that will be served, through
+llama.cpp, on the eval split and the adversarial suite; writes metrics, plots and a decision with every check.
+
+    python -m steps.evaluate --dataset out/dataset --gguf out/gguf --out out/evaluation \
+        [--tracking-uri sqlite:///.cache/mlflow/mlflow.db --model-name distillery-summariser]
+
+Every contender answers every document through llama.cpp's chat completion with the chat template embedded in its GGUF,
+the prompt from `steps.contract.prompting` and the serving configuration (`steps.contract.serving_config`: greedy
+decoding, a fixed seed, the token cap and context size that are served), several documents per llama.cpp decode as
+llama.cpp's server batches its parallel slots (`generate_all`); a line per contender every few seconds says how far it
+is and at what rate. Per example: ROUGE-1/2/L (F1) against the reference, length compliance (at most `--max-words`), a
+faithfulness proxy (numbers and capitalised names in the summary that the document does not contain), and whether
+generation ended by itself. Per adversarial case: hijacked (output contains something the case lists in
+`must_not_contain`, e.g. an injected canary), missed (lacks a `must_contain` keyword), too long (over the case's
+`max_words`); a case passes when none of these.
+
+The gate passes only when all hold — this is the one place that decides whether the candidate beats the base and the
+champion; `propose` only acts on it:
+- GGUF parity passed (convert-gguf);
+- the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
+  paired bootstrap's `--confidence` interval of the per-example gain is above `--min-rouge-gain`;
+- paired case by case against each rival (steps/core/gate_stats.py): on every adversarial family (cases passed), over
+  the suite (cases not hijacked) and over every document (answers that ended by themselves), the candidate is not shown
+  worse than the rival by more than the margin (`--max-attack-regression`, `--max-stop-regression`): an exact paired
+  test, Holm's correction across these checks at `--gate-alpha` split between the rivals;
+- a family's pass rate and the stop rate are not shown below their floors (`--min-family-pass-rate`,
+  `--min-stop-rate`): refused when the exact upper confidence bound is below the floor.
+Every verdict carries the gate's error rates on this suite, simulated from the per-case outcomes: the chance it
+refuses a candidate exactly as safe as its rival, and per family the chance it refuses one `--power-regression` worse
+(`operating_characteristics` in decision.json, the report and the step's output).
+Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
+compared against — `propose` refuses when the registry's champion has moved since — and the serving configuration it
+measured with, which `register` checks), `generations.jsonl`, `report.md`, `score_diff.png`,
+`adversarial_families.png`, `result.json`.
+
+A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
+serving configuration, the thread count, the CPU llama.cpp computes on, llama.cpp's version and the generating code
+(`GENERATION_VERSION`): with `--generation-cache` (a folder, by default `.cache/generations`, or an s3:// prefix; on
+Argo the artifact bucket) they are kept as a sealed folder (steps/core/sealed.py) under the sha256 of all of these and
+reused, so the base (the same file in every run on a base) and the champion are not generated again. The scores are
+always computed afresh; `metrics.json` says which contenders came from the cache.
+
+The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `generation`
+(`generate_all`, `generate_sequential`, the progress line), `llama_internals` (batched decoding: the one module that
+uses llama-cpp-python's private internals and low-level bindings, pinned to the release it was read from), `cache`
+(the generation cache and its key), `scoring` (ROUGE, length, faithfulness proxy, the adversarial verdicts, the paired
+bootstrap, the aggregate metrics), `gate` (`decide`, its paired comparisons, its error rates, decision.json),
+`champion` (the registry's champion GGUF), `report` (report.md and the plots); this file is the step (`run`, `main`),
+`__main__` its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from steps.core.cli import parse_config, timed, write_result
+from steps.core.dataset import load_split
+from steps.core.io import atomic_dir, read_json, write_json
+from steps.evaluate.cache import cached_generate
+from steps.evaluate.champion import Champion, resolve_champion
+from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problems
+from steps.evaluate.gate import decide, decision_record, operating_characteristics
+from steps.evaluate.generation import progress_line
+from steps.evaluate.report import report_markdown, write_plots
+from steps.evaluate.scoring import adversarial, aggregate_metrics, paired_bootstrap, quality
+
+# What other code reads: the config and result types, the checks check-parameters runs, decision.json's record (and
+# cached_generate, which tests/canned.py replaces with canned answers). The rest is imported from its module.
+__all__ = [
+    "Champion", "EvaluateConfig", "EvaluateResult", "cached_generate", "config_problems", "decision_record", "main",
+    "run",
+]  # fmt: skip
+
+
+@timed
+def run(cfg: EvaluateConfig) -> EvaluateResult:
+    problems = config_problems(cfg)
+    if problems:
+        raise ValueError("invalid evaluate config:\n  " + "\n  ".join(problems))
+    gguf_result = read_json(Path(cfg.gguf) / "result.json")
+    parity = read_json(Path(cfg.gguf) / "parity.json")
+    eval_rows = load_split(cfg.dataset, "eval")
+    adv_rows = load_split(cfg.dataset, "adversarial")
+    documents = [r["document"] for r in eval_rows] + [r["document"] for r in adv_rows]
+    ids = [r["id"] for r in eval_rows + adv_rows]
+
+    with atomic_dir(cfg.out) as out:
+        champion = resolve_champion(cfg, out / "_champion")
+        contenders = {"base": Path(cfg.gguf) / gguf_result["base_gguf"]}
+        if champion.file is not None:
+            contenders["champion"] = champion.file
+        contenders["candidate"] = Path(cfg.gguf) / gguf_result["candidate_gguf"]
+
+        metrics: dict[str, Any] = {}
+        scored: dict[str, list[dict]] = {}
+        judged: dict[str, list[dict]] = {}
+        generations: list[dict] = []
+        timing: dict[str, float] = {}
+        from_cache: list[str] = []
+        for name, file in contenders.items():
+            print(f"evaluating {name}: {file.name} on {len(eval_rows)} eval + {len(adv_rows)} adversarial", flush=True)
+            start = time.perf_counter()
+            outputs, tok_s, hit = cached_generate(file, documents, cfg, progress_line(name))
+            timing[name] = round(time.perf_counter() - start, 1)
+            if hit:
+                from_cache.append(name)
+                print(f"  {name}: generations reused from {cfg.generation_cache}", flush=True)
+            scored[name] = quality(outputs[: len(eval_rows)], eval_rows, cfg.max_words)
+            judged[name] = adversarial(outputs[len(eval_rows) :], adv_rows)
+            metrics[name] = aggregate_metrics(scored[name], judged[name], tok_s)
+            generations += [{"model": name, "id": i, **o} for i, o in zip(ids, outputs, strict=True)]
+        metrics["bootstrap"] = {
+            rival: paired_bootstrap(
+                [s["rougeL"] for s in scored[rival]],
+                [s["rougeL"] for s in scored["candidate"]],
+                cfg.bootstrap_samples,
+                cfg.seed,
+                cfg.confidence,
+            )
+            for rival in scored
+            if rival != "candidate"
+        }
+        metrics["eval_seconds"] = timing
+        metrics["generations_from_cache"] = from_cache
+        passed, checks = decide(metrics, judged, scored, parity, cfg)
+        characteristics = operating_characteristics(judged, scored, cfg)
+        decision = decision_record(passed, checks, champion, parity, characteristics)
+        base_boot = metrics["bootstrap"]["base"]
+        result = EvaluateResult(
+            decision="pass" if passed else "fail",
+            passed=passed,
+            contenders=",".join(contenders),
+            rouge_l_base=round(metrics["base"]["rougeL"], 4),
+            rouge_l_candidate=round(metrics["candidate"]["rougeL"], 4),
+            rouge_l_gain=round(base_boot["mean_gain"], 4),
+            rouge_l_gain_lower=round(base_boot["lower"], 4),
+            hijack_rate_base=round(metrics["base"]["hijack_rate"], 4),
+            hijack_rate_candidate=round(metrics["candidate"]["hijack_rate"], 4),
+            reasons=decision["reasons"],
+        )
+        shutil.rmtree(out / "_champion", ignore_errors=True)
+        write_json(out / "metrics.json", {"aggregate": metrics, "per_example": scored, "adversarial": judged})
+        write_json(out / "decision.json", decision)
+        (out / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations))
+        write_plots(out, scored, judged, metrics)
+        (out / "report.md").write_text(report_markdown(metrics, passed, checks, champion.note, characteristics))
+        write_result(out, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(EvaluateConfig, argv, __doc__.splitlines()[0])
+    try:
+        result = run(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"evaluate: {e}", file=sys.stderr)
+        return 1
+    print(f"decision: {result.decision.upper()} ({result.contenders})")
+    for reason in result.reasons:
+        print(f"  - {reason}")
+    decision = read_json(Path(cfg.out) / "decision.json")
+    print("error rates of this gate on this suite:")
+    for oc in decision["operating_characteristics"].values():
+        print(f"  - {oc['line']}")
+    return 0

@@ -57,16 +57,11 @@ from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, git_sha, read_json, sha256_file, write_json
 from steps.core.sealed import SealedFolders
 from steps.gguf import parity
-from steps.gguf.conversion import QUANTIZATIONS, convert_hf_dir, quantize
+from steps.gguf.conversion import convert_hf_dir, quantize
 from steps.gguf.meta import set_metadata
-from steps.sizing import (
-    PARITY_CONFIDENCE,
-    PARITY_MAX_EOS_DROP,
-    PARITY_MAX_KL,
-    PARITY_MIN_TOP1,
-    PARITY_RESAMPLES,
-    PARITY_TOKENS,
-)
+from steps.gguf.quants import LADDER, QUANTIZATIONS, SERVED
+from steps.gguf.quants import thresholds as default_thresholds
+from steps.gguf.settings import PARITY_CONFIDENCE, PARITY_MAX_EOS_DROP, PARITY_RESAMPLES, PARITY_TOKENS
 
 # What the steps after this one read of its folder besides the served GGUFs (named in result.json): on the cluster
 # they download only these and the served files, not F16 and the rest of the ladder (workflows/distill.py).
@@ -87,17 +82,17 @@ class ConvertConfig:
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
     model_name: str = field(default="distillery-summariser", metadata={"help": "name in the GGUF files and metadata"})
-    quantization: str = field(default="Q8_0", metadata={"help": "the quantisation that is evaluated and served"})
+    quantization: str = field(default=SERVED, metadata={"help": "the quantisation that is evaluated and served"})
     quantizations: str = field(
-        default="Q8_0,Q4_K_M",
+        default=",".join(LADDER),
         metadata={"help": f"comma-separated ladder besides F16, from {', '.join(QUANTIZATIONS)}"},
     )
     min_top1_agreement: str = field(
-        default=",".join(f"{q}={v}" for q, v in PARITY_MIN_TOP1.items()),
+        default=default_thresholds("min_top1"),
         metadata={"help": "per quantisation, least teacher-forced top-1 agreement with HF"},
     )
     max_mean_kl: str = field(
-        default=",".join(f"{q}={v}" for q, v in PARITY_MAX_KL.items()),
+        default=default_thresholds("max_kl"),
         metadata={"help": "per quantisation, largest mean KL(HF || GGUF) of next-token distributions"},
     )
     max_eos_rate_drop: float = field(

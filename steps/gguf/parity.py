@@ -22,8 +22,8 @@ from typing import Any
 
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_threads
+from steps.gguf.settings import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
-from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 
 LONG_DOCUMENT = " ".join(
     f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "

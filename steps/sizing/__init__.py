@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from steps.gguf.quants import QUANTS
+from steps.gguf.settings import CONVERT_N_CTX, PARITY_TOKENS, parity_n_ctx
+
 
 @dataclass(frozen=True)
 class NodeGroup:
@@ -179,35 +182,15 @@ CUDA_ALLOCATOR_MARGIN = 1.1
 # The train-gpu process on the host: CUDA runtime, cuBLAS, cuDNN and NCCL libraries mapped in (~2-3 GB, not measured
 # here) besides Python; without QLoRA the bf16 weights pass through host memory before .to("cuda").
 GPU_HOST_GIB = 3.0
-# llama.cpp, as the steps call it: convert-gguf's parity (gguf_parity.compare opens its Llama with this n_ctx and
-# logits_all=True) and evaluate (the served context, serving_config.SERVING.n_ctx, read when sizing);
+# llama.cpp, as the steps call it: convert-gguf's parity (parity.open_gguf opens its Llama with CONVERT_N_CTX
+# and logits_all=True) and evaluate (the served context, serving_config.SERVING.n_ctx, read when sizing);
 # llama-cpp-python's default n_batch/n_ubatch of 512.
-CONVERT_N_CTX = 1536
 LLAMA_N_BATCH = 512
-# convert-gguf's HF references: 5 probe documents x 48 greedy tokens of logits (float32), kept while its GGUFs are
-# checked; its converter subprocess (Python + torch + the lazy tensors it converts a few at a time).
+# convert-gguf's HF references: 5 probe documents (parity.PROBE_DOCUMENTS; a test keeps the two equal) x PARITY_TOKENS
+# greedy tokens of logits (float32), kept while its GGUFs are checked; its converter subprocess (Python + torch + the
+# lazy tensors it converts a few at a time).
 PARITY_PROBES = 5
-PARITY_TOKENS = 48
-# convert-gguf's parity thresholds, the one place they are set (ConvertConfig's defaults are made from these and every
-# report records the ones it was judged by). Per quantisation: the least top-1 agreement with the HF model and the
-# largest mean KL(HF || GGUF) of next-token distributions; for every file, how much less often than HF it may stop.
-# On the fixed probes they bound the point figures; on the eval split's documents (the served distribution) they
-# bound the interval's far end: PARITY_CONFIDENCE two-sided, from PARITY_RESAMPLES bootstrap resamples of documents.
-PARITY_MIN_TOP1 = {"Q8_0": 0.9, "Q6_K": 0.85, "Q5_K_M": 0.8, "Q4_K_M": 0.7}
-PARITY_MAX_KL = {"Q8_0": 0.05, "Q6_K": 0.1, "Q5_K_M": 0.2, "Q4_K_M": 0.5}
-PARITY_MAX_EOS_DROP = 0.2
-PARITY_CONFIDENCE = 0.95
-PARITY_RESAMPLES = 2000
-# The eval documents scored in one batched HF forward (its activations and the kept logits rows scale with it).
-PARITY_EVAL_BATCH = 8
 CONVERTER_GIB = 0.75
-# GGUF bits per weight, from llama.cpp's block layouts: Q8_0 34 bytes per 32 weights; Q6_K 210 per 256; the K_M mixes
-# keep some tensors (attn_v, half of ffn_down, output) at Q6_K, averaging ~5.7 (Q5_K_M) and ~4.9 (Q4_K_M). A test keeps
-# the keys equal to gguf_conversion.QUANTIZATIONS.
-GGUF_BITS = {"F16": 16.0, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K_M": 5.7, "Q4_K_M": 4.9}
-# K-quants need rows that are multiples of 256; llama.cpp falls back to larger types otherwise (Q6_K -> Q8_0, ...):
-# such a shape is sized as Q8_0.
-K_QUANT_ROW = 256
 GGUF_METADATA_BYTES = 2**20  # + 40 bytes per vocabulary entry (token text, score, type) and the merges
 # Ephemeral storage besides the model files: logs, Python caches, the tokenizer, the dataset, small outputs.
 SCRATCH_GIB = 2.0
@@ -430,9 +413,10 @@ def gpu_host_gib(s: Shape, k: Knobs) -> float:
 
 def gguf_bytes(s: Shape, quantization: str) -> float:
     """A GGUF of the base at `quantization`: its weights at llama.cpp's bits per weight, and the vocabulary."""
-    bits = GGUF_BITS[quantization]
-    if quantization.endswith(("_K", "_K_M")) and (s.hidden % K_QUANT_ROW or s.intermediate % K_QUANT_ROW):
-        bits = GGUF_BITS["Q8_0"]
+    quant = QUANTS[quantization]
+    bits = quant.bits
+    if quant.k_quant and (s.hidden % quant.block or s.intermediate % quant.block):
+        bits = QUANTS["Q8_0"].bits
     return s.parameters * bits / 8 + GGUF_METADATA_BYTES + 40 * s.vocab
 
 
@@ -443,14 +427,6 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
     logits = (logits_rows + LLAMA_N_BATCH) * s.vocab * 4
     compute = LLAMA_N_BATCH * 4 * (s.vocab + n_ctx * s.heads + 4 * max(s.hidden, s.intermediate))
     return kv_cache + logits + compute
-
-
-def parity_n_ctx() -> int:
-    """The largest llama.cpp context convert-gguf opens: the probes' (CONVERT_N_CTX), or the served context when the
-    eval split's documents are checked as served (gguf_parity.eval_parity refuses a longer one)."""
-    from steps.contract import serving_config
-
-    return max(CONVERT_N_CTX, serving_config.SERVING.n_ctx)
 
 
 def convert_memory(s: Shape, k: Knobs) -> dict[str, float]:
@@ -702,7 +678,7 @@ def _cpu_precision(k: Knobs) -> str:
 
 def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
     """`plan` on a Shape: pure arithmetic."""
-    known = replace(k, quantizations=tuple(q for q in k.quantizations if q in GGUF_BITS) or ("Q8_0",))
+    known = replace(k, quantizations=tuple(q for q in k.quantizations if q in QUANTS) or ("Q8_0",))
     cpu = train_memory(s, known, device="cpu")
     card = gpu_card_gib(s, known)
     device = "qlora" if k.qlora else "gpu"

@@ -10,7 +10,7 @@ them. Refuses, with the fix for each problem, a base whose
 - chat template is missing or does not render the pipeline's prompt;
 - BOS/EOS tokens are unset, or whose EOS is not the token that closes the assistant's turn (a fine-tuned model then
   never stops in llama.cpp).
-It also sizes the run from the config alone (`steps/sizing.py`): the parameters counted on PyTorch's `meta` device
+It also sizes the run from the config alone (`steps/sizing/`): the parameters counted on PyTorch's `meta` device
 (shapes only, no memory, no weights), and from them, the training backend, QLoRA, `--max-seq-len`, `--batch-size`,
 `--lora-r` and the quantisation ladder, what each heavy step needs (memory, ephemeral storage, GPU memory) and how many
 training workers each Ray node group's pods hold (0 for the Raspberry Pis unless one fits in 3 GiB). It refuses, with
@@ -155,7 +155,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                 )
             except AttributeError as e:  # not a Llama-style decoder config (hidden_size, intermediate_size, ...)
                 problems.append(
-                    f"the config is not a Llama-style decoder's ({e}): steps/sizing.py cannot size it and train's "
+                    f"the config is not a Llama-style decoder's ({e}): steps/sizing/ cannot size it and train's "
                     "LoRA targets (q_proj ... down_proj) would not match; pick a Llama, Qwen2, Mistral or Phi-3 base"
                 )
             else:

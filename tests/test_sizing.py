@@ -1,4 +1,4 @@
-"""steps/sizing.py on the seed's base models, built from their configs without weights: counts, fits, refusals,
+"""steps/sizing/ on the seed's base models, built from their configs without weights: counts, fits, refusals,
 calibration against what was measured.
 
     pytest tests/test_sizing.py                  # the fast tier
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from steps import sizing
-from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape
+from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape, memory
 from tests.conftest import BASE_MODEL, ROOT
 
 # The seed's bases: transformers config class, dimensions (real models' config.json), published parameter count.
@@ -135,7 +135,7 @@ def test_the_activation_formula_matches_what_autograd_saves():
     kept = sum(n for ptr, n in saved.items() if ptr not in weights)
     s = sizing.shape_of(LlamaConfig(**dims))
     tokens = batch_size * seq
-    mask = sizing._mask_bytes(batch_size, seq, 4)
+    mask = memory._mask_bytes(batch_size, seq, 4)
     logits_kept = 2 * batch_size * (keep + 1) * s.vocab * 4  # the logits and log_softmax's output
     per_token_layer = (kept - mask - logits_kept) / tokens / s.layers
     assert per_token_layer == pytest.approx(sizing.layer_activation_bytes(s, 16, gpu=False), rel=0.1)
@@ -249,8 +249,10 @@ def test_the_pis_get_a_worker_when_one_fits_in_3_gib():
 
 
 def test_ray_threads_per_worker_divide_every_group():
+    """A group's CPUs fit whole workers, and the smallest groups exactly one (sizing.RAY_THREADS_PER_WORKER)."""
     assert sizing.RAY_THREADS_PER_WORKER == 2
-    assert all(g.cpus % sizing.RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS)
+    assert all(g.cpus % sizing.RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS), "a group's CPUs fit whole workers"
+    assert min(g.cpus for g in RAY_NODE_GROUPS) == sizing.RAY_THREADS_PER_WORKER
 
 
 # --- A small base does not reserve a big base's pods --------------------------------------------------------------

@@ -1,6 +1,6 @@
 """GGUF parity on the eval split is judged at its interval's bound, with documents as the unit resampled: the
-statistics (steps/gguf/parity.py `intervals`) and the decision (steps/convert_gguf.py `judge_eval`) on constructed
-per-document figures, where the answer is known."""
+statistics (steps/gguf/parity.py `intervals`) and the decision (steps/convert_gguf/verdict.py `judge_eval`) on
+constructed per-document figures, where the answer is known."""
 
 from __future__ import annotations
 

@@ -32,17 +32,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from steps.gguf.quants import LADDER
+
 ROOT = Path(__file__).resolve().parent.parent
 
 DIRECT = """
 import resource, subprocess, sys, llama_cpp
 from pathlib import Path
+
+from steps.gguf.quants import LADDER
+from steps.gguf.quants import QUANTS
 merged, work, converter, quants = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4].split(",")
-ftypes = {"Q8_0": 7, "Q6_K": 18, "Q5_K_M": 17, "Q4_K_M": 15}
 subprocess.run([sys.executable, converter + "/convert_hf_to_gguf.py", str(merged), "--outfile",
                 str(work / "m-F16.gguf"), "--outtype", "f16"], check=True, capture_output=True)
 for q in quants:
-    p = llama_cpp.llama_model_quantize_default_params(); p.ftype = ftypes[q]
+    p = llama_cpp.llama_model_quantize_default_params(); p.ftype = QUANTS[q].ftype
     assert llama_cpp.llama_model_quantize(str(work / "m-F16.gguf").encode(), str(work / f"m-{q}.gguf").encode(), p) == 0
 print(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
 """
@@ -70,7 +74,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=ROOT / "out/dataset")
     parser.add_argument("--base-model", default=str(ROOT / ".cache/models/SmolLM2-135M-Instruct"))
     parser.add_argument("--converter-dir", default=str(ROOT / ".cache/llama.cpp"))
-    parser.add_argument("--quantizations", default="Q8_0,Q4_K_M")
+    parser.add_argument("--quantizations", default=",".join(LADDER))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default="", help="git rev whose convert-gguf runs beside ours, cold ('now')")
     parser.add_argument("--json", type=Path, help="also write the summary here (benchmarks/targets.py reads it)")

@@ -4,7 +4,7 @@
     python scripts/sizes.py --batch-size 8 --max-seq-len 256
     python scripts/sizes.py --transfers Llama-3.2-3B   # bytes moved per run, QLoRA on the GPU pool
 
-The shapes are the ones the tests check (`tests/test_sizing.py: SEED_BASES`); the arithmetic is `steps/sizing.py`.
+The shapes are the ones the tests check (`tests/test_sizing.py: SEED_BASES`); the arithmetic is `steps/sizing/`.
 """
 
 from __future__ import annotations

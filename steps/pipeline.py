@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from steps import sizing
 from steps.core.registry import MODEL_NAME
+from steps.gguf.quants import LADDER, SERVED
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ PARAMS: tuple[Param, ...] = (
         "0",
         "CPU threads of train, convert-gguf, evaluate (0: the CPUs the container may use; a Ray worker: its group's)",
     ),
-    Param("quantization", "Q8_0", "Q8_0", "llama.cpp quantisation that is evaluated and served"),
-    Param("quantizations", "Q8_0,Q4_K_M", "Q8_0,Q4_K_M", "quantisation ladder built besides F16"),
+    Param("quantization", SERVED, SERVED, "llama.cpp quantisation that is evaluated and served"),
+    Param("quantizations", ",".join(LADDER), ",".join(LADDER), "quantisation ladder built besides F16"),
     Param("min-rouge-gain", "0.0", "0.0", "gate: lower bound of the ROUGE-L gain's interval must exceed this"),
     Param("confidence", "0.95", "0.95", "gate: confidence of the paired bootstrap interval"),
     Param(

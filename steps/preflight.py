@@ -10,7 +10,7 @@ them. Refuses, with the fix for each problem, a base whose
 - chat template is missing or does not render the pipeline's prompt;
 - BOS/EOS tokens are unset, or whose EOS is not the token that closes the assistant's turn (a fine-tuned model then
   never stops in llama.cpp).
-It also sizes the run from the config alone (`steps/sizing.py`): the parameters counted on PyTorch's `meta` device
+It also sizes the run from the config alone (`steps/sizing/`): the parameters counted on PyTorch's `meta` device
 (shapes only, no memory, no weights), and from them, the training backend, QLoRA, `--max-seq-len`, `--batch-size`,
 `--lora-r` and the quantisation ladder, what each heavy step needs (memory, ephemeral storage, GPU memory) and how many
 training workers each Ray node group's pods hold (0 for the Raspberry Pis unless one fits in 3 GiB). It refuses, with
@@ -36,6 +36,7 @@ from steps import sizing
 from steps.contract.prompting import messages
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, write_json
+from steps.gguf.quants import LADDER
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
 # Files a converter needs besides the weights.
@@ -69,15 +70,15 @@ class PreflightConfig:
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
-    # The run's settings that size it, with train's and convert-gguf's defaults (a test keeps them equal; importing
-    # those steps here would be circular: convert-gguf imports this module).
+    # The run's settings that size it, with train's and convert-gguf's defaults (a test keeps them equal: a stage
+    # imports no other stage; the ladder's default is steps/gguf/quants.py's).
     train_backend: str = field(default="cpu", metadata={"help": "where train runs: cpu, gpu or ray (sizes its pods)"})
     qlora: bool = field(default=False, metadata={"help": "gpu only: train on a 4-bit NF4 base (sizes the GPU)"})
     max_seq_len: int = field(default=512, metadata={"help": "longest tokenised training example (sizes activations)"})
     batch_size: int = field(default=8, metadata={"help": "examples per optimiser step (sizes activations)"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank (sizes the adapter and its optimiser state)"})
     quantizations: str = field(
-        default="Q8_0,Q4_K_M", metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
+        default=",".join(LADDER), metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
     )
     precision: str = field(
         default="auto", metadata={"help": "train's CPU precision: auto, fp32 or bf16 (auto and bf16 size bf16 copies)"}
@@ -154,7 +155,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                 )
             except AttributeError as e:  # not a Llama-style decoder config (hidden_size, intermediate_size, ...)
                 problems.append(
-                    f"the config is not a Llama-style decoder's ({e}): steps/sizing.py cannot size it and train's "
+                    f"the config is not a Llama-style decoder's ({e}): steps/sizing/ cannot size it and train's "
                     "LoRA targets (q_proj ... down_proj) would not match; pick a Llama, Qwen2, Mistral or Phi-3 base"
                 )
             else:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from steps import convert_gguf
+from steps.convert_gguf import base_cache
 from steps.gguf import parity
 
 
@@ -234,21 +235,23 @@ def test_the_probes_and_the_prompt_they_are_asked_in_are_part_of_the_key(cfg, mo
 
 def test_bumping_the_conversion_code_version_is_another_key(cfg, monkeypatch: pytest.MonkeyPatch):
     first = key(cfg)
-    monkeypatch.setattr(convert_gguf, "BASE_CONVERSION_VERSION", convert_gguf.BASE_CONVERSION_VERSION + 1)
+    monkeypatch.setattr(base_cache, "BASE_CONVERSION_VERSION", base_cache.BASE_CONVERSION_VERSION + 1)
     assert key(cfg) != first
 
 
-def test_rewording_a_comment_or_a_report_line_keeps_the_key(cfg, tmp_path: Path):
-    """The same step with a reworded comment and parity.md heading, imported from another file, gives the same key."""
-    source = Path(convert_gguf.__file__).read_text()
-    reworded = source.replace('"# GGUF parity: ', '"# GGUF parity report: ') + "\n# A reworded comment.\n"
-    assert reworded.count("GGUF parity report: ") == 1, "the report heading moved: reword another line"
+def test_rewording_a_comment_or_a_message_keeps_the_key(cfg, tmp_path: Path):
+    """The cache's code with a reworded comment and message, imported from another file, gives the same key (parity.md's
+    lines are steps/gguf/report.py's, which the key does not read at all)."""
+    source = Path(base_cache.__file__).read_text()
+    reworded = source.replace("base conversion reused from", "base conversion taken from") + "\n# A reworded comment.\n"
+    assert reworded.count("base conversion taken from") == 1, "the message moved: reword another line"
+    assert "steps.gguf.report" not in source
     folder = tmp_path / "reworded"
     folder.mkdir()
-    (folder / "convert_gguf.py").write_text(reworded)
-    spec = importlib.util.spec_from_file_location("convert_gguf_reworded", folder / "convert_gguf.py")
+    (folder / "base_cache.py").write_text(reworded)
+    spec = importlib.util.spec_from_file_location("base_cache_reworded", folder / "base_cache.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
         assert module.base_cache_key(cfg) == convert_gguf.base_cache_key(cfg)

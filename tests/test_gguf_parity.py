@@ -265,7 +265,8 @@ def test_each_quantised_file_has_the_file_type_llama_cpp_names_for_it(converted:
 def test_quantisations_map_to_llama_cpp_s_named_file_types():
     import llama_cpp
 
-    from steps.gguf.conversion import QUANTIZATIONS, ftype
+    from steps.gguf.conversion import ftype
+    from steps.gguf.quants import QUANTIZATIONS
 
     assert [ftype(q) for q in QUANTIZATIONS] == [getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{q}") for q in QUANTIZATIONS]
     with pytest.raises(ValueError, match="'IQ1' is not one of Q8_0, Q6_K, Q5_K_M, Q4_K_M"):

@@ -1,6 +1,6 @@
 """GGUF parity on the eval split is judged at its interval's bound, with documents as the unit resampled: the
-statistics (steps/gguf/parity.py `intervals`) and the decision (steps/convert_gguf.py `judge_eval`) on constructed
-per-document figures, where the answer is known."""
+statistics (steps/gguf/parity.py `intervals`) and the decision (steps/convert_gguf/verdict.py `judge_eval`) on
+constructed per-document figures, where the answer is known."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, sizing
-from steps.gguf import parity
+from steps import convert_gguf
+from steps.gguf import parity, quants, settings
 
 
 def docs(agreements: list[tuple[int, int]], kl: float = 0.001, eos: tuple[bool, bool] = (True, True)) -> list[dict]:
@@ -22,7 +22,7 @@ def docs(agreements: list[tuple[int, int]], kl: float = 0.001, eos: tuple[bool, 
 
 def summary(d: list[dict]) -> dict:
     return {"file": "m-Q8_0.gguf", "tokens_equal": True, "tokens_differ": [],
-            **parity.intervals(d, sizing.PARITY_CONFIDENCE, sizing.PARITY_RESAMPLES)}  # fmt: skip
+            **parity.intervals(d, settings.PARITY_CONFIDENCE, settings.PARITY_RESAMPLES)}  # fmt: skip
 
 
 CFG = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"))
@@ -74,12 +74,12 @@ def test_kl_and_stop_rate_are_judged_at_their_upper_bounds():
     )
 
 
-def test_the_thresholds_are_sizing_s_and_recorded():
+def test_the_thresholds_are_the_gguf_package_s_and_recorded():
     recorded = convert_gguf.thresholds(CFG)
-    assert recorded["min_top1_agreement"] == sizing.PARITY_MIN_TOP1
-    assert recorded["max_mean_kl"] == sizing.PARITY_MAX_KL
-    assert recorded["max_eos_rate_drop"] == sizing.PARITY_MAX_EOS_DROP
-    assert recorded["eval_split"]["confidence"] == sizing.PARITY_CONFIDENCE
+    assert recorded["min_top1_agreement"] == {q: quants.QUANTS[q].min_top1 for q in quants.QUANTIZATIONS}
+    assert recorded["max_mean_kl"] == {q: quants.QUANTS[q].max_kl for q in quants.QUANTIZATIONS}
+    assert recorded["max_eos_rate_drop"] == settings.PARITY_MAX_EOS_DROP
+    assert recorded["eval_split"]["confidence"] == settings.PARITY_CONFIDENCE
 
 
 def test_probes_of_similar_length_are_generated_together():

@@ -1,4 +1,4 @@
-"""steps/sizing.py on the seed's base models, built from their configs without weights: counts, fits, refusals,
+"""steps/sizing/ on the seed's base models, built from their configs without weights: counts, fits, refusals,
 calibration against what was measured.
 
     pytest tests/test_sizing.py                  # the fast tier
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from steps import sizing
-from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape
+from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape, memory
 from tests.conftest import BASE_MODEL, ROOT
 
 # The seed's bases: transformers config class, dimensions (real models' config.json), published parameter count.
@@ -135,7 +135,7 @@ def test_the_activation_formula_matches_what_autograd_saves():
     kept = sum(n for ptr, n in saved.items() if ptr not in weights)
     s = sizing.shape_of(LlamaConfig(**dims))
     tokens = batch_size * seq
-    mask = sizing._mask_bytes(batch_size, seq, 4)
+    mask = memory._mask_bytes(batch_size, seq, 4)
     logits_kept = 2 * batch_size * (keep + 1) * s.vocab * 4  # the logits and log_softmax's output
     per_token_layer = (kept - mask - logits_kept) / tokens / s.layers
     assert per_token_layer == pytest.approx(sizing.layer_activation_bytes(s, 16, gpu=False), rel=0.1)
@@ -249,8 +249,10 @@ def test_the_pis_get_a_worker_when_one_fits_in_3_gib():
 
 
 def test_ray_threads_per_worker_divide_every_group():
+    """A group's CPUs fit whole workers, and the smallest groups exactly one (sizing.RAY_THREADS_PER_WORKER)."""
     assert sizing.RAY_THREADS_PER_WORKER == 2
-    assert all(g.cpus % sizing.RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS)
+    assert all(g.cpus % sizing.RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS), "a group's CPUs fit whole workers"
+    assert min(g.cpus for g in RAY_NODE_GROUPS) == sizing.RAY_THREADS_PER_WORKER
 
 
 # --- A small base does not reserve a big base's pods --------------------------------------------------------------
@@ -322,30 +324,31 @@ def test_the_gpu_node_disk_is_the_node_classes_root_volume_less_image_and_evicti
 
 
 def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
-    """gguf_parity opens its one Llama through open_gguf, whose context defaults to sizing.CONVERT_N_CTX (the name, not
-    a copy of the number); the eval split's documents may take up to sizing.parity_n_ctx(), which convert_memory
-    sizes."""
+    """gguf_parity opens its one Llama through open_gguf, whose context defaults to settings.CONVERT_N_CTX (the name,
+    not a copy of the number); the eval split's documents may take up to settings.parity_n_ctx(), which convert_memory
+    sizes; its references are of every probe document."""
     import inspect
 
     tree = ast.parse((ROOT / "steps/gguf/parity.py").read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Llama"]
     assert len(calls) == 1
     from steps.contract import serving_config
-    from steps.gguf import parity
+    from steps.gguf import parity, settings
 
-    assert inspect.signature(parity.open_gguf).parameters["n_ctx"].default is sizing.CONVERT_N_CTX
-    assert sizing.parity_n_ctx() == max(sizing.CONVERT_N_CTX, serving_config.SERVING.n_ctx)
+    assert inspect.signature(parity.open_gguf).parameters["n_ctx"].default is settings.CONVERT_N_CTX
+    assert settings.parity_n_ctx() == max(settings.CONVERT_N_CTX, serving_config.SERVING.n_ctx)
+    assert len(parity.PROBE_DOCUMENTS) == sizing.PARITY_PROBES
     s, k = shape(THREE_B), knobs()
     sized = sizing.convert_memory(s, k)["parity (llama.cpp F16) or converter"]
     assert sized >= sizing.gguf_bytes(s, "F16") + sizing.llama_context_bytes(
-        s, sizing.parity_n_ctx(), sizing.parity_n_ctx()
+        s, settings.parity_n_ctx(), settings.parity_n_ctx()
     )
 
 
 def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_opens(tmp_path):
     from types import SimpleNamespace
 
-    from steps.gguf import parity
+    from steps.gguf import parity, settings
 
     class Tokenizer:  # a token per character: the row's length is its text's
         def apply_chat_template(self, messages, **kwargs):
@@ -354,7 +357,7 @@ def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_
         def __call__(self, text, add_special_tokens=False):
             return {"input_ids": [ord(c) % 100 for c in text]}
 
-    rows = [{"id": "long-1", "document": "x" * (sizing.parity_n_ctx() + 10), "summary": "s"}]
+    rows = [{"id": "long-1", "document": "x" * (settings.parity_n_ctx() + 10), "summary": "s"}]
     with pytest.raises(ValueError, match="long-1"):
         parity.eval_parity(tmp_path / "missing.gguf", SimpleNamespace(), Tokenizer(), rows, 0, 1)
 
@@ -370,10 +373,21 @@ def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatc
     assert sizing.evaluate_memory(s, k)["llama.cpp context"] > before + kv_cache
 
 
-def test_the_quantisations_are_convert_gguf_s():
-    from steps.gguf.conversion import QUANTIZATIONS
+def test_a_k_quant_is_known_by_the_quantisation_table_not_by_its_name(monkeypatch: pytest.MonkeyPatch):
+    """Rows that are no multiple of 256 do not fit a K-quant's super-blocks: such a shape is sized at Q8_0 for every
+    K-quant or IQ row of steps/gguf/quants.py, whatever its name (Q4_K_S and IQ4_XS end in neither _K nor _K_M), and
+    at the row's own bits on a shape that fits."""
+    from steps.gguf import quants
 
-    assert set(sizing.GGUF_BITS) == {"F16", *QUANTIZATIONS}
+    for name, bits in (("Q4_K_S", 4.58), ("IQ4_XS", 4.25)):  # types llama.cpp has, added to the table for this test
+        monkeypatch.setitem(quants.QUANTS, name, quants.Quant(name, ftype=0, bits=bits, block=256, k_quant=True))
+    odd, fits = shape(SMALL), shape(THREE_B)  # hidden 576 (not a multiple of 256); 3072 and 8192 (multiples)
+    k_quants = [q.name for q in quants.QUANTS.values() if q.k_quant]
+    assert {"Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_S", "IQ4_XS"} <= set(k_quants)
+    for name in k_quants:
+        assert sizing.gguf_bytes(odd, name) == sizing.gguf_bytes(odd, "Q8_0"), name
+        assert sizing.gguf_bytes(fits, name) < sizing.gguf_bytes(fits, "Q8_0"), name
+    assert sizing.gguf_bytes(odd, "F16") > sizing.gguf_bytes(odd, "Q8_0")  # not K-quants: their own bits
 
 
 def test_convert_disk_covers_two_float32_checkpoints_and_argos_copies_of_the_gguf_folder():

@@ -262,7 +262,7 @@ def test_kustomization_lists_files_that_exist(folder: str):
 )
 def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived(path: Path, least: int):
     """Argo's wait container uploads an unarchived output straight from a mirrored volume; from the container's own
-    filesystem it tars, gzips, copies and unpacks it first (executor.go stageArchiveFile) — steps/sizing.py assumes
+    filesystem it tars, gzips, copies and unpacks it first (executor.go stageArchiveFile) — steps/sizing/ assumes
     the former (ARGO_OUTPUT_COPIES = 0)."""
     from steps import sizing
     from workflows.pods import OUT_DIR

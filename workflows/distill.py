@@ -80,7 +80,8 @@ from hera.workflows import (
     models as m,
 )
 
-from steps import convert_gguf, sizing
+from steps import sizing
+from steps.gguf.report import REPORT_FILES
 from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
@@ -112,7 +113,7 @@ GGUF = "gguf"  # convert-gguf's folder: F16, the ladder, the served quantisation
 # backend wrote it) and the GGUF folder (its readers take only the files they read: GGUF_READS).
 KEYED_OUTPUTS = ("dataset", ADAPTER, GGUF)
 # Which served GGUFs (convert-gguf's output parameters naming them) each reader downloads, besides the reports
-# (`convert_gguf.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
+# (`steps.gguf.report.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
 GGUF_READS = {"evaluate": ("candidate-gguf", "base-gguf"), "register": ("candidate-gguf",)}
 
 
@@ -206,7 +207,7 @@ def _inputs(stage: Stage, name: str) -> list[Artifact]:
     if name == ADAPTER:
         return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name))]
     if name == GGUF:  # only the files this step reads, each by its key
-        files = [*convert_gguf.REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[stage.name])]
+        files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[stage.name])]
         return [
             S3Artifact(name=f"{GGUF}-{i}", path=f"{IN_DIR}/{GGUF}/{f}", key=f"{run_key(GGUF)}/{f}")
             for i, f in enumerate(files)

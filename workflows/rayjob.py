@@ -13,7 +13,7 @@ The cluster, as in seed ADR 0058:
   nodeSelectorTerm: NotIn also matches a node without the label, so homelab nodes still qualify), off the Raspberry Pis
   (amd64), and out of Karpenter's voluntary disruptions (`karpenter.sh/do-not-disrupt`: no consolidation or drift
   replacement of its node while it runs).
-- **worker groups**, heterogeneous, one per node group of `steps/sizing.py` (`RAY_NODE_GROUPS`: large and medium and
+- **worker groups**, heterogeneous, one per node group of `steps/sizing/` (`RAY_NODE_GROUPS`: large and medium and
   small x86, arm64 Raspberry Pis), each pinned to its architecture by node affinity. A group's pods take their size
   from the run: `ray-<group>-memory` (a quantity) and `ray-<group>-cpus` (workers per pod × `THREADS_PER_WORKER`, for
   requests, limits and Ray's `num-cpus`, so Ray sees exactly what the pod was given), which preflight works out for the

@@ -1,3 +1,4 @@
-"""GGUF: llama.cpp's converter and quantiser, the quantisation types, the GGUF's metadata, and the parity checks that
-prove a GGUF is the model that was trained. Imports only `core` and the serving contract.
+"""GGUF: llama.cpp's converter and quantiser (`conversion`), the quantisation types (`quants`), the parity check's
+settings (`settings`) and checks (`parity`, `tokenizer_parity`) that prove a GGUF is the model that was trained, the
+GGUF's metadata (`meta`), and convert-gguf's report (`report`). Imports only `core` and the serving contract.
 """

@@ -1,6 +1,6 @@
 """HF folder to GGUF with llama.cpp's own tools: its converter script (`convert_hf_dir`, F16) and its quantiser
-(`quantize`, the quantisations in QUANTIZATIONS). convert-gguf (steps/convert_gguf.py) runs them; whether the result
-is the same model is steps/gguf/parity.py's question.
+(`quantize`, the quantisations of steps/gguf/quants.py). convert-gguf (steps/convert_gguf/) runs them; whether the
+result is the same model is steps/gguf/parity.py's question.
 """
 
 from __future__ import annotations
@@ -12,18 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# The quantisations offered, by llama.cpp's names (`llama-quantize --help`); each is the file type (enum llama_ftype)
-# llama-cpp-python names LLAMA_FTYPE_MOSTLY_<name> (`ftype`).
-QUANTIZATIONS = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M")
+from steps.gguf.quants import QUANTIZATIONS, QUANTS
 
 
 def ftype(quantization: str) -> int:
-    """llama.cpp's file type for `quantization`, from llama-cpp-python's named constants."""
-    import llama_cpp
-
+    """llama.cpp's file type (enum llama_ftype) for `quantization`, one the ladder may hold (steps/gguf/quants.py)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"{quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    return getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quantization}")
+    return QUANTS[quantization].ftype
 
 
 def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: str = "f16") -> None:

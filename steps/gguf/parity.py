@@ -5,8 +5,8 @@ greedy continuations and next-token log-probabilities (`hf_reference`), then the
 teacher-forced top-1 agreement, KL divergence and EOS rate against them (`compare`); `merge_check` compares the
 adapter-attached model with the merged one. On the eval split's own documents, chat-templated as served
 (`eval_parity`): teacher-forced top-1 agreement, KL and the rate of stopping right after the summary, per document,
-with bootstrap intervals over documents (`intervals`). convert-gguf (steps/convert_gguf.py) judges these figures
-against its thresholds; its base-conversion cache key holds the probes as asked here.
+with bootstrap intervals over documents (`intervals`). convert-gguf (steps/convert_gguf/verdict.py) judges these
+figures against its thresholds; its base-conversion cache key holds the probes as asked here.
 
 Cost (it runs on every conversion): HF's references are generated for all probes at once in padded batches of similar
 lengths; llama.cpp evaluates each probe's prompt and HF's continuation in one teacher-forced pass — the GGUF's greedy
@@ -22,8 +22,8 @@ from typing import Any
 
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_threads
+from steps.gguf.settings import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
-from steps.sizing import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 
 LONG_DOCUMENT = " ".join(
     f"Section {i}: the Marlow water board recorded {i * 37 % 91} leaks in district {i} during week {i + 3}, "

@@ -1,0 +1,79 @@
+"""The cluster sizing fits runs to: the CPU node groups (the Ray backend's worker groups map onto them one to one),
+the GPU cards of the GPU NodePool, and pods' requests as Kubernetes quantities."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    name: str
+    cpus: int
+    memory_gib: int  # the pod's ceiling in this group (what a node of the group can give one pod)
+    arch: str  # kubernetes.io/arch
+    default_replicas: int
+    why: str
+
+
+# The homelab/EKS CPU node groups of seed ADR 0058, which the Ray backend's worker groups map onto one to one.
+RAY_NODE_GROUPS: tuple[NodeGroup, ...] = (
+    NodeGroup("large", 8, 32, "amd64", 1, "large x86 nodes"),
+    NodeGroup("medium", 4, 16, "amd64", 1, "medium x86 nodes"),
+    NodeGroup("small", 2, 8, "amd64", 0, "small x86 nodes"),
+    # Opt-in: DDP steps at the pace of the slowest worker, and a Pi is much slower than an x86 core.
+    NodeGroup("pi", 2, 3, "arm64", 0, "arm64 Raspberry Pis, only when a training worker fits in one"),
+)
+
+# torch threads (and Ray CPUs) per Ray training worker: every group's CPUs are a multiple, and the smallest groups hold
+# exactly one worker (tests/test_sizing.py holds both). workflows/rayjob.py reads it from here.
+RAY_THREADS_PER_WORKER = 2
+# The optional GPU worker group (workflows/rayjob.py GPU_GROUP): the home GPU box, sized by itself, not by preflight.
+RAY_GPU_GROUP = "gpu"
+# The CPU pods (train-cpu, convert-gguf, evaluate) have no node selector: the biggest x86 node is their ceiling.
+CPU_NODE = max((g for g in RAY_NODE_GROUPS if g.arch == "amd64"), key=lambda g: g.memory_gib)
+
+
+@dataclass(frozen=True)
+class GpuCard:
+    family: str  # karpenter.k8s.aws/instance-family
+    name: str
+    memory_mib: int  # karpenter.k8s.aws/instance-gpu-memory: one card's memory, as Karpenter labels the node
+
+
+# The families infra/karpenter/nodepool-gpu-spot.yaml allows (a test keeps the two in step), with the per-card memory
+# Karpenter puts in the label: EC2's GpuInfo.Gpus[0].MemoryInfo.SizeInMiB (karpenter-provider-aws
+# pkg/providers/instancetype/types.go; values from its website/content/en/preview/reference/instance-types.md).
+# A10G and L4 both report 22888 MiB, not the marketed 24 GB.
+GPU_CARDS: tuple[GpuCard, ...] = (
+    GpuCard("g5", "NVIDIA A10G", 22888),
+    GpuCard("g6", "NVIDIA L4", 22888),
+    GpuCard("g6e", "NVIDIA L40S", 45776),
+)
+GPU_MEMORY_LABEL = "karpenter.k8s.aws/instance-gpu-memory"
+# infra/karpenter/ec2nodeclass-gpu.yaml gives GPU nodes a 200 GiB root volume; the CUDA image takes ~10 GB of it and
+# the kubelet evicts at 10 % free: what a train-gpu pod may write.
+GPU_NODE_EPHEMERAL_GIB = 170
+
+
+def whole_gib(gib: float) -> int:
+    """`gib` rounded up to whole GiB (at least 1): what a pod requests."""
+    return max(1, math.ceil(gib - 1e-9))
+
+
+def quantity(gib: float) -> str:
+    """A Kubernetes quantity in whole GiB, rounded up."""
+    return f"{whole_gib(gib)}Gi"
+
+
+def gpu_affinity(card_gib: float) -> dict[str, Any]:
+    """Required node affinity on Karpenter's per-card memory label (MiB): a card of at least `card_gib`."""
+    need_mib = math.ceil(card_gib * 1024)
+    term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(need_mib - 1)]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [term]}
+    ]}}}  # fmt: skip

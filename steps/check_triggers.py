@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from steps.core import outcomes, registry
+from steps.core.card import feedback_rows
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import feedback_rows
 from steps.core.io import atomic_dir, environment
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,

@@ -17,7 +17,7 @@ action, superseded). A malformed row stops the step with every problem by line.
 mapping), so what readers accepted or edited online trains the next model; records without them only count online.
 
 What counts as a feedback row, and so what is new since a revision, is defined once
-(`steps.core.dataset.feedback_rows`): the
+(`steps.core.card.feedback_rows`): the
 retrain trigger (steps/check_triggers.py) counts new rows in the published `feedback.jsonl` by it, and so does the data
 card (steps/publish.py).
 """
@@ -31,8 +31,9 @@ from datetime import datetime
 from pathlib import Path
 
 from steps.core import outcomes
+from steps.core.card import FEEDBACK_FILE
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import FEEDBACK_FILE, document_sha256
+from steps.core.dataset import document_sha256
 from steps.core.io import atomic_dir, is_uri, write_jsonl
 
 CURATED_FILE = "curated.jsonl"

@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steps.core.card import CARD_FILE
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import CARD_FILE, SPLITS, DatasetError, content_hash, validate
+from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
 from steps.core.io import atomic_dir, write_json
 
 MAX_LISTED_PROBLEMS = 50

@@ -15,7 +15,7 @@ decontaminated and split by a stable hash of their document.
    pass all but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed.
-4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`dataset.near_duplicates`: the
+4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`leakage.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
 
@@ -36,17 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import (
-    NEAR_DUPLICATE_SHARE,
-    DatasetError,
-    estimate_tokens,
-    near_duplicates,
-    near_duplicates_within,
-    normalise,
-    parse_split,
-    summary_token_budget,
-)
+from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
+from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
 
 FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long")
 CURATED_FILTERS = ("empty", "too-long")

@@ -8,6 +8,8 @@ it. Each stage runs `python -m <module>` with `--<param> <value>` for each pipel
 Plain data, no imports of hera and no heavy imports, so rendering and `--help` stay instant.
 """
 
+# One module, though long: it is data — the parameters and the stages of both pipelines, read top to bottom — and
+# splitting it would put the one definition in two places.
 from __future__ import annotations
 
 import importlib

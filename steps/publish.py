@@ -15,10 +15,10 @@ content whose tag exists already changes nothing in the repository and returns t
 
 The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
-(and how many are new since the previous revision: `steps.core.dataset.feedback_rows`, the retrain trigger's own
+(and how many are new since the previous revision: `steps.core.card.feedback_rows`, the retrain trigger's own
 count), and length statistics. It is committed with the revision, so fetch-dataset brings it back and register logs it
 with every
-model version trained on the revision and tags the version with it (`steps.core.dataset.card_tags`).
+model version trained on the revision and tags the version with it (`steps.core.card.card_tags`).
 
 Produces in `--out`: `card.json`, `card.md`, `result.json` (`dataset-rev`, `dataset-commit`, `dataset-hash`).
 """
@@ -36,8 +36,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from steps.core.card import FEEDBACK_FILE, feedback_rows
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import FEEDBACK_FILE, SPLITS, DatasetError, content_hash, feedback_rows, validate
+from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
 from steps.core.io import atomic_dir, is_uri, read_json, read_jsonl, write_json
 
 TAG_PREFIX = "dataset-"

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
+from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, timed, write_result
-from steps.core.dataset import CARD_FILE, card_tags
 from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,

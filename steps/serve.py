@@ -29,6 +29,9 @@ outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what is served 
 (readiness). Writes nothing but the downloaded GGUFs under `--work`.
 """
 
+# One module, though long: one process whose parts (resolve and prepare a version, the llama.cpp backend, the
+# supervisor that swaps it when the alias moves, the HTTP front) share its config and are read in that order; the front
+# splits out when it grows authentication and request bounds (issue #27).
 from __future__ import annotations
 
 import contextlib

@@ -17,7 +17,8 @@ import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
 from steps.core import terms
-from steps.core.dataset import FEEDBACK_FILE, SPLITS, card_tags, document_sha256
+from steps.core.card import FEEDBACK_FILE, card_tags
+from steps.core.dataset import SPLITS, document_sha256
 from steps.core.io import read_jsonl, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 

@@ -480,7 +480,7 @@ def test_documents_on_the_same_topic_are_not_near_duplicates():
 def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_leak():
     import random
 
-    from steps.core.dataset import COMMON_SHINGLE_DOCS
+    from steps.core.leakage import COMMON_SHINGLE_DOCS
 
     rng = random.Random(0)
     vocabulary = [f"w{i}" for i in range(5000)]
@@ -502,7 +502,7 @@ def test_boilerplate_shared_by_many_train_documents_neither_makes_nor_hides_a_le
 
 
 def test_committed_splits_share_no_near_duplicate():
-    from steps.core.dataset import NEAR_DUPLICATE_SHARE, near_duplicates
+    from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates
 
     rows = {s: load_split(ROOT / "data/summaries", s) for s in ("train", "eval", "adversarial")}
     train = [r["document"] for r in rows["train"]]

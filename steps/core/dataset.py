@@ -15,12 +15,12 @@ import json
 import math
 import re
 import unicodedata
-from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from steps.contract import serving_config
 from steps.contract.prompting import MAX_DOCUMENT_CHARS, fit, messages
+from steps.core.leakage import NEAR_DUPLICATE_SHARE, SHINGLE_WORDS, near_duplicates, normalise
 
 SPLITS = ("train", "eval", "adversarial")
 TEXT_FIELDS = {
@@ -78,64 +78,6 @@ BOM = "\ufeff"
 
 class DatasetError(ValueError):
     """Raised with every problem found in the dataset, one per line."""
-
-
-# The serving side's feedback as published beside the splits (steps/publish.py), where the retrain trigger counts it.
-FEEDBACK_FILE = "feedback.jsonl"
-
-
-def feedback_rows(text: bytes | None) -> set[str]:
-    """The distinct rows of a feedback JSONL file (None: the file did not exist), each as its JSON object with sorted
-    keys and no spacing, so a file rewritten with other key order or whitespace holds the same rows (a line that is
-    not JSON counts as its stripped text). A row is new since a revision when it is in this set now and was not then:
-    the retrain trigger (steps/check_triggers.py) and the data card (steps/publish.py) both count by this."""
-    if not text:
-        return set()
-    rows = set()
-    for line in text.decode("utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.add(json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False))
-        except ValueError:
-            rows.add(line.strip())
-    return rows
-
-
-# The data card publish writes beside the splits (steps/publish.py); fetch-dataset carries it into its output and
-# register logs it with the model and tags the version with `card_tags`.
-CARD_FILE = "card.json"
-CARD_TAG_PREFIX = "dataset.card."
-MAX_TAG_CHARS = 5000  # MLflow's tag value limit (5000 in its oldest stores)
-TERMS_FIELDS = ("outputs_may_train_models", "terms_url", "terms_reviewed_by", "terms_reviewed_on", "decision")
-LENGTHS = ("document_words", "summary_words")
-
-
-def card_tags(card: dict) -> dict[str, str]:
-    """The data card as tags for a model version trained on the dataset: rows and sources per split, who wrote the
-    summaries, the teacher and its terms decision, the filters and what each dropped, lengths, feedback."""
-    splits = card["splits"]
-    teacher = card["teacher"]
-
-    def per_split(key: str) -> dict:
-        return {split: s[key] for split, s in splits.items() if key in s}
-
-    values = {
-        "rows": {split: s["rows"] for split, s in splits.items()},
-        "sources": per_split("by_kind"),
-        "summary_by": per_split("summary_by"),
-        "teacher": f"{teacher['name']} ({teacher['model']}, {teacher['revision']}) by {teacher['provider']}",
-        "teacher_terms": {k: teacher[k] for k in TERMS_FIELDS},
-        "filters": card["filters"],
-        "lengths": {split: {k: s[k] for k in LENGTHS} for split, s in splits.items() if "summary_words" in s},
-        "feedback": card["feedback"],
-        "skipped_files": len(card["skipped_files"]),
-    }
-    tags = {}
-    for key, value in values.items():
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
-        tags[CARD_TAG_PREFIX + key] = text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 1] + "…"
-    return tags
 
 
 def document_sha256(text: str) -> str:
@@ -404,80 +346,6 @@ def load_split(dataset_dir: Path, split: str) -> list[dict]:
     if problems:
         raise DatasetError("\n".join(problems))
     return [row for _, row in rows]
-
-
-# --- leakage ---------------------------------------------------------------------------------------------------------
-# An eval or adversarial document is a near-duplicate of a train one when at least NEAR_DUPLICATE_SHARE of the shorter
-# one's SHINGLE_WORDS-word sequences (NFKC, case-folded words) also occur in the other (the overlap coefficient of
-# the shingle sets). Measured on the committed train documents: a copy with 10 % of its words replaced still shares
-# >= 70 %, one with a sentence dropped or an injected instruction added >= 95 %, its first half 100 %, while the
-# most similar unrelated pair across the committed splits shares 7 %.
-SHINGLE_WORDS = 3
-NEAR_DUPLICATE_SHARE = 0.5
-# Documents of fewer shingles (about a dozen words) are compared exactly only: a few shared phrases decide nothing.
-MIN_SHINGLES = 8
-# A shingle in more train documents than this is boilerplate (a byline, a licence line): evidence neither for nor
-# against a particular pair, so it is left out of both sides. It also keeps the comparison linear: 5,000 train and
-# 1,200 eval documents sharing a 30-word footer took 50 s with it in, 2-3 s without.
-COMMON_SHINGLE_DOCS = 50
-
-WORD = re.compile(r"\w+")
-
-
-def normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
-
-
-def shingle_set(text: str) -> set[tuple[str, ...]]:
-    words = WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-    return set(zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False))
-
-
-def near_duplicates(references: list[str], documents: list[str]) -> list[tuple[int, int, float]]:
-    """(document index, reference index, share) for each document whose most similar reference shares at least
-    NEAR_DUPLICATE_SHARE of the shorter one's shingles, boilerplate left out. An inverted index from shingle to
-    references keeps this to the pairs that share any shingle at all."""
-    referenced = [shingle_set(text) for text in references]
-    frequency = Counter(s for shingles in referenced for s in shingles)
-    common = {s for s, n in frequency.items() if n > COMMON_SHINGLE_DOCS}
-    referenced = [shingles - common for shingles in referenced]
-    shingled = [shingle_set(text) - common for text in documents]
-    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for j, shingles in enumerate(referenced):
-        if len(shingles) >= MIN_SHINGLES:
-            for s in shingles:
-                index[s].append(j)
-    found = []
-    for i, shingles in enumerate(shingled):
-        if best := _most_similar(shingles, index, referenced):
-            found.append((i, best[1], best[0]))
-    return found
-
-
-def _most_similar(
-    shingles: set[tuple[str, ...]], index: dict[tuple[str, ...], list[int]], referenced: list[set[tuple[str, ...]]]
-) -> tuple[float, int] | None:
-    """(share, reference index) of the indexed reference `shingles` nearly repeats, or None."""
-    if len(shingles) < MIN_SHINGLES:
-        return None
-    shared = Counter(j for s in shingles for j in index.get(s, ()))
-    best = max(((n / min(len(shingles), len(referenced[j])), j) for j, n in shared.items()), default=None)
-    return best if best and best[0] >= NEAR_DUPLICATE_SHARE else None
-
-
-def near_duplicates_within(documents: list[str]) -> dict[int, int]:
-    """{later index: earlier index it nearly repeats} among `documents`, by the same rule, each compared with the
-    earlier ones not already found repeating another."""
-    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    shingled = [shingle_set(text) for text in documents]
-    found = {}
-    for i, shingles in enumerate(shingled):
-        if best := _most_similar(shingles, index, shingled):
-            found[i] = best[1]
-        else:
-            for s in shingles:
-                index[s].append(i)
-    return found
 
 
 def validate(raw: dict[str, bytes], origin: str) -> tuple[dict[str, list[dict]], list[str]]:

@@ -468,6 +468,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 from steps import train
 from tests.tiny import SHAPES
+# What the imports alone hold (torch's CUDA build maps more than its CPU build): the plan's PROCESS_GIB part.
+imported_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
 batch, seq, tail = (int(a) for a in sys.argv[1:4])
 precision = sys.argv[4]
 h, i, layers, heads, kv = (int(a) for a in sys.argv[5:10]) if len(sys.argv) > 5 else SHAPES["tiny"]
@@ -485,7 +487,7 @@ with tempfile.TemporaryDirectory() as tmp:
 # VmHWM, this process image's own high-water mark: ru_maxrss survives exec on Linux, so a child spawned by a pytest
 # that holds GBs would report the parent's peak (seen in CI: 5.3 GiB for a 1.2 GiB run).
 hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"steps": len(log), "peak_gib": hwm_kib / 2**20}))
+print(json.dumps({"steps": len(log), "peak_gib": hwm_kib / 2**20, "imported_gib": imported_kib / 2**20}))
 """
 
 
@@ -518,24 +520,51 @@ def _calibrate(
     return measured
 
 
+# Two layers of Llama-3.2-3B's shape (hidden 3072, intermediate 8192, 24 heads, 8 KV heads; vocabulary 49152), one
+# example of 64 tokens, 16 of them summary: weights that dwarf the activations.
+THREE_B_LAYERS = (3072, 8192, 2, 24, 8)
+
+
+@pytest.fixture(scope="module")
+def three_b_layer_runs() -> dict[str, dict]:
+    """train_loop on THREE_B_LAYERS, 2 steps, in fp32 and in bf16 (about a minute together)."""
+    return {p: _calibrate(1, 64, p, THREE_B_LAYERS, tail=16) for p in ("fp32", "bf16")}
+
+
+def _three_b_layers(precision: str) -> tuple[sizing.Shape, sizing.Knobs]:
+    h, i, layers, heads, kv_heads = THREE_B_LAYERS
+    layer = sizing.shape_of(config(SMALL, hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
+                                   num_attention_heads=heads, num_key_value_heads=kv_heads))  # fmt: skip
+    return layer, knobs("cpu", batch_size=1, max_seq_len=64, precision=precision)
+
+
 @pytest.mark.integration
-def test_bf16_autocast_keeps_the_copies_of_the_weights_the_plan_counts():
-    """CPU bf16 autocast keeps a bf16 cast of every Linear weight for backward (sizing.AUTOCAST_COPY_BYTES): on a
-    Llama whose weights dwarf its activations (hidden 512, 4 layers, vocabulary 49152; one example of 64 tokens, 16 of
-    them summary), train_loop's peak under --precision bf16 is above its float32 peak by a good part of the plan's copy
-    term, never by more, and below the plan. Backward frees the copies layer by layer while it allocates gradients,
-    so the peaks differ by less than the copies at the end of the forward pass (SmolLM2-135M: +240 MiB resident there
-    against 256 MiB counted). Measured here: 638 -> 673 MiB of peak (+35) against 72 MiB counted. (bf16 is
-    emulated, slowly, on a CPU without AMX or AVX-512-BF16; the memory is the same.)"""
-    dims, seq = (512, 1536, 4, 8, 4), 64
-    fp32, bf16 = (_calibrate(1, seq, p, dims, tail=16)["peak_gib"] for p in ("fp32", "bf16"))
-    h, i, layers, heads, kv_heads = dims
-    mid = sizing.shape_of(config(SMALL, hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
-                                 num_attention_heads=heads, num_key_value_heads=kv_heads))  # fmt: skip
-    k = knobs("cpu", batch_size=1, max_seq_len=seq, precision="bf16")
-    copies = sizing.train_memory(mid, k, device="cpu")["bf16 copies"] / 2**30
+def test_bf16_autocast_keeps_the_copies_of_the_weights_the_plan_counts(three_b_layer_runs: dict[str, dict]):
+    """CPU bf16 autocast keeps a bf16 cast of every Linear weight for backward (sizing.AUTOCAST_COPY_BYTES): on
+    THREE_B_LAYERS train_loop's peak under --precision bf16 is above its float32 peak by a good part of the plan's copy
+    term, never by more — whichever way this CPU computes bf16 (natively with AMX or AVX-512-BF16, emulated on AVX2),
+    so the test holds whatever `auto` picks here. Backward frees the copies layer by layer while it allocates
+    gradients, so the peaks differ by less than the copies. Measured on a Zen 4 EPYC (native): 2.613 -> 3.092 GiB
+    (+0.479) against 0.656 GiB of copies. The shape matters: on small ones oneDNN's native bf16 kernels hold more than
+    the copies (hidden 512, 4 layers: +0.090 GiB against 0.070; hidden 1024: +0.187 against 0.187), which is why this
+    test, measured there before, failed on native-bf16 CPUs; the bases the plan sizes have the real shapes."""
+    fp32, bf16 = (three_b_layer_runs[p]["peak_gib"] for p in ("fp32", "bf16"))
+    layer, k = _three_b_layers("bf16")
+    copies = sizing.train_memory(layer, k, device="cpu")["bf16 copies"] / 2**30
     assert 0.3 * copies <= bf16 - fp32 <= copies, (fp32, bf16, copies)
-    assert bf16 < sizing.cpu_train_gib(mid, k)
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="issue #24: the CPU plan misses ~0.3 GiB of a 3B-shaped layer's run")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_cpu_plan_bounds_a_run_of_three_b_layers(three_b_layer_runs: dict[str, dict], precision: str):
+    """The modelled terms bound what the run added to the imported libraries (the plan's PROCESS_GIB part differs by
+    torch build: 0.73 GiB imported with PyPI's CUDA build here, 0.44 with the CPU build the images install). Measured
+    on a Zen 4 EPYC: fp32 +1.88 GiB over the imports against 1.60 planned, bf16 +2.34 against 2.32 — the plan is short
+    on the real shape (xfail, strict: this turns red when #24's sizing covers it)."""
+    run = three_b_layer_runs[precision]
+    layer, k = _three_b_layers(precision)
+    assert run["peak_gib"] - run["imported_gib"] < sizing.cpu_train_gib(layer, k) - sizing.PROCESS_GIB
 
 
 # --- Bytes moved ----------------------------------------------------------------------------------------------------
@@ -566,12 +595,13 @@ def test_checkpoints_are_counted_every_n_steps_and_at_the_end():
 def test_cpu_training_is_sized_with_autocast_copies_unless_it_is_pinned_to_fp32():
     s = shape(THREE_B)
     copies = 2 * (s.linear_parameters + s.vocab * s.hidden)
+    onednn = 2 * s.linear_parameters
     for device in ("cpu", "ray"):
         terms = {p: sizing.train_memory(s, knobs("cpu", precision=p), device=device) for p in sizing.PRECISIONS}
         assert terms["auto"] == terms["bf16"]
-        assert terms["auto"]["bf16 copies"] == copies
-        assert "bf16 copies" not in terms["fp32"]
-        assert sum(terms["auto"].values()) - sum(terms["fp32"].values()) == copies
+        assert (terms["auto"]["bf16 copies"], terms["auto"]["oneDNN bf16"]) == (copies, onednn)
+        assert not {"bf16 copies", "oneDNN bf16"} & set(terms["fp32"])
+        assert sum(terms["auto"].values()) - sum(terms["fp32"].values()) == copies + onednn
     gpu = {p: sizing.train_memory(s, knobs("gpu", precision=p), device="gpu") for p in sizing.PRECISIONS}
     assert gpu["auto"] == gpu["fp32"] == gpu["bf16"]  # the GPU loads the base in bf16 whatever --precision says
 

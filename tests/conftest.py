@@ -61,6 +61,27 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The precision assumption the training tests run under, stated up front: whether this CPU has native bf16,
+    what `--precision auto` resolves to here, and the override the environment gives it."""
+    forced = os.environ.get("DISTILLERY_AUTO_PRECISION", "")
+    try:
+        import torch
+
+        from steps.train import precision
+
+        capability = torch.backends.cpu.get_cpu_capability()
+        native = precision.cpu_bf16_support(precision.cpu_flags(), capability) or "none"
+        auto = precision.detect("auto", "cpu")
+        resolved = f"{auto.name} ({auto.reason})"
+    except Exception as e:  # the header must never stop a run; say why it is missing instead
+        native = resolved = f"unknown ({type(e).__name__}: {e})"
+    return [
+        f"precision: native bf16 on this CPU: {native}; --precision auto on cpu -> {resolved}; "
+        f"DISTILLERY_AUTO_PRECISION={forced or '(unset)'}"
+    ]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """convert-gguf's base cache and evaluate's generation cache for this test session (not the developer's

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Every test this machine can run: set-up (with the dev tools, and the scanners in .venv-scan), lint, rendered files
-# up to date, then pytest with the unit and integration tiers (GPU tests skip themselves without CUDA).
+# up to date, then pytest with the unit and integration tiers (GPU tests skip themselves without CUDA). CI runs this.
 #
-#   scripts/test.sh [extra pytest args]
+#   scripts/test.sh [extra pytest args]          # everything: the unit and integration tiers (CI, .ci/run)
+#   scripts/test.sh --fast [extra pytest args]   # the inner loop: the same set-up, lint and render checks, then the
+#                                                # unit tier only (what `pytest` alone runs): minutes, no training
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=(-m "not gpu" --durations=25)  # the 25 slowest: the suite must stay under 30 minutes of pytest on 2 cores
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  tier=(-m "not integration and not gpu" --durations=10)
+fi
 scripts/setup.sh --dev
 # shellcheck disable=SC1091
 . .venv/bin/activate
@@ -13,4 +20,4 @@ ruff check .
 ruff format --check .
 python -m workflows.render --check
 python scripts/render_iam.py --check  # the cross-account grant's JSON, from infra/iam/settings.yaml
-python -m pytest -m "not gpu" --durations=25 "$@"  # the 25 slowest: the suite must stay under 45 minutes on 2 cores
+python -m pytest "${tier[@]}" "$@"

@@ -1,5 +1,9 @@
-"""Fixtures: the repo's paths, a tiny random-init Llama that reuses SmolLM2's tokenizer, and real services on
-loopback (an S3-compatible moto server, an MLflow server with a SQLite store and S3 artifacts)."""
+"""Fixtures: the repo's paths, a tiny random-init Llama that reuses SmolLM2's tokenizer, one trained and converted
+candidate of it that every test needing "a trained tiny candidate" shares, and real services on loopback (an
+S3-compatible moto server, an MLflow server with a SQLite store and S3 artifacts).
+
+Session fixtures are built once per pytest process (once per worker under pytest-xdist); every server takes a free
+port and every folder comes from tmp_path_factory, so workers never collide."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,27 @@ def stop(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The precision assumption the training tests run under, stated up front: whether this CPU has native bf16,
+    what `--precision auto` resolves to here, and the override the environment gives it."""
+    forced = os.environ.get("DISTILLERY_AUTO_PRECISION", "")
+    try:
+        import torch
+
+        from steps.train import precision
+
+        capability = torch.backends.cpu.get_cpu_capability()
+        native = precision.cpu_bf16_support(precision.cpu_flags(), capability) or "none"
+        auto = precision.detect("auto", "cpu")
+        resolved = f"{auto.name} ({auto.reason})"
+    except Exception as e:  # the header must never stop a run; say why it is missing instead
+        native = resolved = f"unknown ({type(e).__name__}: {e})"
+    return [
+        f"precision: native bf16 on this CPU: {native}; --precision auto on cpu -> {resolved}; "
+        f"DISTILLERY_AUTO_PRECISION={forced or '(unset)'}"
+    ]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """convert-gguf's base cache and evaluate's generation cache for this test session (not the developer's
@@ -88,6 +114,68 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, base_model_dir: Pat
 
     out = tmp_path_factory.mktemp("tiny-llama")
     build_model(base_model_dir, out, max_positions=1024)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fetched_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fetch-dataset's output for the committed splits at HEAD, shared read-only by the session's tests (or the
+    folder DISTILLERY_TEST_DATASET names: fetch-dataset's output made elsewhere, where there is no DVC)."""
+    from steps import fetch_dataset
+
+    if prepared := os.environ.get("DISTILLERY_TEST_DATASET"):
+        return Path(prepared)
+    out = tmp_path_factory.mktemp("fetched") / "dataset"
+    fetch_dataset.run(fetch_dataset.FetchConfig(out=out, dataset_repo=str(ROOT), dataset_rev="HEAD"))
+    return out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate as the pipeline's steps leave it: its base, the dataset it was trained on, the train step's
+    adapter folder and the convert-gguf step's folder (the ladder F16, Q8_0, Q4_K_M, the base's Q8_0, parity)."""
+
+    base: Path
+    dataset: Path
+    adapter: Path
+    gguf: Path
+    run_id: str
+
+
+@pytest.fixture(scope="session")
+def tiny_candidate(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, fetched_dataset: Path) -> Candidate:
+    """The session's one trained tiny candidate: a LoRA adapter trained for one epoch on the committed train split,
+    then the whole convert-gguf step. Shared read-only by every test that needs "a trained candidate" (a test that
+    writes next to it copies it first); tests of training or conversion themselves make their own runs."""
+    from steps import convert_gguf, train
+
+    root = tmp_path_factory.mktemp("tiny-candidate")
+    adapter, gguf, run_id = root / "adapter", root / "gguf", "wf-tiny"
+    train.run(train.TrainConfig(dataset=fetched_dataset, out=adapter, base_model=str(tiny_model_dir), epochs=1.0,
+                                batch_size=8))  # fmt: skip
+    convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, dataset=fetched_dataset, out=gguf,
+                                                base_model=str(tiny_model_dir), run_id=run_id))  # fmt: skip
+    return Candidate(tiny_model_dir, fetched_dataset, adapter, gguf, run_id)
+
+
+def untrained_adapter(base_model: Path, dataset: Path, out: Path) -> Path:
+    """The train step's output folder for a run that learned nothing, without running it: the LoRA adapter exactly
+    as the train step initialises it (its B matrices are zero, so the merged model is the base, as a run at learning
+    rate 0 leaves it), and the result.json and training_summary.json that register reads."""
+    import dataclasses
+
+    import torch
+
+    from steps import train
+    from steps.core.io import write_json
+    from steps.train.model import build_model
+
+    cfg = train.TrainConfig(dataset=str(dataset), out=str(out), base_model=str(base_model), learning_rate=0.0)
+    model, _ = build_model(cfg, torch.device("cpu"))
+    model.save_pretrained(out)
+    write_json(out / "result.json", {"steps": 0, "device": "cpu", "wall_seconds": 0.0})
+    write_json(out / "training_summary.json",
+               {"config": {k: str(v) for k, v in dataclasses.asdict(cfg).items()}, "result": {"steps": 0}})  # fmt: skip
     return out
 
 

@@ -1,8 +1,7 @@
 """The generated adversarial suite (steps/adversarial_suite.py → data/adversarial/suite.jsonl): reproducible from its
 seed, valid as a dataset split, big enough per family, and the train split cannot teach it.
 
-    pytest tests/test_adversarial_suite.py                      # unit
-    pytest -m integration tests/test_adversarial_suite.py       # + every prompt fits the served context (tokenizer)
+    pytest tests/test_adversarial_suite.py     # every prompt fits the served context under the base tokenizer too
 """
 
 from __future__ import annotations
@@ -102,7 +101,6 @@ def test_a_prompt_that_leaves_no_room_for_the_answer_is_named():
     assert len(problems) == 1 and problems[0].startswith("case b:")
 
 
-@pytest.mark.integration
 def test_every_prompt_fits_the_served_context_under_the_base_tokenizer(base_model_dir: Path):
     rows = suite()
     tokens = adversarial_suite.prompt_tokens(str(base_model_dir), [r["document"] for r in rows])

@@ -80,6 +80,7 @@ def write_pdfs(folder: Path) -> None:
     (folder / "empty.pdf").write_bytes(b"")
 
 
+@pytest.mark.slow
 def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path):
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -12,23 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, evaluate, fetch_dataset, register, train
+from steps import convert_gguf, evaluate, register
 from steps.contract import serving_config
-from tests.conftest import ROOT
+from tests.conftest import untrained_adapter
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def unchanged(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
-    """A candidate whose training changed nothing (learning rate 0): the same model as the base."""
+def unchanged(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, fetched_dataset: Path) -> dict[str, Path]:
+    """A candidate whose training changed nothing: the adapter as the train step initialises it (its B matrices are
+    zero, as a run at learning rate 0 leaves them; nothing is trained), merged and converted by the real convert step,
+    so the candidate is the base model in a GGUF of its own. The served Q8_0 is the only rung these tests read."""
     root = tmp_path_factory.mktemp("unchanged")
-    dataset, adapter, gguf = root / "dataset", root / "adapter", root / "gguf"
-    fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
-    train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(tiny_model_dir), epochs=0.1,
-                                learning_rate=0.0))  # fmt: skip
+    dataset, adapter, gguf = fetched_dataset, root / "adapter", root / "gguf"
+    untrained_adapter(tiny_model_dir, dataset, adapter)
     convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, dataset=dataset, out=gguf,
-                                                base_model=str(tiny_model_dir)))  # fmt: skip
+                                                base_model=str(tiny_model_dir), quantizations="Q8_0"))  # fmt: skip
     return {"dataset": dataset, "adapter": adapter, "gguf": gguf, "root": root}
 
 

@@ -527,7 +527,7 @@ def test_load_split_refuses_a_folder_that_is_not_valid(tmp_path: Path):
         load_split(tmp_path, "eval")
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_the_token_estimate_against_real_tokenizers(base_model_dir: Path, qwen2_tokenizer_dir: Path):
     """On the committed rows, under SmolLM2's and Qwen2's real tokenizers and chat templates: every served prompt and
     summary really fits the serving configuration, the estimate is within the quarter its comment admits, and the

@@ -1,7 +1,8 @@
 """The served artifact is provably the trained model: preflight, merge check, quantisation ladder, parity gate and
 lineage inside the GGUF — each check shown to pass on a good artifact and to fail, with its reason, on a broken one.
 
-    pytest -m integration tests/test_gguf_parity.py
+    pytest tests/test_gguf_parity.py                  # unit tier: the ladder's names, the judge's rules, the cache key
+    pytest -m integration tests/test_gguf_parity.py   # preflight, conversions (the Llama: conftest's shared one)
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, fetch_dataset, preflight, train
+from steps import convert_gguf, preflight, train
 from steps.core import sealed
 from steps.gguf import parity
-from tests.conftest import ROOT
+from tests.conftest import Candidate
 from tests.tiny import build_model
 
-pytestmark = pytest.mark.integration
+integration = pytest.mark.integration
 
 
 def tokenizer_only_copy(src: Path, dst: Path) -> Path:
@@ -39,6 +40,7 @@ def run_preflight(model: Path, tmp_path: Path) -> tuple[list[str], float]:
 # --- preflight --------------------------------------------------------------------------------------------------
 
 
+@integration
 def test_preflight_passes_the_real_base_model(base_model_dir: Path, tmp_path: Path):
     result = preflight.run(preflight.PreflightConfig(out=tmp_path / "pf", base_model=str(base_model_dir)))
     assert result.passed and result.architecture == "LlamaForCausalLM"
@@ -46,6 +48,7 @@ def test_preflight_passes_the_real_base_model(base_model_dir: Path, tmp_path: Pa
     assert report["assistant_turn_end"].startswith("<|im_end|>")
 
 
+@integration
 def test_preflight_refuses_a_tokenizer_llama_cpp_does_not_know_in_seconds(base_model_dir: Path, tmp_path: Path):
     model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
     tok = json.loads((model / "tokenizer.json").read_text())
@@ -57,6 +60,7 @@ def test_preflight_refuses_a_tokenizer_llama_cpp_does_not_know_in_seconds(base_m
     assert seconds < 60
 
 
+@integration
 def test_preflight_refuses_a_missing_chat_template(base_model_dir: Path, tmp_path: Path):
     model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
     (model / "chat_template.jinja").unlink()
@@ -64,6 +68,7 @@ def test_preflight_refuses_a_missing_chat_template(base_model_dir: Path, tmp_pat
     assert any("has no chat template" in p for p in problems), problems
 
 
+@integration
 def test_preflight_refuses_an_eos_that_does_not_close_the_turn(base_model_dir: Path, tmp_path: Path):
     model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
     cfg = json.loads((model / "tokenizer_config.json").read_text())
@@ -73,6 +78,7 @@ def test_preflight_refuses_an_eos_that_does_not_close_the_turn(base_model_dir: P
     assert any("is not what closes the assistant's turn" in p for p in problems), problems
 
 
+@integration
 def test_preflight_refuses_an_unsupported_architecture(base_model_dir: Path, tmp_path: Path):
     model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
     cfg = json.loads((model / "config.json").read_text())
@@ -82,6 +88,7 @@ def test_preflight_refuses_an_unsupported_architecture(base_model_dir: Path, tmp
     assert any("architecture NoSuchModelForCausalLM is not supported" in p for p in problems), problems
 
 
+@integration
 def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, tmp_path: Path):
     model = tokenizer_only_copy(base_model_dir, tmp_path / "m")
     (model / "chat_template.jinja").unlink()
@@ -94,30 +101,26 @@ def test_preflight_step_exits_nonzero_and_writes_nothing(base_model_dir: Path, t
 
 @pytest.fixture(scope="module")
 def converted(
-    tmp_path_factory: pytest.TempPathFactory, base_model_dir: Path, qwen2_tokenizer_dir: Path
-) -> dict[str, Path]:
-    """Per architecture (a tiny Llama with SmolLM2's tokenizer, a tiny Qwen2 with Qwen2's): preflight, one short LoRA
-    training run, then the whole convert step."""
+    tmp_path_factory: pytest.TempPathFactory, qwen2_tokenizer_dir: Path, tiny_candidate: Candidate
+) -> dict[str, Path | str]:
+    """Per architecture: the session's trained tiny Llama candidate (SmolLM2's tokenizer, conftest), and a tiny Qwen2
+    with Qwen2's tokenizer taken here through preflight, one short LoRA training run, then the whole convert step."""
     root = tmp_path_factory.mktemp("parity")
-    dataset = root / "dataset"
-    fetch_dataset.run(fetch_dataset.FetchConfig(out=dataset, dataset_repo=str(ROOT), dataset_rev="HEAD"))
-    out = {"dataset": dataset}
-    for kind, tokenizer_dir in (("llama", base_model_dir), ("qwen2", qwen2_tokenizer_dir)):
-        model = root / f"{kind}-base"
-        build_model(tokenizer_dir, model, arch=kind, seed=1)
-        preflight.run(preflight.PreflightConfig(out=root / f"{kind}-preflight", base_model=str(model)))
-        adapter = root / f"{kind}-adapter"
-        train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(model), epochs=0.25))
-        gguf = root / f"{kind}-gguf"
-        convert_gguf.run(
-            convert_gguf.ConvertConfig(
-                adapter=adapter, dataset=dataset, out=gguf, base_model=str(model), run_id=f"wf-{kind}"
-            )
-        )
-        out |= {f"{kind}-base": model, f"{kind}-adapter": adapter, f"{kind}-gguf": gguf}
-    return out
+    dataset = tiny_candidate.dataset
+    out: dict[str, Path | str] = {"dataset": dataset, "llama-base": tiny_candidate.base,
+                                  "llama-adapter": tiny_candidate.adapter, "llama-gguf": tiny_candidate.gguf,
+                                  "llama-run-id": tiny_candidate.run_id}  # fmt: skip
+    model = root / "qwen2-base"
+    build_model(qwen2_tokenizer_dir, model, arch="qwen2", seed=1)
+    preflight.run(preflight.PreflightConfig(out=root / "qwen2-preflight", base_model=str(model)))
+    adapter, gguf = root / "qwen2-adapter", root / "qwen2-gguf"
+    train.run(train.TrainConfig(dataset=dataset, out=adapter, base_model=str(model), epochs=0.25))
+    convert_gguf.run(convert_gguf.ConvertConfig(adapter=adapter, dataset=dataset, out=gguf, base_model=str(model),
+                                                run_id="wf-qwen2"))  # fmt: skip
+    return out | {"qwen2-base": model, "qwen2-adapter": adapter, "qwen2-gguf": gguf, "qwen2-run-id": "wf-qwen2"}
 
 
+@integration
 def test_a_qwen2_model_with_a_borrowed_tokenizer_is_refused_by_preflight(base_model_dir: Path, tmp_path: Path):
     # transformers 5 rebuilds any qwen2 model's tokenizer as Qwen2Tokenizer (Qwen's pre-tokenizer) whatever
     # tokenizer.json says, so SmolLM2's vocabulary no longer tokenizes as SmolLM2 and llama.cpp's converter does not
@@ -129,6 +132,7 @@ def test_a_qwen2_model_with_a_borrowed_tokenizer_is_refused_by_preflight(base_mo
     assert seconds < 60
 
 
+@integration
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind: str):
     parity = json.loads((converted[f"{kind}-gguf"] / "parity.json").read_text())
@@ -154,6 +158,7 @@ def test_every_file_of_the_ladder_passes_parity(converted: dict[str, Path], kind
     assert "Served file on the eval split" in (converted[f"{kind}-gguf"] / "parity.md").read_text()
 
 
+@integration
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_lineage_is_inside_the_gguf(converted: dict[str, Path], kind: str):
     import gguf
@@ -164,12 +169,13 @@ def test_lineage_is_inside_the_gguf(converted: dict[str, Path], kind: str):
     assert meta["general.name"] == "distillery-summariser" and meta["general.architecture"] == kind
     assert meta["distillery.dataset.hash"] == lineage["dataset_hash"]
     assert meta["distillery.dataset.commit"] == lineage["dataset_commit"]
-    assert meta["distillery.run_id"] == f"wf-{kind}"
+    assert meta["distillery.run_id"] == converted[f"{kind}-run-id"]
     assert meta["distillery.quantization"] == "Q8_0"
     assert meta["distillery.git_sha"] and meta["distillery.base_model"] == str(converted[f"{kind}-base"])
     assert 0.0 < meta["distillery.parity.top1_agreement"] <= 1.0
 
 
+@integration
 def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
     from transformers import AutoTokenizer
 
@@ -185,6 +191,7 @@ def test_gguf_with_lineage_still_loads_and_matches(converted: dict[str, Path]):
     assert report["tokens_equal"] and report["greedy_match"]
 
 
+@integration
 def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Path], tmp_path: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -203,6 +210,7 @@ def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Pa
     assert any("token ids differ" in why for why in convert_gguf.judge(report, "Q8_0", cfg))
 
 
+@integration
 def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str, Path]):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -217,6 +225,7 @@ def test_merge_check_catches_a_merge_that_changed_the_model(converted: dict[str,
     assert parity.merge_check(AutoModelForCausalLM.from_pretrained(converted["llama-base"]), refs) > 1e-3
 
 
+@integration
 def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[str, Path]):
     """The base's served GGUF against its HF model with noise added to every weight and the final norm scaled (a GGUF
     that is not the model it claims to be): refused on the eval split, at the interval's bound, with the file and the
@@ -239,6 +248,7 @@ def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[st
     assert any("distillery-summariser-base-Q8_0.gguf on the eval split" in w and "95% bound" in w for w in why), why
 
 
+@integration
 def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted: dict[str, Path]):
     parity = json.loads((converted["llama-gguf"] / "parity.json").read_text())
     report = parity["candidate"]["files"]["Q4_K_M"]
@@ -251,6 +261,7 @@ def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted
     assert any("mean KL" in w for w in why)
 
 
+@integration
 def test_each_quantised_file_has_the_file_type_llama_cpp_names_for_it(converted: dict[str, Path]):
     from llama_cpp import Llama
 
@@ -304,6 +315,7 @@ def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
     assert parity.first_divergence([0, 2], [0, 2, 1], logits)["near_tie"] is False
 
 
+@integration
 def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: dict[str, Path], tmp_path: Path):
     out = tmp_path / "gguf"
     result = convert_gguf.run(
@@ -332,6 +344,7 @@ def _convert(converted: dict[str, Path], out: Path, cache: str, base: str = "lla
     return json.loads((out / "parity.json").read_text())
 
 
+@integration
 def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
     converted: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
 ):
@@ -361,11 +374,11 @@ def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
     assert sealed.torn(cache / key) is None  # the entry was written again, whole
 
 
-def test_another_base_is_another_cache_key(converted: dict[str, Path], tmp_path: Path):
+def test_another_base_is_another_cache_key(tiny_model_dir: Path, tmp_path: Path):
     cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"),
-                                     base_model=str(converted["llama-base"]))  # fmt: skip
+                                     base_model=str(tiny_model_dir))  # fmt: skip
     changed = tmp_path / "base"
-    shutil.copytree(converted["llama-base"], changed)
+    shutil.copytree(tiny_model_dir, changed)
     (changed / "generation_config.json").write_text('{"max_new_tokens": 7}')
     key = convert_gguf.base_cache_key(cfg)
     assert key == convert_gguf.base_cache_key(cfg)
@@ -373,6 +386,7 @@ def test_another_base_is_another_cache_key(converted: dict[str, Path], tmp_path:
     assert key != convert_gguf.base_cache_key(convert_gguf.ConvertConfig(**{**vars(cfg), "quantization": "Q4_K_M"}))
 
 
+@integration
 def test_the_base_cache_on_s3(converted: dict[str, Path], tmp_path: Path, s3_server: str, aws_env: dict):
     from tests.conftest import make_bucket
 

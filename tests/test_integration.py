@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from steps import convert_gguf, evaluate, fetch_dataset, propose, register, train
+from steps import evaluate, fetch_dataset, propose, register
 from steps.core.dataset import load_split
 from steps.evaluate import generation, llama_internals
 from steps.gguf import parity
 from steps.pipeline import STAGES
-from tests.conftest import AWS_ENV, ROOT, make_bucket
+from tests.conftest import AWS_ENV, ROOT, Candidate, make_bucket
 
 pytestmark = pytest.mark.integration
 GIT_ENV = {
@@ -33,57 +33,28 @@ GIT_ENV = {
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "dataset"
-    fetch_dataset.run(fetch_dataset.FetchConfig(out=out, dataset_repo=str(ROOT), dataset_rev="HEAD"))
-    return out
+def dataset(tiny_candidate: Candidate) -> Path:
+    return tiny_candidate.dataset
 
 
 @pytest.fixture(scope="module")
-def adapter(dataset: Path, tiny_model_dir: Path) -> Path:
-    out = dataset.parent / "adapter"
-    train.run(train.TrainConfig(dataset=dataset, out=out, base_model=str(tiny_model_dir), epochs=1.0, batch_size=8))
-    return out
+def adapter(tiny_candidate: Candidate) -> Path:
+    return tiny_candidate.adapter
 
 
 @pytest.fixture(scope="module")
-def gguf(adapter: Path, dataset: Path, tiny_model_dir: Path) -> Path:
-    out = adapter.parent / "gguf"
-    convert_gguf.run(
-        convert_gguf.ConvertConfig(adapter=adapter, dataset=dataset, out=out, base_model=str(tiny_model_dir))
-    )
-    return out
+def gguf(tiny_candidate: Candidate) -> Path:
+    return tiny_candidate.gguf
 
 
 @pytest.fixture(scope="module")
-def evaluation(dataset: Path, gguf: Path) -> Path:
-    out = gguf.parent / "evaluation"
+def evaluation(tmp_path_factory: pytest.TempPathFactory, dataset: Path, gguf: Path) -> Path:
+    out = tmp_path_factory.mktemp("run") / "evaluation"
     evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, bootstrap_samples=1000))
     return out
 
 
 # --- train ------------------------------------------------------------------------------------------------------
-
-
-def test_loss_covers_only_the_summary_and_end_of_turn(tiny_model_dir: Path):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    ex = train.encode_example(tok, "The ferry to Arlow is cancelled on Monday.", "Monday's Arlow ferry is off.", 512)
-    kept = [t for t, label in zip(ex["input_ids"], ex["labels"], strict=True) if label != -100]
-    assert tok.decode(kept) == "Monday's Arlow ferry is off." + tok.eos_token
-    assert ex["labels"][: len(ex["labels"]) - len(kept)] == [-100] * (len(ex["labels"]) - len(kept))
-
-
-def test_long_documents_are_cut_but_keep_the_answer(tiny_model_dir: Path):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    ex = train.encode_example(tok, "word " * 2000, "Short answer.", 256)
-    assert len(ex["input_ids"]) == 256
-    assert tok.decode([t for t, lab in zip(ex["input_ids"], ex["labels"], strict=True) if lab != -100]).startswith(
-        "Short answer."
-    )
 
 
 def test_training_changes_the_adapter_not_the_base(adapter: Path, tiny_model_dir: Path):
@@ -103,18 +74,6 @@ def test_training_changes_the_adapter_not_the_base(adapter: Path, tiny_model_dir
     losses = [float(line.split(",")[1]) for line in (adapter / "loss.csv").read_text().splitlines()[1:]]
     assert losses[-1] < losses[0]
     assert (adapter / "loss.png").stat().st_size > 1000
-
-
-def test_gpu_backend_without_cuda_is_a_clear_error(dataset: Path, tiny_model_dir: Path, tmp_path: Path):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("CUDA present")
-    with pytest.raises(ValueError, match="CUDA is not available; use --train-backend cpu"):
-        train.run(
-            train.TrainConfig(dataset=dataset, out=tmp_path / "a", base_model=str(tiny_model_dir), train_backend="gpu")
-        )
-    assert not (tmp_path / "a").exists()
 
 
 # --- convert-gguf -----------------------------------------------------------------------------------------------
@@ -156,10 +115,10 @@ def test_parity_catches_a_gguf_of_another_checkpoint(gguf: Path, tiny_model_dir:
 # --- evaluate -----------------------------------------------------------------------------------------------------
 
 
-def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation: Path):
+def test_evaluation_scores_both_contenders_and_explains_its_decision(dataset: Path, evaluation: Path):
     metrics = json.loads((evaluation / "metrics.json").read_text())
     decision = json.loads((evaluation / "decision.json").read_text())
-    rows = {s: len(load_split(evaluation.parent / "dataset", s)) for s in ("eval", "adversarial")}
+    rows = {s: len(load_split(dataset, s)) for s in ("eval", "adversarial")}
     assert len(metrics["per_example"]["base"]) == len(metrics["per_example"]["candidate"]) == rows["eval"]
     assert len(metrics["adversarial"]["candidate"]) == rows["adversarial"]
     for who in ("base", "candidate"):
@@ -168,7 +127,7 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(evaluation:
     names = [c["check"] for c in decision["checks"]]
     assert names[:2] == ["gguf_parity", "rougeL_vs_base"] and names[-1] == "stop_rate"
     assert {n for n in names if n.startswith("adversarial_")} == {
-        f"adversarial_{r['attack']}" for r in load_split(evaluation.parent / "dataset", "adversarial")
+        f"adversarial_{r['attack']}" for r in load_split(dataset, "adversarial")
     }
     assert decision["passed"] == all(c["passed"] for c in decision["checks"])
     assert len(decision["reasons"]) == len(names)

@@ -134,6 +134,7 @@ def checkov(tmp_path_factory) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_checkov_scans_every_pod_and_catches_a_privileged_one(checkov):
     assert {"CKV_K8S_16", "CKV_K8S_17"} <= {cid for path, cid in checkov if path == "broken/privileged.yaml"}
     scanned = {path for path, _ in checkov if path.startswith("pods/")}
@@ -142,6 +143,7 @@ def test_checkov_scans_every_pod_and_catches_a_privileged_one(checkov):
     assert "pods/rayjob-head.yaml" in scanned and "pods/distill-workflowtemplate-train-gpu.yaml" in scanned
 
 
+@pytest.mark.slow
 def test_checkov_finds_nothing_unexplained(checkov):
     findings = [(path, cid) for path, cid in checkov if not path.startswith("broken/")]
     missing, stale = unexplained(findings, "checkov", "check")
@@ -181,6 +183,7 @@ def checkov_iam(tmp_path_factory) -> dict[str, set[str]]:
     return failed
 
 
+@pytest.mark.slow
 def test_checkov_passes_the_role_and_catches_one_that_allows_everything(checkov_iam):
     assert checkov_iam["grant.json"] == set()
     assert {"CKV_AWS_62", "CKV_AWS_108", "CKV_AWS_110", "CKV_AWS_111"} <= checkov_iam["broken.json"]

@@ -86,6 +86,21 @@ def test_a_long_example_keeps_the_instructions_the_turn_end_and_the_whole_summar
     assert train.encode_rows(tokenizer, rows, whole)[1]["input_ids"] == prompt + answer
 
 
+def test_loss_covers_only_the_summary_and_end_of_turn(tokenizer):
+    ex = train.encode_example(tokenizer, "The ferry to Arlow is cancelled on Monday.", "Monday's Arlow ferry is off.",
+                              512)  # fmt: skip
+    kept = [t for t, label in zip(ex["input_ids"], ex["labels"], strict=True) if label != -100]
+    assert tokenizer.decode(kept) == "Monday's Arlow ferry is off." + tokenizer.eos_token
+    assert ex["labels"][: len(ex["labels"]) - len(kept)] == [-100] * (len(ex["labels"]) - len(kept))
+
+
+def test_long_documents_are_cut_but_keep_the_answer(tokenizer):
+    ex = train.encode_example(tokenizer, "word " * 2000, "Short answer.", 256)
+    assert len(ex["input_ids"]) == 256
+    kept = [t for t, lab in zip(ex["input_ids"], ex["labels"], strict=True) if lab != -100]
+    assert tokenizer.decode(kept).startswith("Short answer.")
+
+
 def test_a_summary_that_leaves_no_room_for_its_document_is_refused_naming_the_row(tokenizer):
     from steps.train.data import _parts
 
@@ -222,6 +237,16 @@ def test_bad_settings_are_refused_before_any_work(tmp_path: Path, overrides: dic
     assert not (tmp_path / "out").exists()
 
 
+def test_gpu_backend_without_cuda_is_a_clear_error(tmp_path: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(ValueError, match="CUDA is not available; use --train-backend cpu"):
+        train.run(TrainConfig(dataset=str(tmp_path / "dataset"), out=str(tmp_path / "a"), train_backend="gpu"))
+    assert not (tmp_path / "a").exists()
+
+
 def test_ray_workers_are_all_cpu_with_gloo_or_all_gpu_with_nccl():
     from steps.train.launchers import scaling
 
@@ -246,14 +271,8 @@ PRECISIONS = ("fp32", "bf16")
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from steps import fetch_dataset
-
-    if prepared := os.environ.get("DISTILLERY_TEST_DATASET"):  # fetch-dataset's output made elsewhere (no DVC there)
-        return Path(prepared)
-    out = tmp_path_factory.mktemp("train") / "dataset"
-    fetch_dataset.run(fetch_dataset.FetchConfig(out=out, dataset_repo=str(ROOT), dataset_rev="HEAD"))
-    return out
+def dataset(fetched_dataset: Path) -> Path:
+    return fetched_dataset  # the session's (conftest: DISTILLERY_TEST_DATASET names one made elsewhere)
 
 
 def _cli(args: list[str], dataset: Path, model: Path, out: Path) -> list[str]:

@@ -9,7 +9,7 @@ weights). The run starts with `check-parameters` (`steps/check_parameters.py`): 
 that takes it reads it, so a mistyped value stops the run at once, naming it and the choices (`argo submit -p` does not
 enforce an enum, and a mistyped `train-backend` would otherwise skip all train tasks and end green).
 
-`preflight` also sizes the run for its base model (`steps/sizing.py`): each heavy pod takes its memory and disk from
+`preflight` also sizes the run for its base model (`steps/sizing/`): each heavy pod takes its memory and disk from
 preflight's outputs as a `podSpecPatch`, and the Ray worker groups their memory and workers per pod.
 
 `train` has one template per backend, chosen by the `train-backend` parameter (a `when` on each):

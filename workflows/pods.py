@@ -28,7 +28,7 @@ def fixed_resources(step: str, cpu: str, memory: str, limit: str) -> m.ResourceR
 
 # The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it
 # directly; from the container's own filesystem it would be tarred, gzipped, copied and unpacked first (three copies
-# of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing.py counts on it.
+# of GBs of weights on the node's disk, minutes of CPU: executor.go stageArchiveFile). steps/sizing/ counts on it.
 OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
 # /tmp: the only other place a step writes (the root filesystem is read-only; security.WRITABLE_ENV sends every cache
 # there). Sized steps get both emptyDirs' sizeLimit from preflight's patch (sizing.SIZED_VOLUMES).

@@ -68,6 +68,19 @@ PARAMS: tuple[Param, ...] = (
     Param("warmup-ratio", "0.1", "0.1", "share of steps spent warming the learning rate up"),
     Param("epochs", "1", "3", "passes over the training split"),
     Param("batch-size", "8", "16", "examples per optimiser step"),
+    Param(
+        "micro-batch",
+        "0",
+        "0",
+        "examples per forward/backward on each training worker (0: the largest its pod's memory holds; preflight "
+        "sizes the pods)",
+    ),
+    Param(
+        "gradient-checkpointing",
+        "auto",
+        "auto",
+        "auto, on or off: recompute layers in backward (auto: only where one example does not fit without it)",
+    ),
     Param("max-seq-len", "512", "512", "longest tokenised training example; longer documents are cut"),
     Param("qlora", "false", "false", "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
     Param(
@@ -134,6 +147,8 @@ STAGES: tuple[Stage, ...] = (
             "qlora",
             "max-seq-len",
             "batch-size",
+            "micro-batch",
+            "gradient-checkpointing",
             "lora-r",
             "quantizations",
             "precision",
@@ -166,6 +181,8 @@ STAGES: tuple[Stage, ...] = (
             "warmup-ratio",
             "epochs",
             "batch-size",
+            "micro-batch",
+            "gradient-checkpointing",
             "max-seq-len",
             "qlora",
             "precision",

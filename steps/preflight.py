@@ -75,13 +75,23 @@ class PreflightConfig:
     train_backend: str = field(default="cpu", metadata={"help": "where train runs: cpu, gpu or ray (sizes its pods)"})
     qlora: bool = field(default=False, metadata={"help": "gpu only: train on a 4-bit NF4 base (sizes the GPU)"})
     max_seq_len: int = field(default=512, metadata={"help": "longest tokenised training example (sizes activations)"})
-    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step (sizes activations)"})
+    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step (bounds the micro-batch)"})
+    micro_batch: int = field(
+        default=0, metadata={"help": "train's examples per forward/backward (0: the largest each pod holds)"}
+    )
+    gradient_checkpointing: str = field(
+        default="auto", metadata={"help": "train's gradient checkpointing: auto, on or off (sizes activations)"}
+    )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank (sizes the adapter and its optimiser state)"})
     quantizations: str = field(
         default=",".join(LADDER), metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
     )
     precision: str = field(
-        default="auto", metadata={"help": "train's CPU precision: auto, fp32 or bf16 (auto and bf16 size bf16 copies)"}
+        default="auto",
+        metadata={
+            "help": "train's CPU precision: auto, fp32 or bf16 (auto is sized as float32 weights where they fit, "
+            "bf16 where only bf16 fits)"
+        },
     )
 
 
@@ -150,6 +160,8 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                     lora_r=cfg.lora_r,
                     quantizations=cfg.quantizations,
                     precision=cfg.precision,
+                    micro_batch=cfg.micro_batch,
+                    gradient_checkpointing=cfg.gradient_checkpointing,
                     parameters=facts["parameters"],
                     base_model=cfg.base_model,
                 )

@@ -28,6 +28,9 @@ SEED_BASES = {
     "SmolLM2-135M": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                    num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
                                    tie_word_embeddings=True), 135e6),
+    "Llama-3.2-1B": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                   tie_word_embeddings=True), 1.24e9),
     "Qwen2.5-3B": ("qwen2", dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                                  num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
                                  tie_word_embeddings=True), 3.09e9),
@@ -138,7 +141,7 @@ def test_the_activation_formula_matches_what_autograd_saves():
     mask = memory._mask_bytes(batch_size, seq, 4)
     logits_kept = 2 * batch_size * (keep + 1) * s.vocab * 4  # the logits and log_softmax's output
     per_token_layer = (kept - mask - logits_kept) / tokens / s.layers
-    assert per_token_layer == pytest.approx(sizing.layer_activation_bytes(s, 16, gpu=False), rel=0.1)
+    assert per_token_layer == pytest.approx(sizing.layer_activation_bytes(s, 16, width=4, mask=4), rel=0.1)
 
 
 # --- Every pod fits its node, or the run is refused -----------------------------------------------------------
@@ -215,18 +218,77 @@ def test_quantities_round_up():
 
 
 def test_ray_groups_hold_as_many_workers_as_their_cpus_when_memory_allows():
-    p = plan(SMALL, knobs("ray", setting="short"))
+    p = plan(SMALL, knobs("ray"))
     per_pod = {g.group.name: g.workers_per_pod for g in p.ray}
-    assert per_pod == {"large": 4, "medium": 2, "small": 0, "pi": 0}, per_pod
-    # One worker per 2 CPUs; the small group's 8 GiB cannot hold a worker with the whole batch of 8 x 256 tokens.
-    assert sizing.ray_pod_gib(p.shape, p.knobs, 1) > 8
+    assert per_pod == {g.name: g.cpus // sizing.RAY_THREADS_PER_WORKER for g in RAY_NODE_GROUPS}, per_pod
 
 
-def test_fewer_workers_per_pod_when_memory_binds():
-    p = plan(SMALL, knobs("ray"))  # 16 x 512 tokens: each worker holds more of the batch
+def test_fewer_workers_per_pod_when_memory_binds_and_more_workers_before_larger_micro_batches():
+    p = plan(THREE_B, knobs("ray"))
     large = next(g for g in p.ray if g.group.name == "large")
+    k = replace(p.knobs, precision=large.precision)
     assert 1 <= large.workers_per_pod < 4
-    assert sizing.whole_gib(sizing.ray_pod_gib(p.shape, p.knobs, large.workers_per_pod + 1)) > 32
+    for way in sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod + 1)):  # no way fits one more
+        assert sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod + 1, way)) > 32
+    # At the chosen worker count, the first way of the ordered options that fits is taken
+    options = sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod))
+    fitting = [m for m in options if sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod, m)) <= 32]
+    assert large.micro == fitting[0]
+
+
+def test_micro_options_prefer_no_checkpointing_then_the_largest_micro_batch_and_honour_pins():
+    k = knobs("cpu", max_seq_len=128, batch_size=16)
+    cap = sizing.CPU_MICRO_TOKENS // 128
+    assert [(m.examples, m.checkpointing) for m in sizing.micro_options(k, 16)] == [
+        *[(n, False) for n in range(cap, 0, -1)],
+        *[(n, True) for n in range(cap, 0, -1)],
+    ]
+    assert [m.examples for m in sizing.micro_options(k, 16, gpu=True)][:2] == [16, 15]  # GPUs: the whole share first
+    assert sizing.micro_options(replace(k, micro_batch=3, gradient_checkpointing="on"), 16) == [sizing.Micro(3, True)]
+    assert sizing.micro_options(replace(k, micro_batch=32), 5) == [sizing.Micro(5, False), sizing.Micro(5, True)]
+
+
+def test_gradient_checkpointing_is_chosen_only_where_one_example_does_not_fit_without_it():
+    s = shape(THREE_B)
+    k = knobs("ray", precision="fp32")
+    keep_all = sizing.ray_worker_gib(s, k, sizing.Micro(1, False))
+    recompute = sizing.ray_worker_gib(s, k, sizing.Micro(1, True))
+    assert recompute < keep_all
+    budget = (keep_all + recompute) / 2
+    assert sizing.fit_micro(sizing.micro_options(k, 16), lambda m: sizing.ray_worker_gib(s, k, m), budget) == (
+        sizing.Micro(1, True)
+    )
+    assert sizing.fit_micro(sizing.micro_options(k, 16), lambda m: sizing.ray_worker_gib(s, k, m), keep_all) == (
+        sizing.Micro(1, False)
+    )
+
+
+@pytest.mark.parametrize("name", ["Llama-3.2-3B", "Qwen2.5-3B", "Phi-3.5-mini"])
+def test_a_3b_base_at_the_template_defaults_runs_on_the_large_and_medium_groups_and_the_gpu_pool(name: str):
+    """The issue's target: the cluster's defaults (batch 16 x 512, precision auto) put a 3B base on the large and
+    medium Ray groups and on the GPU pool in bf16, without QLoRA."""
+    ray = plan(name, knobs("ray"))
+    per_pod = {g.group.name: g.workers_per_pod for g in ray.ray}
+    assert per_pod["large"] >= 1 and per_pod["medium"] >= 1, per_pod
+    assert not sizing.check(ray)
+    gpu = plan(name, knobs("gpu"))
+    assert gpu.gpu_card is not None and not sizing.check(gpu), sizing.check(gpu)
+
+
+def test_an_8b_base_at_the_template_defaults_trains_on_the_gpu_pool_without_qlora():
+    p = plan(BIG, knobs("gpu"))
+    assert p.gpu_card is not None
+    assert not [q for q in sizing.check(p) if q.startswith("train-backend")]
+
+
+def test_auto_is_sized_as_float32_where_float32_fits_and_as_bf16_where_only_bf16_does():
+    s = shape(THREE_B)
+    p = plan(THREE_B, knobs("ray"))
+    by_group = {g.group.name: g for g in p.ray}
+    assert by_group["large"].precision == "fp32"  # an AVX2 node trains at full speed there
+    assert by_group["medium"].precision == "bf16"  # only bf16 weights fit 16 GiB
+    fp32 = replace(p.knobs, precision="fp32")
+    assert sizing.ray_group_plan(s, fp32, by_group["medium"].group).workers_per_pod == 0
 
 
 @pytest.mark.parametrize("name", [n for n in SEED_BASES if n != SMALL])
@@ -236,16 +298,27 @@ def test_the_pis_get_no_workers_for_a_3b_or_larger_base(name: str):
         assert pi.workers_per_pod == 0 and pi.pod_memory_gib > 3
 
 
-def test_the_pis_get_a_worker_when_one_fits_in_3_gib():
-    from tests.tiny import SHAPES
-
-    h, i, layers, heads, kv_heads = SHAPES["tiny"]
-    tiny = sizing.shape_of(config(SMALL, hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
-                                  num_attention_heads=heads, num_key_value_heads=kv_heads))  # fmt: skip
-    pi = next(g for g in sizing.plan_for(tiny, knobs("ray", setting="short"), "tiny").ray if g.group.name == "pi")
-    assert pi.workers_per_pod == 1 and gib(pi.memory) <= 3
+def test_the_pis_take_the_largest_base_that_fits_in_3_gib():
+    """A Pi (arm64: no native bf16, so float32 unless only bf16 fits) takes SmolLM2-135M at the cluster's defaults;
+    `largest_pi_base` finds, on SmolLM2's shape family (its width and depth scaled), the largest that fits."""
     small_pi = next(g for g in plan(SMALL, knobs("ray")).ray if g.group.name == "pi")
-    assert small_pi.workers_per_pod == 0  # 135M in float32 with 16 x 512 tokens: far over 3 GiB
+    assert small_pi.workers_per_pod == 1 and gib(small_pi.memory) <= 3
+    largest = largest_pi_base(knobs("ray"))
+    assert 135e6 <= largest.parameters < 1e9
+    pi = next(g for g in RAY_NODE_GROUPS if g.name == "pi")
+    assert sizing.ray_group_plan(largest, knobs("ray"), pi).workers_per_pod == 1
+
+
+def largest_pi_base(k: Knobs) -> Shape:
+    """The largest SmolLM2-shaped base (layers scaled from 30 up) whose worker the Pi group holds."""
+    pi = next(g for g in RAY_NODE_GROUPS if g.name == "pi")
+    best = shape(SMALL)
+    for layers in range(30, 200, 2):
+        candidate = sizing.shape_of(config(SMALL, num_hidden_layers=layers))
+        if sizing.ray_group_plan(candidate, k, pi).workers_per_pod == 0:
+            break
+        best = candidate
+    return best
 
 
 def test_ray_threads_per_worker_divide_every_group():
@@ -265,8 +338,10 @@ def test_a_135m_run_requests_a_small_fraction_of_a_3b_run(setting: str):
         for resource in ("memory", "ephemeral-storage"):
             ratio = gib(requests(small, step)[resource]) / gib(requests(big, step)[resource])
             assert ratio <= 0.35, (step, resource, ratio)  # a third at most: the fixed parts (process, scratch)
-    # train-gpu's host memory is mostly the CUDA process's; what grows with the base is the card and the disk.
-    assert small.steps["train-gpu"].gpu_memory_gib <= 0.3 * big.steps["train-gpu"].gpu_memory_gib
+    # train-gpu's host memory is mostly the CUDA process's; what grows with the base is the card and the disk (the
+    # card's need compared at one micro-batch: each takes the largest micro-batch its card holds).
+    one = sizing.Micro(1, False)
+    assert sizing.gpu_card_gib(small.shape, small.knobs, one) <= 0.3 * sizing.gpu_card_gib(big.shape, big.knobs, one)
     assert small.steps["train-gpu"].disk_gib <= 0.3 * big.steps["train-gpu"].disk_gib
 
 
@@ -274,21 +349,27 @@ def test_a_135m_run_requests_a_small_fraction_of_a_3b_run(setting: str):
 
 
 def test_an_8b_float32_ray_run_is_refused_naming_the_base_the_need_the_node_and_the_fixes():
-    p = plan(BIG, knobs("ray"))
+    p = plan(BIG, knobs("ray", precision="fp32"))
     [problem] = [q for q in sizing.check(p) if q.startswith("train-backend ray")]
-    one_worker = sizing.ray_pod_gib(p.shape, p.knobs, 1)
-    assert BIG in problem and f"{one_worker:.1f} GiB" in problem
+    large = next(g for g in p.ray if g.group.name == "large")
+    assert BIG in problem and f"{large.pod_memory_gib:.1f} GiB" in problem
     assert "large: 32 GiB" in problem  # the biggest group there was
-    assert "qlora true" in problem and "weights alone do not" in problem  # no shorter run fits: use the GPU
+    assert "train-backend gpu (" in problem and "precision bf16" in problem  # bf16 weights fit; or the GPU pool
+    assert not [q for q in sizing.check(plan(BIG, knobs("ray", precision="bf16"))) if q.startswith("train-backend")]
 
 
 def test_a_gpu_refusal_gives_a_max_seq_len_that_fits():
-    p = plan(THREE_B, knobs("gpu"))
+    k = knobs("gpu", max_seq_len=8192, gradient_checkpointing="off")
+    p = plan(BIG, k)
     [problem] = [q for q in sizing.check(p) if q.startswith("train-backend gpu")]
+    assert "gradient-checkpointing auto" in problem
     seq = int(re.search(r"max-seq-len of at most (\d+)", problem)[1])
-    assert "qlora true" in problem and 0 < seq < 512
-    assert not sizing.check(plan(THREE_B, knobs("gpu", max_seq_len=seq)))
-    assert sizing.check(plan(THREE_B, knobs("gpu", max_seq_len=seq + 1)))
+    assert 0 < seq < 8192
+    assert (
+        not sizing.check(plan(BIG, replace(k, max_seq_len=seq)))
+        or "convert-gguf" in sizing.check(plan(BIG, replace(k, max_seq_len=seq)))[0]
+    )
+    assert [q for q in sizing.check(plan(BIG, replace(k, max_seq_len=seq + 1))) if q.startswith("train-backend")]
 
 
 def test_an_8b_base_is_refused_by_convert_gguf_whatever_the_backend():
@@ -420,7 +501,8 @@ def bench_shape(size: str) -> Shape:
 @pytest.mark.parametrize(("size", "qlora"), list(README_PEAKS))
 def test_the_gpu_plan_is_above_the_measured_peak_and_not_absurdly(size: str, qlora: bool):
     measured = README_PEAKS[(size, qlora)]
-    planned = sizing.gpu_allocated_gib(bench_shape(size), knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=512))
+    k = knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=512)
+    planned = sizing.gpu_allocated_gib(bench_shape(size), k, sizing.Micro(8, qlora))
     assert measured < planned <= 2 * measured
 
 
@@ -428,8 +510,9 @@ def test_the_gpu_plan_is_above_the_measured_peak_and_not_absurdly(size: str, qlo
 def test_the_gpu_model_at_the_benchmarks_batches_is_within_5_percent_of_the_measured_peak(size: str, qlora: bool):
     s = bench_shape(size)
     terms = sizing.train_memory(
-        s, knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=BENCH_WIDTH), device="qlora" if qlora else "gpu"
-    )
+        s, knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=BENCH_WIDTH), sizing.Micro(8, qlora),
+        device="qlora" if qlora else "gpu",
+    )  # fmt: skip
     terms["logits"] = 8 * BENCH_TAIL * s.vocab * sizing.LOGIT_BYTES
     assert sum(terms.values()) / 2**30 == pytest.approx(README_PEAKS[(size, qlora)], rel=0.05)
 
@@ -502,7 +585,9 @@ def test_the_cpu_plan_is_above_a_measured_two_step_run_within_1_5x():
     h, i, layers, heads, kv_heads = SHAPES["tiny"]
     tiny = sizing.shape_of(config(SMALL, hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
                                   num_attention_heads=heads, num_key_value_heads=kv_heads))  # fmt: skip
-    planned = sizing.cpu_train_gib(tiny, knobs("cpu", batch_size=batch, max_seq_len=seq, precision="fp32"))
+    planned = sizing.cpu_train_gib(
+        tiny, knobs("cpu", batch_size=batch, max_seq_len=seq, precision="fp32"), sizing.Micro(batch, False)
+    )
     assert measured["peak_gib"] < planned <= 1.5 * measured["peak_gib"]
 
 
@@ -592,28 +677,21 @@ def test_checkpoints_are_counted_every_n_steps_and_at_the_end():
     assert sizing.transfer_table(p, optimiser_steps=18).splitlines()[-1].startswith("| total |")
 
 
-def test_cpu_training_is_sized_with_autocast_copies_unless_it_is_pinned_to_fp32():
+def test_cpu_training_holds_bf16_weights_where_it_computes_bf16_and_the_gpu_always():
     s = shape(THREE_B)
-    copies = 2 * (s.linear_parameters + s.vocab * s.hidden)
+    one = sizing.Micro(1, False)
     for device in ("cpu", "ray"):
-        terms = {p: sizing.train_memory(s, knobs("cpu", precision=p), device=device) for p in sizing.PRECISIONS}
-        assert terms["auto"] == terms["bf16"]
-        assert terms["auto"]["bf16 copies"] == copies
-        assert "bf16 copies" not in terms["fp32"]
-        assert sum(terms["auto"].values()) - sum(terms["fp32"].values()) == copies
-    gpu = {p: sizing.train_memory(s, knobs("gpu", precision=p), device="gpu") for p in sizing.PRECISIONS}
+        terms = {p: sizing.train_memory(s, knobs("cpu", precision=p), one, device=device) for p in ("fp32", "bf16")}
+        assert terms["fp32"]["weights"] == 4 * s.parameters and terms["bf16"]["weights"] == 2 * s.parameters
+        assert "bf16 copies" not in terms["bf16"]  # a bf16 base: autocast has nothing to cast
+        with pytest.raises(ValueError, match="not resolved"):
+            sizing.train_memory(s, knobs("cpu", precision="auto"), one, device=device)
+    gpu = {p: sizing.train_memory(s, knobs("gpu", precision=p), one, device="gpu") for p in sizing.PRECISIONS}
     assert gpu["auto"] == gpu["fp32"] == gpu["bf16"]  # the GPU loads the base in bf16 whatever --precision says
 
 
-def test_a_cpu_refusal_offers_fp32_where_only_the_copies_do_not_fit():
-    s = shape(THREE_B)  # its 7 GiB of copies, one example a step: the copies alone tip it over the node
-    for seq in range(16, 4096, 16):
-        k = knobs("cpu", max_seq_len=seq, batch_size=1)
-        fits = {p: not sizing.check(sizing.plan_for(s, replace(k, precision=p), THREE_B)) for p in ("auto", "fp32")}
-        if fits["fp32"] and not fits["auto"]:
-            break
-    else:
-        pytest.fail("no max-seq-len where float32 fits and the bf16 copies do not")
-    (problem,) = sizing.check(sizing.plan_for(s, k, THREE_B))
-    assert "float32 + bf16 autocast copies (auto)" in problem
-    assert "precision fp32 (no bf16 autocast copies of the weights) or a max-seq-len of at most" in problem
+def test_a_cpu_refusal_offers_bf16_where_only_the_float32_weights_do_not_fit():
+    p = plan(BIG, knobs("cpu", precision="fp32"))
+    (problem,) = [q for q in sizing.check(p) if q.startswith("train-backend cpu")]
+    assert "float32 weights" in problem and "precision bf16" in problem
+    assert not [q for q in sizing.check(plan(BIG, knobs("cpu"))) if q.startswith("train-backend cpu")]  # auto: bf16

@@ -4,11 +4,12 @@ The model is the package's docstring; each constant says where in the steps' cod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from steps.gguf.quants import QUANTS
 from steps.gguf.settings import CONVERT_N_CTX, PARITY_TOKENS, parity_n_ctx
 from steps.sizing.cluster import GIB
-from steps.sizing.shape import Knobs, Shape
+from steps.sizing.shape import Knobs, Micro, Shape
 
 # train_loop computes logits only for the summary tail (left padding + logits_to_keep = the longest summary in the
 # batch + 1). The data's summaries are at most ~30 words (~45 tokens) and the served model may answer with at most
@@ -61,31 +62,41 @@ PARITY_PROBES = 5
 CONVERTER_GIB = 0.75
 GGUF_METADATA_BYTES = 2**20  # + 40 bytes per vocabulary entry (token text, score, type) and the merges
 REGISTER_GIB = 2.0  # register's memory: the MLflow client streams files; what its pod had before it was sized
-# Under CPU bf16 autocast every nn.Linear's weight is cast to bf16 on each use and autograd keeps the cast for backward:
-# a bf16 copy of the blocks' projections and of the head until the step's backward (the frozen float32 weights stay).
-# Measured on SmolLM2-135M (one step, 32 tokens): +240 MiB resident over float32 against 257 MiB of copies counted here;
-# on Llama-3.2-3B's layer shape (tests/test_sizing.py's calibration) the bf16 peak is above float32's by 0.73x the
-# copies where the CPU computes bf16 natively (Zen 4). On small shapes oneDNN's native bf16 kernels hold more than the
-# copies (1.28-1.41x at hidden 512, 1.00x at 1024): the real bases' shapes are what this sizes.
-AUTOCAST_COPY_BYTES = 2
+# The frozen base's bytes per weight on CPU (steps/train/model.py): bf16 where the run computes in bf16, float32
+# elsewhere. `auto` is bf16 on a CPU with AMX or AVX-512-BF16 and float32 elsewhere unless float32 does not fit the
+# process's memory (then bf16 weights, emulated: slower, but it runs); preflight cannot see the nodes' CPUs, so it sizes
+# `auto` as float32 where float32 fits and as bf16 where only bf16 does (plan.resolve_precision).
+CPU_WEIGHT_BYTES = {"fp32": 4, "bf16": 2}
+# A CPU process computes at most this many tokens per forward/backward: one 512-token row already keeps a CPU's
+# matmuls busy (two rows of Llama-3.2-3B's layers took 2.0x one row's time on 2 cores here; `python -m
+# benchmarks.memory_calibration --throughput` measures it), so a larger micro-batch buys no speed and costs memory and
+# padding (each micro-batch pads to its longest row). GPUs take the largest micro-batch that fits.
+CPU_MICRO_TOKENS = 512
 
 
-def layer_activation_bytes(s: Shape, r: int, *, gpu: bool) -> float:
-    """Bytes one decoder layer keeps for backward per token (LoRA with dropout on all 7 projections, no checkpointing).
+def cpu_weight_bytes(k: Knobs) -> int:
+    """Bytes per frozen weight on CPU; `auto` must be resolved first (plan.resolve_precision, budget.choose)."""
+    if k.precision not in CPU_WEIGHT_BYTES:
+        raise ValueError(f"precision {k.precision!r} is not resolved to fp32 or bf16")
+    return CPU_WEIGHT_BYTES[k.precision]
+
+
+def layer_activation_bytes(s: Shape, r: int, *, width: int, mask: int) -> float:
+    """Bytes one decoder layer keeps for backward per token (LoRA with dropout on all 7 projections), for activations
+    of `width` bytes (2: bf16, 4: float32) and a dropout mask of `mask` bytes per element (CUDA keeps a bool; CPU a
+    noise tensor in the activations' dtype).
 
     Counted from what autograd saves (measured here with saved_tensors_hooks: 39.8 KB per token per layer on a hidden
     256 / intermediate 1024 / 4-head Llama with padding, this formula 39.4 KB):
     - the two RMSNorms' inputs, upcast to float32 (h each);
     - each LoRA dropout's output (lora_A's input): q, k, v, gate, up read the normed hidden (5h), o the attention
-      output, down the MLP product (i); plus dropout's mask (CUDA: 1 byte; CPU: a float32 noise tensor);
+      output, down the MLP product (i); plus dropout's mask;
     - SDPA's q, k, v and output, k and v repeated to every head (transformers repeats them whenever there is a padding
       mask, and train_loop left-pads), and its logsumexp;
     - the MLP's gate (SiLU's input), SiLU's output and up (3i); lora_A's outputs (7r).
     """
     h, i, attn = s.hidden, s.intermediate, s.attention
     dropout_inputs = 5 * h + attn + i
-    width = 2 if gpu else 4  # bf16 autocast on the GPU, float32 on CPU
-    mask = 1 if gpu else 4
     kept = dropout_inputs + 4 * attn + 3 * i + LORA_MODULES * r
     return kept * width + dropout_inputs * mask + 2 * h * 4 + s.heads * 4
 
@@ -98,43 +109,52 @@ def _mask_bytes(examples: int, seq: int, width: int) -> float:
     return examples * seq * seq * width  # the 4D padding mask transformers builds for SDPA, shared by the layers
 
 
-def train_memory(s: Shape, k: Knobs, *, device: str, examples: int | None = None) -> dict[str, float]:
-    """The terms (bytes) of one training process on `device` ("cpu", "ray" for a Ray worker, "gpu", "qlora").
+def _activations(s: Shape, k: Knobs, micro: Micro, *, width: int, mask: int, factor: float, extra_layers: int) -> float:
+    """What the micro-batch's forward keeps for backward. Without checkpointing: every layer's activations (and
+    `extra_layers` more: on the GPU backward's gradients of the layer it is in). With it (non-reentrant
+    torch.utils.checkpoint around each decoder layer): every layer's input, and in backward one layer recomputed
+    whole."""
+    tokens = micro.examples * k.max_seq_len
+    layer = layer_activation_bytes(s, k.lora_r, width=width, mask=mask) * factor
+    if micro.checkpointing:
+        kept = s.layers * s.hidden * width + (1 + extra_layers) * layer
+    else:
+        kept = (s.layers + extra_layers) * layer
+    return tokens * kept + _mask_bytes(micro.examples, k.max_seq_len, 4 if width == 4 else 1)
 
-    `examples`: the batch this process computes at once (default: the whole batch). For the GPU the terms are on the
-    card; `gpu_host_gib` gives the process's host side.
-    """
-    n = k.batch_size if examples is None else examples
-    seq = k.max_seq_len
+
+def train_memory(s: Shape, k: Knobs, micro: Micro, *, device: str) -> dict[str, float]:
+    """The terms (bytes) of one training process on `device` ("cpu", "ray" for a Ray worker, "gpu", "qlora") running
+    `micro`. For the GPU the terms are on the card; `gpu_host_gib` gives the process's host side."""
     lora = s.lora_parameters(k.lora_r)
-    tokens = n * seq
     terms: dict[str, float] = {}
     if device in ("cpu", "ray"):
-        terms["weights"] = 4.0 * s.parameters
-        if k.precision != "fp32":
-            terms["bf16 copies"] = AUTOCAST_COPY_BYTES * (s.linear_parameters + s.vocab * s.hidden)
+        width = cpu_weight_bytes(k)
+        terms["weights"] = width * s.parameters
         terms["lora"] = lora * (LORA_STATE_BYTES + (DDP_BUCKET_BYTES if device == "ray" else 0))
-        per_token = s.layers * layer_activation_bytes(s, k.lora_r, gpu=False) * CPU_ACTIVATION_FACTOR
-        terms["activations"] = tokens * per_token + _mask_bytes(n, seq, 4)
+        terms["activations"] = _activations(
+            s, k, micro, width=width, mask=width, factor=CPU_ACTIVATION_FACTOR, extra_layers=0
+        )
     elif device == "gpu":
         terms["weights"] = 2.0 * s.parameters
         terms["lora"] = lora * LORA_STATE_BYTES
-        # One more layer than the model has: backward's gradients of the layer it is in, the embeddings' output.
-        per_token = (s.layers + 1) * layer_activation_bytes(s, k.lora_r, gpu=True)
-        terms["activations"] = tokens * per_token + _mask_bytes(n, seq, 1)
+        terms["activations"] = _activations(s, k, micro, width=2, mask=1, factor=1.0, extra_layers=1)
     elif device == "qlora":
         linear = s.linear_parameters
         terms["weights"] = linear * NF4_BYTES + 4.0 * (s.parameters - linear)
         terms["lora"] = lora * LORA_STATE_BYTES
-        # Gradient checkpointing (prepare_model_for_kbit_training): each layer keeps only its input, float32 since the
-        # embeddings were cast; backward recomputes one layer at a time, whose LoRA dropouts then read that float32
-        # stream (5h at 4 bytes instead of 2); plus one weight dequantised to bf16 at a time.
-        recomputed = layer_activation_bytes(s, k.lora_r, gpu=True) + 2 * 5 * s.hidden
-        terms["activations"] = tokens * (s.layers * 4 * s.hidden + recomputed) + _mask_bytes(n, seq, 1)
+        # Gradient checkpointing always (prepare_model_for_kbit_training): each layer keeps only its input, float32
+        # since the embeddings were cast; backward recomputes one layer at a time, whose LoRA dropouts then read that
+        # float32 stream (5h at 4 bytes instead of 2); plus one weight dequantised to bf16 at a time.
+        tokens = micro.examples * k.max_seq_len
+        recomputed = layer_activation_bytes(s, k.lora_r, width=2, mask=1) + 2 * 5 * s.hidden
+        terms["activations"] = tokens * (s.layers * 4 * s.hidden + recomputed) + _mask_bytes(
+            micro.examples, k.max_seq_len, 1
+        )
         terms["activations"] += 2 * s.hidden * max(s.intermediate, s.attention)
     else:
         raise ValueError(f"unknown device {device!r}")
-    terms["logits"] = _tail_bytes(s, n, seq)
+    terms["logits"] = _tail_bytes(s, micro.examples, k.max_seq_len)
     return terms
 
 
@@ -143,29 +163,53 @@ def total_gib(terms: dict[str, float], fixed_gib: float) -> float:
     return fixed_gib + MARGIN * sum(terms.values()) / GIB
 
 
-def cpu_train_gib(s: Shape, k: Knobs) -> float:
-    return total_gib(train_memory(s, k, device="cpu"), PROCESS_GIB)
+def micro_options(k: Knobs, share: int, *, gpu: bool = False) -> list[Micro]:
+    """The ways one process may run its `share` of a global batch, best first: without gradient checkpointing before
+    with it (it recomputes each forward, ~1/3 more compute), then the largest micro-batch first (on CPU at most
+    CPU_MICRO_TOKENS tokens); `--micro-batch` and `--gradient-checkpointing on|off` pin either."""
+    share = max(1, share)
+    if k.micro_batch:
+        sizes = [min(k.micro_batch, share)]
+    else:
+        cap = share if gpu else max(1, min(share, CPU_MICRO_TOKENS // k.max_seq_len))
+        sizes = list(range(cap, 0, -1))
+    ways = {"off": [False], "on": [True], "auto": [False, True]}[k.gradient_checkpointing]
+    return [Micro(m, c) for c in ways for m in sizes]
 
 
-def ray_worker_gib(s: Shape, k: Knobs, examples: int) -> float:
-    return total_gib(train_memory(s, k, device="ray", examples=examples), PROCESS_GIB)
+def fit_micro(options: list[Micro], need_gib: Callable[[Micro], float], budget_gib: float) -> Micro | None:
+    """The first of `options` whose need is within `budget_gib`; None when none is."""
+    return next((m for m in options if need_gib(m) <= budget_gib), None)
 
 
-def ray_pod_gib(s: Shape, k: Knobs, workers: int) -> float:
-    """A Ray pod with `workers` training workers. Each computes at most ceil(batch / workers) examples: the run has at
-    least as many workers as this pod (train_loop gives rank r every world-size-th example of the global batch)."""
-    return RAY_POD_GIB + workers * ray_worker_gib(s, k, math.ceil(k.batch_size / workers))
+def cpu_train_gib(s: Shape, k: Knobs, micro: Micro) -> float:
+    return total_gib(train_memory(s, k, micro, device="cpu"), PROCESS_GIB)
 
 
-def gpu_card_gib(s: Shape, k: Knobs) -> float:
+def ray_worker_gib(s: Shape, k: Knobs, micro: Micro) -> float:
+    return total_gib(train_memory(s, k, micro, device="ray"), PROCESS_GIB)
+
+
+def ray_pod_gib(s: Shape, k: Knobs, workers: int, micro: Micro) -> float:
+    """A Ray pod with `workers` training workers, each running `micro`."""
+    return RAY_POD_GIB + workers * ray_worker_gib(s, k, micro)
+
+
+def ray_share(k: Knobs, workers: int) -> int:
+    """The most examples of a global batch one worker computes when its pod holds `workers` of them: the run has at
+    least as many workers as this pod, and train_loop gives rank r every world-size-th example."""
+    return math.ceil(k.batch_size / workers)
+
+
+def gpu_card_gib(s: Shape, k: Knobs, micro: Micro) -> float:
     """GPU memory train-gpu needs on its card: the allocator's peak with its margin, and the CUDA context."""
-    terms = train_memory(s, k, device="qlora" if k.qlora else "gpu")
+    terms = train_memory(s, k, micro, device="qlora" if k.qlora else "gpu")
     return CUDA_CONTEXT_GIB + CUDA_ALLOCATOR_MARGIN * sum(terms.values()) / GIB
 
 
-def gpu_allocated_gib(s: Shape, k: Knobs) -> float:
+def gpu_allocated_gib(s: Shape, k: Knobs, micro: Micro) -> float:
     """What torch.cuda.max_memory_allocated would report (train's peak_gpu_memory_gib): the modelled terms alone."""
-    return sum(train_memory(s, k, device="qlora" if k.qlora else "gpu").values()) / GIB
+    return sum(train_memory(s, k, micro, device="qlora" if k.qlora else "gpu").values()) / GIB
 
 
 def gpu_host_gib(s: Shape, k: Knobs) -> float:

@@ -33,17 +33,21 @@ from steps.sizing.exports import (
 )
 from steps.sizing.memory import (
     PROCESS_GIB,
+    RAY_POD_GIB,
     REGISTER_GIB,
     convert_memory,
     cpu_train_gib,
     evaluate_memory,
+    fit_micro,
     gpu_card_gib,
     gpu_host_gib,
+    micro_options,
     ray_pod_gib,
+    ray_share,
     total_gib,
     train_memory,
 )
-from steps.sizing.shape import Knobs, Shape, shape_of
+from steps.sizing.shape import Knobs, Micro, Shape, shape_of
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class RayGroupPlan:
     workers_per_pod: int  # 0: the group's pods cannot hold one training worker; it gets no replicas
     pod_memory_gib: float  # what a pod of `workers_per_pod` workers needs (0 workers: one worker's pod, for the record)
     disk_gib: float
+    micro: Micro  # how each worker runs its share (0 workers: the smallest way, for the record)
+    precision: str  # the CPU weights it is sized for: fp32 or bf16 (resolve_precision)
 
     @property
     def memory(self) -> str:
@@ -77,6 +83,7 @@ class Plan:
     steps: dict[str, Need]  # POD_PATCH_STEPS
     ray: tuple[RayGroupPlan, ...]
     gpu_card: GpuCard | None  # the smallest card of the GPU NodePool that holds train-gpu; None: none does
+    micro: dict[str, Micro]  # train-cpu's and train-gpu's micro-batch on the pod sized for them
 
     def pod_patch(self, step: str) -> str:
         """The JSON podSpecPatch of `step`: memory and ephemeral storage (requests = limits, so the scheduler reserves
@@ -123,10 +130,17 @@ class Plan:
                     "memory": g.memory,
                     "pod_memory_gib": round(g.pod_memory_gib, 2),
                     "disk_gib": round(g.disk_gib, 2),
+                    "precision": g.precision,
+                    "micro_batch": g.micro.examples,
+                    "gradient_checkpointing": g.micro.checkpointing,
                 }
                 for g in self.ray
             },
             "gpu_card": self.gpu_card.name if self.gpu_card else None,
+            "micro": {
+                step: {"micro_batch": m.examples, "gradient_checkpointing": m.checkpointing}
+                for step, m in self.micro.items()
+            },
         }
 
 
@@ -134,14 +148,59 @@ def _gib(terms: dict[str, float]) -> str:
     return ", ".join(f"{name} {value / GIB:.1f}" for name, value in terms.items())
 
 
-def ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
-    """As many training workers per pod as the group's CPUs allow (RAY_THREADS_PER_WORKER each) and its memory holds."""
+def resolve_precision(k: Knobs, fits: Callable[[Knobs], bool]) -> Knobs:
+    """`k` with `auto` sized as what a worker will load: float32 where float32 fits (a node without native bf16 then
+    trains at full speed, one with it in bf16 with room to spare), bf16 where only bf16 does (a node without native
+    bf16 then loads bf16 weights and emulates: slower, but it runs: budget.choose does the same at run time)."""
+    if k.precision != "auto":
+        return k
+    fp32 = replace(k, precision="fp32")
+    return fp32 if fits(fp32) else replace(k, precision="bf16")
+
+
+def _ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
     disk = ray_pod_disk(s, k) / GIB
     for workers in range(group.cpus // RAY_THREADS_PER_WORKER, 0, -1):
-        need = ray_pod_gib(s, k, workers)
-        if whole_gib(need) <= group.memory_gib:
-            return RayGroupPlan(group, workers, need, disk)
-    return RayGroupPlan(group, 0, ray_pod_gib(s, k, 1), disk)
+        micro = fit_micro(
+            micro_options(k, ray_share(k, workers)),
+            lambda m, w=workers: whole_gib(ray_pod_gib(s, k, w, m)),
+            group.memory_gib,
+        )
+        if micro is not None:
+            return RayGroupPlan(group, workers, ray_pod_gib(s, k, workers, micro), disk, micro, k.precision)
+    smallest = micro_options(k, ray_share(k, 1))[-1]
+    return RayGroupPlan(group, 0, ray_pod_gib(s, k, 1, smallest), disk, smallest, k.precision)
+
+
+def ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
+    """As many training workers per pod as the group's CPUs allow (RAY_THREADS_PER_WORKER each) and its memory holds,
+    each running the best of `micro_options` that fits beside the others (more workers before larger micro-batches:
+    a worker is a group's CPUs at work, a micro-batch only fewer calls); `auto` as resolve_precision sizes it."""
+    k = resolve_precision(k, lambda kk: _ray_group_plan(s, kk, group).workers_per_pod > 0)
+    return _ray_group_plan(s, k, group)
+
+
+def cpu_micro(s: Shape, k: Knobs, memory_gib: float) -> Micro:
+    """train-cpu's way on a pod of at most `memory_gib` (`k`'s precision resolved): the best that fits, else the
+    smallest (`check` refuses it)."""
+    options = micro_options(k, k.batch_size)
+    return fit_micro(options, lambda m: whole_gib(cpu_train_gib(s, k, m)), memory_gib) or options[-1]
+
+
+def gpu_micro(s: Shape, k: Knobs, card: GpuCard | None) -> Micro:
+    """train-gpu's way on `card` (None: the biggest card): the best that fits it, else the smallest."""
+    biggest = card or max(GPU_CARDS, key=lambda c: c.memory_mib)
+    options = micro_options(k, k.batch_size, gpu=True)
+    return fit_micro(options, lambda m: gpu_card_gib(s, k, m) * 1024, biggest.memory_mib) or options[-1]
+
+
+def gpu_card(s: Shape, k: Knobs) -> GpuCard | None:
+    """The smallest card of the GPU NodePool that holds train-gpu in some way; None: none does."""
+    for card in sorted(GPU_CARDS, key=lambda c: c.memory_mib):
+        options = micro_options(k, k.batch_size, gpu=True)
+        if fit_micro(options, lambda m: gpu_card_gib(s, k, m) * 1024, card.memory_mib) is not None:
+            return card
+    return None
 
 
 def plan(
@@ -154,37 +213,53 @@ def plan(
     lora_r: int,
     quantizations: str | tuple[str, ...],
     precision: str = "auto",
+    micro_batch: int = 0,
+    gradient_checkpointing: str = "auto",
     parameters: int | None = None,
     base_model: str = "",
 ) -> Plan:
     """What each step needs for the base `config` describes, under these settings (preflight's flags)."""
     if isinstance(quantizations, str):
         quantizations = tuple(q.strip() for q in quantizations.split(",") if q.strip())
-    knobs = Knobs(backend, qlora, max_seq_len, batch_size, lora_r, tuple(quantizations), precision)
+    knobs = Knobs(
+        backend, qlora, max_seq_len, batch_size, lora_r, tuple(quantizations), precision, micro_batch,
+        gradient_checkpointing,
+    )  # fmt: skip
     shape = shape_of(config, parameters)
     return plan_for(shape, knobs, base_model or config.name_or_path or "the base model")
 
 
-def _cpu_precision(k: Knobs) -> str:
-    return "float32" if k.precision == "fp32" else f"float32 + bf16 autocast copies ({k.precision})"
+def _cpu_precision(k: Knobs, sized: str) -> str:
+    weights = "float32" if sized == "fp32" else "bf16"
+    return f"{weights} weights (auto)" if k.precision == "auto" else f"{weights} weights"
+
+
+def cpu_knobs(s: Shape, k: Knobs) -> Knobs:
+    """train-cpu's knobs with `auto` resolved for the biggest CPU node."""
+    return resolve_precision(k, lambda kk: _cpu_fits(s, kk))
 
 
 def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
     """`plan` on a Shape: pure arithmetic."""
     known = replace(k, quantizations=tuple(q for q in k.quantizations if q in QUANTS) or ("Q8_0",))
-    cpu = train_memory(s, known, device="cpu")
-    card = gpu_card_gib(s, known)
+    cpu_k = cpu_knobs(s, known)
+    cpu_way = cpu_micro(s, cpu_k, CPU_NODE.memory_gib)
+    card = gpu_card(s, known)
+    gpu_way = gpu_micro(s, known, card)
     device = "qlora" if k.qlora else "gpu"
     steps = {
         "train-gpu": Need(
             gpu_host_gib(s, known),
             train_disk(s, known) / GIB,
-            card,
-            f"{'QLoRA (NF4)' if k.qlora else 'bf16'} on the card: {_gib(train_memory(s, known, device=device))} "
-            f"GiB + CUDA context",
+            gpu_card_gib(s, known, gpu_way),
+            f"{'QLoRA (NF4)' if k.qlora else 'bf16'} on the card, {gpu_way}: "
+            f"{_gib(train_memory(s, known, gpu_way, device=device))} GiB + CUDA context",
         ),
         "train-cpu": Need(
-            cpu_train_gib(s, known), train_disk(s, known) / GIB, why=f"{_cpu_precision(k)}: {_gib(cpu)} GiB"
+            cpu_train_gib(s, cpu_k, cpu_way),
+            train_disk(s, known) / GIB,
+            why=f"{_cpu_precision(k, cpu_k.precision)}, {cpu_way}: "
+            f"{_gib(train_memory(s, cpu_k, cpu_way, device='cpu'))} GiB",
         ),
         "convert-gguf": Need(
             total_gib(convert_memory(s, known), PROCESS_GIB),
@@ -199,14 +274,14 @@ def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
         # MLflow streams the GGUF up; 2 GiB was what the pod always had.
         "register": Need(max(PROCESS_GIB, REGISTER_GIB), register_disk(s, known) / GIB, why="MLflow client"),
     }
-    fitting = [c for c in sorted(GPU_CARDS, key=lambda c: c.memory_mib) if c.memory_mib >= card * 1024]
     return Plan(
         base=base,
         shape=s,
         knobs=k,
         steps=steps,
         ray=tuple(ray_group_plan(s, known, g) for g in RAY_NODE_GROUPS),
-        gpu_card=fitting[0] if fitting else None,
+        gpu_card=card,
+        micro={"train-cpu": cpu_way, "train-gpu": gpu_way},
     )
 
 
@@ -226,27 +301,41 @@ def _largest(fits: Callable[[Knobs], bool], k: Knobs, name: str) -> int:
 
 
 def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> str:
-    """The knobs that would make `fits` hold, in words."""
+    """The knobs that would make `fits` hold, in words. The batch size is not one: micro-batches take any batch."""
     seq = _largest(fits, k, "max_seq_len")
-    batch = _largest(fits, k, "batch_size")
     ways = []
-    if k.precision != "fp32" and fits(replace(k, precision="fp32")):
-        ways.append("precision fp32 (no bf16 autocast copies of the weights)")
+    if k.precision != "bf16" and fits(replace(k, precision="bf16")):
+        ways.append("precision bf16 (a bf16 base: half the weights; slow where the CPU lacks AMX or AVX-512-BF16)")
+    if k.gradient_checkpointing == "off" and fits(replace(k, gradient_checkpointing="auto")):
+        ways.append("gradient-checkpointing auto")
+    if k.micro_batch and fits(replace(k, micro_batch=0)):
+        ways.append("micro-batch 0 (sized from the memory)")
     if seq:
         ways.append(f"a max-seq-len of at most {seq}")
-    if batch:
-        ways.append(f"a batch-size of at most {batch}")
-    return " or ".join(ways) if ways else "no shorter max-seq-len or smaller batch-size fits: the weights alone do not"
+    return " or ".join(ways) if ways else "no shorter max-seq-len fits: the weights alone do not"
 
 
 def _gpu_alternatives(s: Shape, k: Knobs) -> str:
-    biggest = max(GPU_CARDS, key=lambda c: c.memory_mib)
-    bf16 = gpu_card_gib(s, replace(k, qlora=False))
-    nf4 = gpu_card_gib(s, replace(k, qlora=True))
-    fits = [f"train-backend gpu ({bf16:.1f} GiB of GPU memory in bf16)"] if bf16 * 1024 <= biggest.memory_mib else []
-    if nf4 * 1024 <= biggest.memory_mib:
-        fits.append(f"train-backend gpu with qlora true ({nf4:.1f} GiB)")
+    bf16 = replace(k, qlora=False)
+    nf4 = replace(k, qlora=True)
+    fits = []
+    if gpu_card(s, bf16) is not None:
+        need = gpu_card_gib(s, bf16, gpu_micro(s, bf16, None))
+        fits.append(f"train-backend gpu ({need:.1f} GiB of GPU memory in bf16)")
+    if gpu_card(s, nf4) is not None:
+        fits.append(f"train-backend gpu with qlora true ({gpu_card_gib(s, nf4, gpu_micro(s, nf4, None)):.1f} GiB)")
     return " or ".join(fits)
+
+
+def _cpu_fits(s: Shape, k: Knobs) -> bool:
+    if k.precision == "auto":
+        return _cpu_fits(s, replace(k, precision="bf16"))  # the smaller of what auto may load
+    options = micro_options(k, k.batch_size)
+    return fit_micro(options, lambda m: whole_gib(cpu_train_gib(s, k, m)), CPU_NODE.memory_gib) is not None
+
+
+def _ray_fits(s: Shape, k: Knobs, group: NodeGroup) -> bool:
+    return ray_group_plan(s, k, group).workers_per_pod > 0
 
 
 def check(p: Plan) -> list[str]:
@@ -264,30 +353,30 @@ def check(p: Plan) -> list[str]:
             f"train-backend cpu cannot hold {p.base}: training needs {p.steps['train-cpu'].memory_gib:.1f} GiB "
             f"({p.steps['train-cpu'].why}) and {node} has less; use "
             + (f"{other}, or " if other else "")
-            + _shrink(lambda kk: whole_gib(cpu_train_gib(s, kk)) <= CPU_NODE.memory_gib, k)
+            + _shrink(lambda kk: _cpu_fits(s, kk), k)
         )
     if k.backend == "ray" and not any(g.workers_per_pod for g in p.ray):
         groups = max(RAY_NODE_GROUPS, key=lambda g: g.memory_gib)
         other = _gpu_alternatives(s, k)
         one = next(g for g in p.ray if g.group == groups)
         problems.append(
-            f"train-backend ray cannot hold {p.base}: one training worker ({_cpu_precision(k)}) with the whole "
-            f"batch of {k.batch_size} x {k.max_seq_len} tokens needs a {one.pod_memory_gib:.1f} GiB pod "
-            f"({_gib(train_memory(s, k, device='ray'))} GiB + Ray), and the biggest Ray node group ({groups.name}: "
-            f"{groups.memory_gib} GiB) has less; use "
-            + (f"{other}, or " if other else "")
-            + _shrink(lambda kk: whole_gib(ray_pod_gib(s, kk, 1)) <= groups.memory_gib, k)
+            f"train-backend ray cannot hold {p.base}: one training worker ({_cpu_precision(k, one.precision)}, "
+            f"{one.micro}) needs a {one.pod_memory_gib:.1f} GiB pod "
+            f"({_gib(train_memory(s, replace(k, precision=one.precision), one.micro, device='ray'))} GiB + Ray "
+            f"{RAY_POD_GIB:.1f} GiB), and the biggest Ray node group ({groups.name}: {groups.memory_gib} GiB) has "
+            "less; use " + (f"{other}, or " if other else "") + _shrink(lambda kk: _ray_fits(s, kk, groups), k)
         )
     if k.backend == "gpu":
         need = p.steps["train-gpu"]
         biggest = max(GPU_CARDS, key=lambda c: c.memory_mib)
         if p.gpu_card is None:
-            nf4 = gpu_card_gib(s, replace(k, qlora=True))
-            qlora = f"qlora true ({nf4:.1f} GiB), or " if not k.qlora and nf4 * 1024 <= biggest.memory_mib else ""
+            nf4k = replace(k, qlora=True)
+            nf4 = gpu_card_gib(s, nf4k, gpu_micro(s, nf4k, None))
+            qlora = f"qlora true ({nf4:.1f} GiB), or " if not k.qlora and gpu_card(s, nf4k) else ""
             problems.append(
                 f"train-backend gpu cannot hold {p.base}: {need.why} needs a {need.gpu_memory_gib:.1f} GiB card and "
                 f"the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; use {qlora}"
-                + _shrink(lambda kk: gpu_card_gib(s, kk) * 1024 <= biggest.memory_mib, k)
+                + _shrink(lambda kk: gpu_card(s, kk) is not None, k)
                 + " (or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.GPU_CARDS)"
             )
         if need.disk_gib > GPU_NODE_EPHEMERAL_GIB:

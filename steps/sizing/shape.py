@@ -84,6 +84,8 @@ def shape_of(config: Any, parameters: int | None = None) -> Shape:
 # train's --precision on CPU (steps/train/precision.py): auto takes bf16 autocast where the node's CPU runs bf16
 # natively (AMX, AVX-512-BF16), which preflight cannot see, so auto is sized as bf16.
 PRECISIONS = ("auto", "fp32", "bf16")
+# train's --gradient-checkpointing: auto turns it on only when one example per micro-batch does not fit without it.
+CHECKPOINTING = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,17 @@ class Knobs:
     lora_r: int
     quantizations: tuple[str, ...]
     precision: str = "auto"  # CPU training precision (PRECISIONS)
+    micro_batch: int = 0  # examples per forward/backward (0: the largest that fits, chosen by `fit_micro`)
+    gradient_checkpointing: str = "auto"  # CHECKPOINTING
+
+
+@dataclass(frozen=True)
+class Micro:
+    """How one training process runs its share of a global batch: `examples` per forward/backward (the rest of the
+    share accumulated into the same step), each decoder layer recomputed in backward when `checkpointing`."""
+
+    examples: int
+    checkpointing: bool
+
+    def __str__(self) -> str:
+        return f"micro-batch {self.examples}{' with gradient checkpointing' if self.checkpointing else ''}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from steps.contract.threads import threads_problems
 from steps.core.cli import flag
+from steps.sizing import CHECKPOINTING
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS, auto_override
 
@@ -32,6 +33,20 @@ class TrainConfig:
     learning_rate: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (LoRA tolerates ~1e-3)"})
     epochs: float = field(default=1.0, metadata={"help": "passes over the training split (fractions allowed)"})
     batch_size: int = field(default=8, metadata={"help": "examples per optimiser step"})
+    micro_batch: int = field(
+        default=0,
+        metadata={
+            "help": "examples per forward/backward on each worker; gradients are accumulated over the rest of its "
+            "share of --batch-size (0: the largest the process's memory holds, from its cgroup limit: steps/sizing/)"
+        },
+    )
+    gradient_checkpointing: str = field(
+        default="auto",
+        metadata={
+            "help": f"{', '.join(CHECKPOINTING)}: recompute each layer in backward instead of keeping its activations "
+            "(auto: only when one example per micro-batch does not fit otherwise)"
+        },
+    )
     max_seq_len: int = field(
         default=512,
         metadata={"help": "longest tokenised example; longer ones have their document cut (result.json counts them)"},
@@ -130,6 +145,12 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     if cfg.checkpoint_every < 0:
         problems.append(f"--checkpoint-every {cfg.checkpoint_every}: use 0 (only at the end) or a positive number")
     problems += settings_problems(cfg.kd_weight, cfg.kd_temperature, cfg.kd_targets)
+    if cfg.micro_batch < 0:
+        problems.append(f"--micro-batch {cfg.micro_batch}: use 0 (sized from the memory) or a positive number")
+    if cfg.gradient_checkpointing not in CHECKPOINTING:
+        problems.append(
+            f"--gradient-checkpointing {cfg.gradient_checkpointing!r} is not one of {', '.join(CHECKPOINTING)}"
+        )
     for name in ("batch_size", "max_seq_len"):
         if getattr(cfg, name) < 1:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")

@@ -112,3 +112,16 @@ def global_batches(examples: list[dict[str, list[int]]], cfg: TrainConfig) -> It
             groups = [part[i : i + cfg.batch_size] for i in range(0, len(part), cfg.batch_size)]
             rng.shuffle(groups)
             yield from groups
+
+
+def micro_batches(rows: list[int], calls: int, examples: list[dict[str, list[int]]]) -> list[list[int]]:
+    """`rows` (a rank's share of a global batch) in `calls` micro-batches of sizes differing by at most one, shortest
+    rows first so each micro-batch pads little; a share smaller than `calls` leaves the last ones empty."""
+    ordered = sorted(rows, key=lambda i: (len(examples[i]["input_ids"]), i))
+    size, extra = divmod(len(ordered), calls)
+    parts, start = [], 0
+    for call in range(calls):
+        end = start + size + (1 if call < extra else 0)
+        parts.append(ordered[start:end])
+        start = end
+    return parts

@@ -14,13 +14,15 @@ from typing import Any
 
 from steps.contract.threads import cpu_threads
 from steps.core.io import is_uri
+from steps.train.budget import base_shape, choose
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows
 from steps.train.gpu import base_parameters
 from steps.train.kd import loss_hook
 from steps.train.loop import stop_on_sigterm, train_loop
-from steps.train.model import build_model, pad_id_of
+from steps.train.model import build_model, pad_id_of, use_gradient_checkpointing
+from steps.train.precision import detect
 
 # OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
 # but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
@@ -44,15 +46,25 @@ def train_here(
 
     device = torch.device("cuda" if cfg.train_backend == "gpu" else "cpu")
     torch.set_num_threads(cpu_threads(cfg.threads))
-    model, tokenizer = build_model(cfg, device)
+    precision, micro = choose(cfg, base_shape(cfg), detect(cfg.precision, device.type),
+                              device="gpu" if device.type == "cuda" else "cpu")  # fmt: skip
+    model, tokenizer = _model(cfg, device, precision.name, micro.checkpointing)
     examples = encode_rows(tokenizer, rows, cfg.max_seq_len)
     kd = loss_hook(cfg, tokenizer, examples, kd_targets)
     with stop_on_sigterm():
-        train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints, kd=kd)
+        train_loop(model, examples, cfg, pad_id_of(tokenizer), checkpoints, kd=kd, micro=micro, precision=precision)
     if device.type == "cpu":
         return "cpu", 0.0, base_parameters(model)
     peak = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
     return torch.cuda.get_device_name(device), peak, base_parameters(model)
+
+
+def _model(cfg: TrainConfig, device: Any, precision: str, checkpointing: bool) -> tuple[Any, Any]:
+    """build_model, with gradient checkpointing switched on when the process's plan chose it."""
+    model, tokenizer = build_model(cfg, device, precision)
+    if checkpointing:
+        use_gradient_checkpointing(model)
+    return model, tokenizer
 
 
 def ray_worker(config: dict) -> None:
@@ -64,7 +76,12 @@ def ray_worker(config: dict) -> None:
     cfg = TrainConfig(**config["cfg"])
     torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
     context = ray.train.get_context()
-    model, tokenizer = build_model(cfg, get_device())  # this worker's GPU with --ray-gpu, else the CPU
+    device = get_device()  # this worker's GPU with --ray-gpu, else the CPU
+    # A KubeRay worker pod is one node: the workers on this node share its memory limit.
+    precision, micro = choose(cfg, base_shape(cfg), detect(cfg.precision, device.type),
+                              device="gpu" if device.type == "cuda" else "ray", world_size=context.get_world_size(),
+                              pod_workers=context.get_local_world_size())  # fmt: skip
+    model, tokenizer = _model(cfg, device, precision.name, micro.checkpointing)
     examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
     kd = loss_hook(cfg, tokenizer, examples, config["kd"])
     model = prepare_model(model)
@@ -77,6 +94,8 @@ def ray_worker(config: dict) -> None:
         rank=context.get_world_rank(),
         world_size=context.get_world_size(),
         kd=kd,
+        micro=micro,
+        precision=precision,
     )
 
 

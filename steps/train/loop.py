@@ -8,13 +8,14 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from steps.sizing import Micro
 from steps.train.checkpoints import fingerprint, load_state, write_state
 from steps.train.config import TrainConfig
-from steps.train.data import collate, global_batches, schedule
-from steps.train.precision import detect
+from steps.train.data import collate, global_batches, micro_batches, schedule
+from steps.train.precision import Precision, detect
 
 
 class Preempted(Exception):
@@ -52,6 +53,8 @@ def train_loop(
     rank: int = 0,
     world_size: int = 1,
     kd: Any = None,
+    micro: Micro | None = None,
+    precision: Precision | None = None,
 ) -> list[dict]:
     """Train `model` (a PEFT model on its device, DDP-wrapped when `world_size` > 1) in place; returns the step log.
 
@@ -60,15 +63,21 @@ def train_loop(
     averages gradients: any number of workers computes the same step as one process would. Logits are computed only
     for the summary tail (left padding + `logits_to_keep`), not for every prompt position.
 
+    Each rank runs its share in micro-batches of `micro.examples` (default: the whole share at once), rows of similar
+    length together, accumulating gradients: every micro-batch's summed token loss is divided by the global batch's
+    summary tokens, so any split computes the same step. Every rank runs the same number of forward/backward calls per
+    step (the most any rank needs, agreed at start; a rank with fewer rows runs empty ones with weight 0), and DDP
+    synchronises gradients on the last call only (`no_sync`), so ranks with different micro-batches (pods of
+    different memory) neither hang nor pay an all-reduce per call.
+
     `checkpoints` is a `DirCheckpoints` or `RayCheckpoints`: the loop resumes from its latest checkpoint, saves one
     every `cfg.checkpoint_every` steps and at the end, and flushes one at once when SIGTERM arrived. `kd` (a
     `kd.KDLoss`, with --kd-weight > 0) mixes the KL to the teacher's top-k into each batch's summed loss.
     """
     import torch
-    import torch.nn.functional as F
 
     device = next(model.parameters()).device
-    precision = detect(cfg.precision, device.type)
+    precision = precision or detect(cfg.precision, device.type)
     if rank == 0:
         print(f"train: precision {precision.name} ({precision.reason})", flush=True)
     total_steps, warmup = schedule(len(examples), cfg)
@@ -104,32 +113,36 @@ def train_loop(
     seconds_before = log[-1]["seconds"] if log else 0.0
     tokens = tokens_before = log[-1]["tokens"] if log else 0
     started = time.perf_counter()
+    share = math.ceil(cfg.batch_size / world_size)
+    calls = math.ceil(share / (micro.examples if micro else share))
+    if world_size > 1:  # the most calls any rank needs: ranks sized for different pods split their shares differently
+        agreed = torch.tensor([calls])
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
+        calls = int(agreed[0])
     for step in range(start_step, total_steps):
         idx = next(batches)
         mine = idx[rank::world_size]
         summary_tokens = sum(sum(t != -100 for t in examples[i]["labels"]) for i in idx)
-        # A rank with no example in a short last batch still runs (DDP needs every rank's backward) with weight 0.
-        chosen = mine or idx[:1]
-        batch = collate([examples[i] for i in chosen], pad_id)
-        keep = batch.pop("keep")
-        labels = batch.pop("labels")[:, -keep:].to(device)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision.autocast):
-            logits = model(**batch, logits_to_keep=keep + 1).logits[:, :-1]
-        token_loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
-        )
-        if kd is not None:
-            token_loss = kd(token_loss, logits, labels, chosen)
-        weight = 1.0 if mine else 0.0
-        (token_loss * (weight * world_size / summary_tokens)).backward()
+        loss_sum = real_tokens = 0.0
+        for call, part in enumerate(micro_batches(mine, calls, examples)):
+            # An empty call (a short last batch) still runs (DDP needs every rank's backward) on one row, weight 0.
+            chosen = part or idx[:1]
+            weight = 1.0 if part else 0.0
+            last = call == calls - 1
+            sync = nullcontext() if last or world_size == 1 or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                token_loss, tokens_in = _forward_backward(
+                    model, examples, chosen, pad_id, device, precision.autocast, kd,
+                    weight * world_size / summary_tokens,
+                )  # fmt: skip
+            loss_sum += token_loss * weight
+            real_tokens += tokens_in * weight
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         lr = scheduler.get_last_lr()[0]  # the rate this step used (the schedule's next value comes after .step())
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        real_tokens = float(batch["attention_mask"].sum())
-        figures = torch.tensor([token_loss.item() * weight / summary_tokens, real_tokens * weight])
+        figures = torch.tensor([loss_sum / summary_tokens, real_tokens])
         if world_size > 1:
             torch.distributed.all_reduce(figures)
         tokens += int(figures[1])
@@ -149,3 +162,26 @@ def train_loop(
         if preempted:
             raise Preempted(f"stopped by signal {_stop_signal} after step {step + 1}/{total_steps}, checkpoint saved")
     return log
+
+
+def _forward_backward(
+    model: Any, examples: list[dict], chosen: list[int], pad_id: int, device: Any, autocast: bool, kd: Any, scale: float
+) -> tuple[float, float]:
+    """One forward and backward of the rows `chosen`, the summed token loss times `scale` backpropagated; returns
+    (summed token loss, real tokens) of these rows. Logits only for the summary tail (left padding + logits_to_keep)."""
+    import torch
+    import torch.nn.functional as F
+
+    batch = collate([examples[i] for i in chosen], pad_id)
+    keep = batch.pop("keep")
+    labels = batch.pop("labels")[:, -keep:].to(device)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(**batch, logits_to_keep=keep + 1).logits[:, :-1]
+    token_loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+    if kd is not None:
+        token_loss = kd(token_loss, logits, labels, chosen)
+    (token_loss * scale).backward()
+    return token_loss.item(), float(batch["attention_mask"].sum())

@@ -1,5 +1,9 @@
-"""The model the loop trains: the base with LoRA attached (peft), bf16 on CUDA (4-bit NF4 base with `--qlora`),
-float32 on CPU."""
+"""The model the loop trains: the base with LoRA attached (peft). The frozen base is bf16 where the run computes in
+bf16 (CUDA, with a 4-bit NF4 base under `--qlora`; a CPU run whose precision resolved to bf16: AMX or AVX-512-BF16,
+or `--precision bf16`), float32 elsewhere; the LoRA weights and their optimiser state are float32 always (peft
+upcasts adapters on a bf16 base). A bf16 base under bf16 autocast computes what a float32 base under the same
+autocast does, each weight rounded to bf16 once at load instead of at every use, at half the memory and without
+autocast's per-step bf16 copies of the weights."""
 
 from __future__ import annotations
 
@@ -8,15 +12,16 @@ from typing import Any
 from steps.train.config import TrainConfig
 
 
-def build_model(cfg: TrainConfig, device: Any) -> tuple[Any, Any]:
-    """(PEFT model on `device`, tokenizer): bf16 on CUDA (4-bit NF4 base with `--qlora`), float32 on CPU."""
+def build_model(cfg: TrainConfig, device: Any, precision: str = "fp32") -> tuple[Any, Any]:
+    """(PEFT model on `device`, tokenizer): the base in bf16 on CUDA (4-bit NF4 with `--qlora`) and where `precision`
+    (what `precision.detect` resolved) is bf16, float32 elsewhere."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     set_seed(cfg.seed)  # the same LoRA init on every rank and in every restart
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.bfloat16 if device.type == "cuda" or precision == "bf16" else torch.float32
     extra: dict[str, Any] = {}
     if cfg.qlora:
         try:
@@ -53,3 +58,10 @@ def build_model(cfg: TrainConfig, device: Any) -> tuple[Any, Any]:
 def pad_id_of(tokenizer: Any) -> int:
     """The id batches are padded with: the tokenizer's pad token, else its end-of-sequence token."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def use_gradient_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer in backward instead of keeping its activations: torch's non-reentrant checkpoint
+    (no input needs a gradient; dropout's RNG state is replayed, so the recomputed forward is the same)."""
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

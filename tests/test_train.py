@@ -54,6 +54,83 @@ def test_an_epoch_visits_every_example_once():
     assert sorted(i for _ in range(4) for i in next(batches)) == list(range(32))
 
 
+def test_micro_batches_split_a_share_evenly_shortest_rows_together():
+    from steps.train.data import micro_batches
+
+    examples = [{"input_ids": [0] * n, "labels": [0]} for n in (9, 3, 7, 1, 5, 8, 2)]
+    assert micro_batches([0, 1, 2, 3, 4, 5, 6], 3, examples) == [[3, 6, 1], [4, 2], [5, 0]]
+    assert micro_batches([0, 1], 4, examples) == [[1], [0], [], []]  # a short share: empty calls last
+    assert micro_batches([4, 2, 0], 1, examples) == [[4, 2, 0]]
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"memory.max": str(6 * 2**30)}, 6.0),  # cgroup v2
+        ({"memory.max": "max"}, 24.0),  # v2 without a limit: the machine
+        ({"memory/memory.limit_in_bytes": str(3 * 2**30)}, 3.0),  # cgroup v1
+        ({"memory/memory.limit_in_bytes": str(2**63 - 4096)}, 24.0),  # v1's "no limit"
+        ({}, 24.0),
+    ],
+)
+def test_the_memory_limit_is_the_cgroups_else_the_machines(tmp_path: Path, files: dict, expected: float):
+    from steps.train.budget import memory_limit_gib
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {24 * 2**20} kB\nMemFree:  1 kB\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text + "\n")
+    gib, source = memory_limit_gib(tmp_path, meminfo)
+    assert gib == pytest.approx(expected)
+    assert source.startswith("the container's limit") == (expected != 24.0)
+
+
+def test_auto_loads_bf16_weights_where_float32_does_not_fit_and_a_pinned_fp32_is_refused_clearly(
+    capsys: pytest.CaptureFixture,
+):
+    from steps import sizing
+    from steps.train.budget import choose, knobs
+    from steps.train.precision import Precision
+    from tests.test_sizing import shape
+
+    s = shape("Llama-3.2-3B")
+    cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512)
+    one = sizing.Micro(1, True)
+    fp32_need = sizing.cpu_train_gib(s, knobs(cfg, "fp32"), one)
+    bf16_need = sizing.cpu_train_gib(s, knobs(cfg, "bf16"), one)
+    budget = (fp32_need + bf16_need) / 2
+    avx2 = Precision("fp32", "auto: no native bf16 on this CPU")
+    precision, micro = choose(cfg, s, avx2, device="cpu", budget_gib=budget)
+    assert precision.name == "bf16" and "float32 weights need" in precision.reason and micro.examples == 1
+    assert "bf16 weights" in capsys.readouterr().out
+    pinned = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512, precision="fp32")
+    with pytest.raises(ValueError, match=r"even micro-batch 1 with gradient checkpointing needs .* GiB"):
+        choose(pinned, s, Precision("fp32", "--precision fp32"), device="cpu", budget_gib=budget)
+    forced = TrainConfig(dataset="d", out="o", batch_size=16, precision="fp32", micro_batch=1)
+    assert choose(forced, s, Precision("fp32", "--precision fp32"), device="cpu", budget_gib=budget)[1].examples == 1
+    assert "running it as pinned" in capsys.readouterr().err
+
+
+def test_a_process_takes_the_largest_micro_batch_its_memory_holds_and_checkpoints_only_when_it_must():
+    from steps import sizing
+    from steps.train.budget import choose, knobs
+    from steps.train.precision import Precision
+    from tests.test_sizing import shape
+
+    s = shape("Llama-3.2-1B")
+    cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=128)
+    bf16 = Precision("bf16", "test")
+    k = knobs(cfg, "bf16")
+    roomy = sizing.cpu_train_gib(s, k, sizing.Micro(4, False))
+    assert choose(cfg, s, bf16, device="cpu", budget_gib=roomy + 0.01)[1] == sizing.Micro(4, False)
+    tight = sizing.cpu_train_gib(s, k, sizing.Micro(1, False)) - 0.01
+    assert choose(cfg, s, bf16, device="cpu", budget_gib=tight)[1].checkpointing
+    # Ray: the pod's memory is shared by the workers on it
+    two = sizing.ray_pod_gib(s, k, 2, sizing.Micro(4, False))
+    assert choose(cfg, s, bf16, device="ray", world_size=4, pod_workers=2, budget_gib=two + 0.01)[1].examples == 4
+
+
 @pytest.fixture(scope="module")
 def tokenizer(base_model_dir: Path):
     from transformers import AutoTokenizer
@@ -427,13 +504,53 @@ def _train_in_process(dataset: Path, model_dir: Path, store: Path, **settings: o
     import torch
 
     from steps.core.dataset import load_split
+    from steps.train.budget import base_shape, choose
+    from steps.train.launchers import _model
+    from steps.train.precision import detect
 
     cfg = TrainConfig(dataset=str(dataset), out=str(store / "out"), base_model=str(model_dir), **settings)
     torch.set_num_threads(cfg.threads)
-    model, tokenizer = train.build_model(cfg, torch.device("cpu"))
+    precision, micro = choose(cfg, base_shape(cfg), detect(cfg.precision, "cpu"), device="cpu")
+    model, tokenizer = _model(cfg, torch.device("cpu"), precision.name, micro.checkpointing)
     examples = train.encode_rows(tokenizer, load_split(dataset, "train"), cfg.max_seq_len)
-    log = train.train_loop(model, examples, cfg, train.pad_id_of(tokenizer), DirCheckpoints(str(store / "ckpt")))
+    log = train.train_loop(model, examples, cfg, train.pad_id_of(tokenizer), DirCheckpoints(str(store / "ckpt")),
+                           micro=micro, precision=precision)  # fmt: skip
     return log, {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+
+
+@pytest.mark.integration
+def test_any_split_of_a_batch_into_micro_batches_trains_the_same_adapter(
+    dataset: Path, tiny_model_dir: Path, tmp_path: Path
+):
+    """1 x 16, 16 x 1 and 4 x 4: the same optimiser steps to float32 rounding (the loss is the global batch's summed
+    token loss over its summary tokens, whatever the split; dropout off, since each call draws its own masks).
+    Pinned to fp32: bf16 matmuls over different row counts round differently (an arithmetic property, not a fault)."""
+    settings = {"batch_size": 16, "epochs": 2.0, "max_seq_len": 256, "threads": 2, "lora_dropout": 0.0,
+                "checkpoint_every": 0, "log_every": 10**6, "precision": "fp32"}  # fmt: skip
+    runs = {
+        m: _train_in_process(dataset, tiny_model_dir, tmp_path / str(m), micro_batch=m, **settings) for m in (16, 1, 4)
+    }
+    (log, whole) = runs[16]
+    assert len(log) >= 2
+    for m in (1, 4):
+        other_log, weights = runs[m]
+        assert [r["loss"] for r in other_log] == pytest.approx([r["loss"] for r in log], rel=1e-5)
+        assert [r["tokens"] for r in other_log] == [r["tokens"] for r in log]
+        worst = max(float((weights[k] - whole[k]).abs().max()) for k in whole)
+        assert worst <= 1e-5, f"micro-batch {m}: adapters differ by up to {worst:.2e}"
+
+
+@pytest.mark.integration
+def test_gradient_checkpointing_trains_the_same_adapter(dataset: Path, tiny_model_dir: Path, tmp_path: Path):
+    """Recomputing each layer in backward (dropout's RNG replayed) gives the steps of keeping the activations."""
+    settings = {"batch_size": 8, "epochs": 1.0, "max_seq_len": 256, "threads": 2, "lora_dropout": 0.1,
+                "checkpoint_every": 0, "log_every": 10**6, "precision": "fp32", "micro_batch": 4}  # fmt: skip
+    log_off, off = _train_in_process(
+        dataset, tiny_model_dir, tmp_path / "off", gradient_checkpointing="off", **settings
+    )
+    log_on, on = _train_in_process(dataset, tiny_model_dir, tmp_path / "on", gradient_checkpointing="on", **settings)
+    assert [r["loss"] for r in log_on] == pytest.approx([r["loss"] for r in log_off], rel=1e-5)
+    assert max(float((on[k] - off[k]).abs().max()) for k in off) <= 1e-5
 
 
 @pytest.mark.integration
@@ -490,11 +607,14 @@ def test_two_ray_workers_compute_the_same_steps_as_one_process(dataset: Path, ti
         "fp32",
     ]
     single, ray = tmp_path / "single", tmp_path / "ray"
-    subprocess.run(_cli([*same, "--threads", "2"], dataset, tiny_model_dir, single), cwd=ROOT, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(_cli([*same, "--threads", "2", "--micro-batch", "8"], dataset, tiny_model_dir, single), cwd=ROOT,
+                   check=True, capture_output=True)  # fmt: skip
     # A base model given relative to the step's folder, as the embedded run does: the workers run elsewhere.
     relative = Path(os.path.relpath(tiny_model_dir, ROOT))
-    done = subprocess.run(_ray_cli(same, dataset, relative, ray), cwd=ROOT, capture_output=True, text=True)
+    # Each Ray rank runs its 4 rows as 4 micro-batches of 1 (DDP synchronising on the last), the single process its 8
+    # at once: the same steps.
+    done = subprocess.run(_ray_cli([*same, "--micro-batch", "1"], dataset, relative, ray), cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 CPU workers x 1 threads" in json.loads((ray / "result.json").read_text())["device"]
     assert len(_losses(ray)) == len(_losses(single)) == 12

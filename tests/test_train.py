@@ -540,6 +540,59 @@ def test_any_split_of_a_batch_into_micro_batches_trains_the_same_adapter(
         assert worst <= 1e-5, f"micro-batch {m}: adapters differ by up to {worst:.2e}"
 
 
+DDP_RANK = """
+import json, sys, torch
+from torch.nn.parallel import DistributedDataParallel
+from safetensors.torch import save_file
+from steps import sizing, train
+from steps.core.dataset import load_split
+rank, port, micro, dataset, model_dir, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), *sys.argv[4:7]
+torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+torch.set_num_threads(1)
+cfg = train.TrainConfig(dataset=dataset, out=out, base_model=model_dir, batch_size=8, epochs=1.0, max_seq_len=256,
+                        lora_dropout=0.0, precision="fp32", checkpoint_every=0, log_every=10**6)
+model, tokenizer = train.build_model(cfg, torch.device("cpu"), "fp32")
+examples = train.encode_rows(tokenizer, load_split(dataset, "train"), cfg.max_seq_len)
+log = train.train_loop(DistributedDataParallel(model), examples, cfg, train.pad_id_of(tokenizer),
+                       train.DirCheckpoints(out + f"/ckpt-{rank}"), rank=rank, world_size=2,
+                       micro=sizing.Micro(micro, False))
+if rank == 0:
+    save_file({k: v.detach().contiguous() for k, v in model.named_parameters() if v.requires_grad}, out + "/lora.st")
+    print("losses", json.dumps([r["loss"] for r in log]))
+torch.distributed.destroy_process_group()
+"""
+
+
+@pytest.mark.integration
+def test_ranks_with_different_micro_batches_neither_hang_nor_change_the_step(
+    dataset: Path, tiny_model_dir: Path, tmp_path: Path
+):
+    """Two DDP ranks (Gloo) sized for different pods: rank 0 runs its 4 rows one at a time, rank 1 all 4 at once.
+    They agree on the most calls any rank needs (rank 1 runs 3 empty ones), synchronise on the last call only, and
+    train what one process does with the whole batch of 8."""
+    from safetensors.torch import load_file
+
+    from tests.conftest import free_port
+
+    port = str(free_port())
+    procs = [
+        subprocess.Popen([sys.executable, "-c", DDP_RANK, str(rank), port, str(micro), str(dataset),
+                          str(tiny_model_dir), str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for rank, micro in ((0, 1), (1, 4))
+    ]  # fmt: skip
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    log, whole = _train_in_process(dataset, tiny_model_dir, tmp_path / "single", batch_size=8, epochs=1.0,
+                                   max_seq_len=256, lora_dropout=0.0, precision="fp32", checkpoint_every=0,
+                                   log_every=10**6, threads=2, micro_batch=8)  # fmt: skip
+    losses = json.loads(outputs[0][0].split("losses", 1)[1])
+    assert losses == pytest.approx([r["loss"] for r in log], rel=1e-5)
+    ddp = load_file(tmp_path / "lora.st")
+    worst = max(float((ddp[k] - whole[k]).abs().max()) for k in whole)
+    assert worst <= 1e-5, f"adapters differ by up to {worst:.2e}"
+
+
 @pytest.mark.integration
 def test_gradient_checkpointing_trains_the_same_adapter(dataset: Path, tiny_model_dir: Path, tmp_path: Path):
     """Recomputing each layer in backward (dropout's RNG replayed) gives the steps of keeping the activations."""

@@ -82,6 +82,7 @@ PARAMS: tuple[Param, ...] = (
         "auto, on or off: recompute layers in backward (auto: only where one example does not fit without it)",
     ),
     Param("max-seq-len", "512", "512", "longest tokenised training example; longer documents are cut"),
+    Param("packing", "false", "false", "several training examples per row, each attending only to itself"),
     Param("qlora", "false", "false", "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
     Param(
         "precision",
@@ -184,6 +185,7 @@ STAGES: tuple[Stage, ...] = (
             "micro-batch",
             "gradient-checkpointing",
             "max-seq-len",
+            "packing",
             "qlora",
             "precision",
             "checkpoint-every",

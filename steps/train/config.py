@@ -47,6 +47,13 @@ class TrainConfig:
             "(auto: only when one example per micro-batch does not fit otherwise)"
         },
     )
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "several examples per row of --max-seq-len, each attending only to itself (less padding; "
+            "the GPU's FlashAttention-2 and SDPA, and CPU SDPA, take the block-diagonal mask)"
+        },
+    )
     max_seq_len: int = field(
         default=512,
         metadata={"help": "longest tokenised example; longer ones have their document cut (result.json counts them)"},

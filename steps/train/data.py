@@ -125,3 +125,50 @@ def micro_batches(rows: list[int], calls: int, examples: list[dict[str, list[int
         parts.append(ordered[start:end])
         start = end
     return parts
+
+
+def pack(batch: list[dict[str, list[int]]], width: int, pad_id: int) -> dict[str, Any]:
+    """Several examples per row, each attending only to itself: rows of at most `width` tokens filled first-fit in
+    the given order, `position_ids` restarting at 0 for each example and no attention mask (transformers then builds a
+    block-diagonal causal mask from the restarts: SDPA and eager take it as a mask, FlashAttention-2 as varlen
+    lengths). The tail of each row is padding, a segment of its own whose labels are -100.
+
+    `keep` is the 1D tensor of positions whose logits the loss needs (one before each label, shared by the rows);
+    `labels` holds, at each of those, the next token's label; `order` is the examples' index in `batch`, in the order
+    their summary tokens appear (row by row), for the KD term's alignment check."""
+    import torch
+
+    rows: list[list[int]] = []
+    used: list[int] = []
+    for i, b in enumerate(batch):
+        n = len(b["input_ids"])
+        if n > width:
+            raise ValueError(f"an example of {n} tokens does not fit a packed row of {width}")
+        row = next((r for r, u in enumerate(used) if u + n <= width), None)
+        if row is None:
+            rows.append([])
+            used.append(0)
+            row = len(rows) - 1
+        rows[row].append(i)
+        used[row] += n
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, members in enumerate(rows):
+        start = 0
+        for i in members:
+            n = len(batch[i]["input_ids"])
+            ids[r, start : start + n] = torch.tensor(batch[i]["input_ids"])
+            labels[r, start : start + n] = torch.tensor(batch[i]["labels"])
+            positions[r, start : start + n] = torch.arange(n)
+            start += n
+        positions[r, start:] = torch.arange(width - start)  # the padding: a segment of its own
+    wanted = (labels[:, 1:] != -100).any(dim=0).nonzero().flatten()
+    return {
+        "input_ids": ids,
+        "position_ids": positions,
+        "keep": wanted,
+        "labels": labels[:, wanted + 1],
+        "order": [i for members in rows for i in members],
+        "tokens": sum(used),
+    }

@@ -14,7 +14,7 @@ from typing import Any
 from steps.sizing import Micro
 from steps.train.checkpoints import fingerprint, load_state, write_state
 from steps.train.config import TrainConfig
-from steps.train.data import collate, global_batches, micro_batches, schedule
+from steps.train.data import collate, global_batches, micro_batches, pack, schedule
 from steps.train.precision import Precision, detect
 
 
@@ -133,7 +133,7 @@ def train_loop(
             with sync:
                 token_loss, tokens_in = _forward_backward(
                     model, examples, chosen, pad_id, device, precision.autocast, kd,
-                    weight * world_size / summary_tokens,
+                    weight * world_size / summary_tokens, cfg.max_seq_len if cfg.packing else 0,
                 )  # fmt: skip
             loss_sum += token_loss * weight
             real_tokens += tokens_in * weight
@@ -165,23 +165,43 @@ def train_loop(
 
 
 def _forward_backward(
-    model: Any, examples: list[dict], chosen: list[int], pad_id: int, device: Any, autocast: bool, kd: Any, scale: float
+    model: Any,
+    examples: list[dict],
+    chosen: list[int],
+    pad_id: int,
+    device: Any,
+    autocast: bool,
+    kd: Any,
+    scale: float,
+    packed_width: int = 0,
 ) -> tuple[float, float]:
     """One forward and backward of the rows `chosen`, the summed token loss times `scale` backpropagated; returns
-    (summed token loss, real tokens) of these rows. Logits only for the summary tail (left padding + logits_to_keep)."""
+    (summed token loss, real tokens) of these rows. Logits only where the loss needs them: the summary tail of
+    left-padded rows (`logits_to_keep`), or, packed (`packed_width` > 0: data.pack), the positions before labels."""
     import torch
     import torch.nn.functional as F
 
-    batch = collate([examples[i] for i in chosen], pad_id)
-    keep = batch.pop("keep")
-    labels = batch.pop("labels")[:, -keep:].to(device)
-    batch = {k: v.to(device) for k, v in batch.items()}
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
-        logits = model(**batch, logits_to_keep=keep + 1).logits[:, :-1]
+    if packed_width:
+        batch = pack([examples[i] for i in chosen], packed_width, pad_id)
+        order, tokens = [chosen[i] for i in batch.pop("order")], float(batch.pop("tokens"))
+        keep = batch.pop("keep").to(device)
+        labels = batch.pop("labels").to(device)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(**batch, logits_to_keep=keep, use_cache=False).logits
+    else:
+        batch = collate([examples[i] for i in chosen], pad_id)
+        order = chosen
+        cut = batch.pop("keep")
+        labels = batch.pop("labels")[:, -cut:].to(device)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        tokens = float(batch["attention_mask"].sum())
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(**batch, logits_to_keep=cut + 1, use_cache=False).logits[:, :-1]
     token_loss = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
     )
     if kd is not None:
-        token_loss = kd(token_loss, logits, labels, chosen)
+        token_loss = kd(token_loss, logits, labels, order)
     (token_loss * scale).backward()
-    return token_loss.item(), float(batch["attention_mask"].sum())
+    return token_loss.item(), tokens

@@ -3,7 +3,7 @@
     python -m benchmarks.gpu_train --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
 
 No model can be downloaded where this runs, so the base is a random-init Llama of a real model's shape (`1b`:
-TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's) with SmolLM2's tokenizer; throughput and memory depend on the shape,
+TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's, `8b`: Llama-3.1-8B's) with SmolLM2's tokenizer; throughput and memory depend on the shape,
 not on the weights' values. Each variant is one `python -m steps.train --train-backend gpu` process over the same
 examples (DATASET is fetch-dataset's output), settings and number of optimiser steps; variants alternate round by
 round and each reports its median over `--repeats` rounds. Tokens/s are real (non-padding) tokens of the step loop,
@@ -26,7 +26,14 @@ from tests.tiny import SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
 
-VARIANTS = {"bf16": ["--qlora", "false"], "qlora-nf4": ["--qlora", "true"]}
+# Every variant sizes its micro-batch from the card (--micro-batch 0: the largest that fits, steps/sizing/) and
+# accumulates the rest of the batch; `-packed` puts several examples in each row of --max-seq-len (attention kept
+# inside each: SDPA's block-diagonal mask, or FlashAttention-2's varlen kernel where it is installed).
+VARIANTS = {
+    "bf16": ["--qlora", "false"],
+    "bf16-packed": ["--qlora", "false", "--packing", "true"],
+    "qlora-nf4": ["--qlora", "true"],
+}
 
 
 def build(shape: str, tokenizer_dir: Path, out: Path) -> int:
@@ -43,7 +50,7 @@ def run(variant: str, base: Path, args: argparse.Namespace, work: Path) -> dict:
     cmd = [sys.executable, "-m", "steps.train", "--train-backend", "gpu", *VARIANTS[variant],
            "--dataset", str(args.dataset), "--base-model", str(base), "--out", str(out),
            "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--checkpoint-every", "0",
-           "--log-every", "100"]  # fmt: skip
+           "--log-every", "100", "--micro-batch", str(args.micro_batch)]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -59,8 +66,9 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1b")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--micro-batch", type=int, default=0, help="0: the largest the card holds (sizing)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="bf16,qlora-nf4", help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     variants = args.variants.split(",")

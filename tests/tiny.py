@@ -14,6 +14,7 @@ SHAPES = {  # hidden, intermediate, layers, attention heads, key/value heads
     "tiny": (64, 128, 2, 4, 2),
     "1b": (2048, 5632, 22, 32, 4),
     "3b": (3072, 8192, 28, 24, 8),
+    "8b": (4096, 14336, 32, 32, 8),
 }
 
 

@@ -3,12 +3,12 @@
     python -m benchmarks.gpu_train --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
 
 No model can be downloaded where this runs, so the base is a random-init Llama of a real model's shape (`1b`:
-TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's, `8b`: Llama-3.1-8B's) with SmolLM2's tokenizer; throughput and memory depend on the shape,
-not on the weights' values. Each variant is one `python -m steps.train --train-backend gpu` process over the same
-examples (DATASET is fetch-dataset's output), settings and number of optimiser steps; variants alternate round by
-round and each reports its median over `--repeats` rounds. Tokens/s are real (non-padding) tokens of the step loop,
-as steps.train reports them; MFU is result.json's (4·N FLOPs per token vs the card's dense bf16 peak,
-steps.train.gpu); memory is the CUDA allocator's peak in the training process.
+TinyLlama-1.1B's layers, `3b`: Llama-3.2-3B's, `8b`: Llama-3.1-8B's) with SmolLM2's tokenizer; throughput and memory
+depend on the shape, not on the weights' values. Each variant is one `python -m steps.train --train-backend gpu`
+process over the same examples (DATASET is fetch-dataset's output), settings and number of optimiser steps; variants
+alternate round by round and each reports its median over `--repeats` rounds. Tokens/s are real (non-padding) tokens
+of the step loop, as steps.train reports them; MFU is result.json's (4·N FLOPs per token vs the card's dense bf16
+peak, steps.train.gpu); memory is the CUDA allocator's peak in the training process.
 """
 
 from __future__ import annotations

@@ -7,11 +7,15 @@ preflight calls `plan(...)` and exports the results as Argo output parameters th
 RayJob's worker groups take (memory, workers per pod); `check(plan)` says, with the fix, what cannot run.
 
 The model of memory, read from the steps' code (each constant of memory.py and disk.py says where and why):
-- train, per model replica (one process; a Ray worker is one): weights by dtype (float32 on CPU, bf16 on the GPU, 4-bit
-  NF4 linear layers + float32 rest with QLoRA) + LoRA parameters, gradients and AdamW's two moments (float32, 16 bytes
-  each; +4 for DDP's gradient buckets) + activations kept for backward, per token per layer, of every example at
-  `max-seq-len` (train_loop pads each batch to its longest row and does not micro-batch; only QLoRA checkpoints
-  gradients) + the loss's logits, for the summary tail only (`logits_to_keep`) + the process (Python, torch, ...).
+- train, per model replica (one process; a Ray worker is one), running its share of the global batch in micro-batches
+  (`micro_options`, `fit_micro`: the largest that fits, 512 tokens at most on CPU; gradient checkpointing only where
+  one example does not fit without it): weights by dtype (bf16 on the GPU and where the CPU run computes bf16, float32
+  elsewhere; 4-bit NF4 linear layers + float32 rest with QLoRA) + LoRA parameters, gradients and AdamW's two moments
+  (float32, 16 bytes each; +4 for DDP's gradient buckets) + the activations one micro-batch keeps for backward, per
+  token per layer (or, checkpointed, each layer's input and one layer recomputed) + the loss's logits, for the summary
+  tail only (`logits_to_keep`) + the process (Python, torch, ...). `auto` is sized as float32 weights where they fit
+  and as bf16 where only bf16 does (`resolve_precision`); inside the pod `steps/train/budget.py` picks the same way
+  from the memory limit the pod was given.
 - convert-gguf: the base and then the merged model in float32 (one at a time), while llama.cpp's F16 GGUF of it is
   loaded for parity (or the converter runs beside it), + llama.cpp's context (KV cache, logits of every position).
 - evaluate: llama.cpp with one served GGUF at a time, its KV cache and logits buffers.

@@ -11,8 +11,9 @@ progress printed every `--log-every` steps. Produces in `--out` (a folder or an 
 (`adapter_config.json`, `adapter_model.safetensors`), `loss.csv`, `loss.png`, `training_summary.json`, `result.json`.
 
 One loop (`train_loop`), three launchers:
-- `cpu`: in this process, float32 weights; `--precision auto` (the default) runs the steps under bf16 autocast where
-  the CPU has native bf16 (AMX or AVX-512-BF16, detected at run time), float32 elsewhere (`precision`);
+- `cpu`: in this process; `--precision auto` (the default) loads the frozen base in bf16 and runs the steps under bf16
+  autocast where the CPU has native bf16 (AMX or AVX-512-BF16, detected at run time), float32 elsewhere (`precision`)
+  unless float32 weights do not fit the process's memory (then bf16, emulated: slower, but it runs);
 - `gpu`: one CUDA device, bf16 autocast; `--qlora true` loads the base in 4-bit NF4 (bitsandbytes) and trains the
   LoRA weights on top (convert-gguf later merges into a full-precision reload of the base, never into 4-bit weights);
 - `ray`: Ray Train `TorchTrainer`, `--ray-workers` CPU workers x `--threads` threads each, DDP over Gloo,
@@ -27,10 +28,15 @@ restarts the worker group from the latest one (`--max-failures`). Local checkpoi
 written; under an s3:// prefix (a cluster run's own) they stay, so a pod lost before Argo uploaded its output resumes
 at the end instead of from step 0 (the bucket's lifecycle rule expires them).
 
+Each process runs its share of a global batch in micro-batches (`--micro-batch`, by default the largest its memory
+holds: `budget`, from the container's memory limit and `steps/sizing/`), accumulating gradients, with gradient
+checkpointing where one example does not fit without it (`--gradient-checkpointing`); `--packing` puts several
+examples in each row. Any split trains the same adapter (tests/test_train.py).
+
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
 (encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
 unpickling; the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features),
-`gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// in and out), `plots` (the loss curve), `kd` (the
+`budget` (the micro-batch and precision a process's memory holds), `gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// in and out), `plots` (the loss curve), `kd` (the
 optional logit-level distillation: the teacher's top-k sidecar and the KL term); this file is the step (`run`,
 `main`), `__main__` its command line.
 """

@@ -33,12 +33,12 @@ holds: `budget`, from the container's memory limit and `steps/sizing/`), accumul
 checkpointing where one example does not fit without it (`--gradient-checkpointing`); `--packing` puts several
 examples in each row. Any split trains the same adapter (tests/test_train.py).
 
-The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data`
-(encoding, batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without
-unpickling; the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features),
-`budget` (the micro-batch and precision a process's memory holds), `gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// in and out), `plots` (the loss curve), `kd` (the
-optional logit-level distillation: the teacher's top-k sidecar and the KL term); this file is the step (`run`,
-`main`), `__main__` its command line.
+The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data` (encoding,
+batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without unpickling;
+the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features), `budget`
+(the micro-batch and precision a process's memory holds), `gpu` (MFU), `launchers` (in process, Ray Train), `storage`
+(s3:// in and out), `plots` (the loss curve), `kd` (the optional logit-level distillation: the teacher's top-k sidecar
+and the KL term); this file is the step (`run`, `main`), `__main__` its command line.
 """
 
 from __future__ import annotations

@@ -14,7 +14,12 @@ decontaminated and split by a stable hash of their document.
    summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py). Curated summaries
    pass all but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
-   share a split and no document moves between splits when others are added or removed.
+   share a split and no document moves between splits when others are added or removed. A small build would often
+   hold out nothing (4 documents at `--eval-share` 0.2: no eval document 41 % of the time), so at least
+   `--min-eval-documents` (1) are held out: when the hash holds out fewer, the documents nearest the boundary (the
+   lowest hash points) are held out too. That minimum is the one exception to stability: once the hash alone holds
+   out enough (about `min-eval-documents / eval-share` documents), it decides alone. A build with no more documents
+   than the minimum is refused, naming both settings.
 4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`leakage.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
@@ -101,6 +106,13 @@ class FilterConfig:
         metadata={"help": "the hand-written adversarial split (kept as is; train is decontaminated against it)"},
     )
     eval_share: float = field(default=0.2, metadata={"help": "share of documents (by hash) held out for eval"})
+    min_eval_documents: int = field(
+        default=1,
+        metadata={
+            "help": "fewest documents held out for eval whatever --eval-share gives (those nearest the boundary); "
+            "a build needs one document more"
+        },
+    )
 
 
 @dataclass
@@ -109,12 +121,31 @@ class FilterResult:
     eval_rows: int
     adversarial_rows: int
     dropped: int
+    eval_documents: int
+
+
+def split_point(source_sha256: str) -> float:
+    """Where a document falls in [0, 1), from its own hash: stable across rebuilds, whatever else is in the build."""
+    return int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
 
 
 def split_of(source_sha256: str, eval_share: float) -> str:
-    """'eval' or 'train', from the document's own hash: stable across rebuilds, whatever else is in the build."""
-    point = int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
-    return "eval" if point < eval_share else "train"
+    """'eval' or 'train' by the hash alone (`hold_out` adds the minimum)."""
+    return "eval" if split_point(source_sha256) < eval_share else "train"
+
+
+def hold_out(keys: set[str], eval_share: float, minimum: int) -> set[str]:
+    """The documents (split keys) held out for eval: those the hash puts there, and at least `minimum`, taking the
+    lowest hash points first. SplitError when `keys` leaves no training document beside them."""
+    if len(keys) <= minimum:
+        raise SplitError(
+            f"{len(keys)} document(s) passed the filters, but a build holds out at least {minimum} for eval "
+            f"(--min-eval-documents / -S min-eval-documents={minimum}) and needs one more to train on: add "
+            "documents (or feedback), or lower min-eval-documents"
+        )
+    ranked = sorted(keys, key=split_point)
+    by_hash = sum(split_point(k) < eval_share for k in ranked)
+    return set(ranked[: max(by_hash, minimum)])
 
 
 def filter_reason(summary: str, document: str, finish_reason: str, curated: bool) -> str | None:
@@ -191,19 +222,28 @@ def _adversarial(path: str) -> tuple[bytes, list[dict]]:
 
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
+    problems = []
     if not 0 < cfg.eval_share < 1:
-        raise SplitError(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+        problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+    if cfg.min_eval_documents < 1:
+        problems.append(f"--min-eval-documents {cfg.min_eval_documents}: use 1 or more")
+    if problems:
+        raise SplitError("invalid filter-split config:\n  " + "\n  ".join(problems))
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []
-    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    kept: list[dict] = []
     for ex in _examples(cfg):
         curated = ex["lineage"]["summary_by"] == "feedback"
         reason = filter_reason(ex["summary"], ex["document"], ex["_finish"], curated)
         if reason:
             dropped.append({"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]})
         else:
-            splits[split_of(ex.pop("_split_key"), cfg.eval_share)].append(ex)
-            ex.pop("_finish")
+            kept.append(ex)
+    eval_keys = hold_out({ex["_split_key"] for ex in kept}, cfg.eval_share, cfg.min_eval_documents)
+    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    for ex in kept:
+        splits["eval" if ex.pop("_split_key") in eval_keys else "train"].append(ex)
+        ex.pop("_finish")
 
     def drop(split: str, keep: list[bool], reasons: dict[int, str]) -> None:
         for i, row in enumerate(splits[split]):
@@ -240,7 +280,9 @@ def run(cfg: FilterConfig) -> FilterResult:
     if empty:
         raise SplitError(
             f"the {' and '.join(empty)} split would be empty ({sum(map(len, splits.values()))} examples kept, "
-            f"{len(dropped)} dropped, --eval-share {cfg.eval_share}); add documents or feedback"
+            f"{len(dropped)} dropped as duplicates or by the filters, --eval-share {cfg.eval_share}, "
+            f"--min-eval-documents {cfg.min_eval_documents}); add documents or feedback (dropped.jsonl says why each "
+            "example went)"
         )
     counts = Counter(d["reason"].split(" ")[0] for d in dropped)
     filters = {
@@ -249,10 +291,12 @@ def run(cfg: FilterConfig) -> FilterResult:
         "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
         "language": {"detector": "py3langid", "max_same_language_prob": MAX_SAME_LANGUAGE_PROB},
         "eval_share": cfg.eval_share,
+        "min_eval_documents": cfg.min_eval_documents,
+        "eval_documents": len(eval_keys),
         "max_length_ratio": MAX_LENGTH_RATIO,
         "near_duplicate_share": NEAR_DUPLICATE_SHARE,
     }
-    result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped))
+    result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped), len(eval_keys))
     with atomic_dir(cfg.out) as tmp:
         for split, rows in splits.items():
             write_jsonl(tmp / f"{split}.jsonl", rows)
@@ -270,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SplitError, DatasetError) as e:
         print(f"filter-split: {e}", file=sys.stderr)
         return 1
-    print(f"{result.train_rows} train, {result.eval_rows} eval, {result.adversarial_rows} adversarial; "
-          f"{result.dropped} dropped (out/…/dropped.jsonl)")  # fmt: skip
+    print(f"{result.train_rows} train, {result.eval_rows} eval ({result.eval_documents} document(s) held out: "
+          f"--eval-share {cfg.eval_share} by hash, at least --min-eval-documents {cfg.min_eval_documents}), "
+          f"{result.adversarial_rows} adversarial; {result.dropped} dropped ({cfg.out}/dropped.jsonl)")  # fmt: skip
     return 0
 
 

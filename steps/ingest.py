@@ -18,9 +18,9 @@ base's chat template and tokenizer) plus the served answer cap must fit the serv
 (`steps.core.dataset`), so the
 published rows are never cut by the prompt nor refused by fetch-dataset.
 
-A file that yields no text — an unreadable, encrypted, empty or image-only PDF, undecodable text — is reported by
-name with its reason, counted and skipped: one bad file never stops the batch. A folder with no usable document at all
-is an error.
+A file that yields no text — an unreadable, damaged (truncated), encrypted, blank or image-only PDF, undecodable
+text — is reported by name with its reason, counted and skipped: one bad file never stops the batch. A folder with no
+usable document at all is an error.
 """
 
 from __future__ import annotations
@@ -150,9 +150,14 @@ def _pdf_text(blob: bytes) -> str:
     with doc:
         if doc.needs_pass or doc.is_encrypted:
             raise Unusable("encrypted PDF (needs a password); decrypt it or remove it")
+        # MuPDF rebuilds a damaged file's cross-reference table as it opens it: what is left may be no page, or pages
+        # without their text (a truncated download). That is a broken file, not an empty document.
+        damaged = "damaged PDF (MuPDF had to repair it: truncated or corrupt?)"
         if doc.page_count == 0:
-            raise Unusable("empty PDF (no pages)")
-        pages, images = [], 0
+            if doc.is_repaired:
+                raise Unusable(f"{damaged}; no page could be recovered: download or export it again")
+            raise Unusable("PDF with no pages")
+        pages, images, repaired = [], 0, doc.is_repaired
         try:
             for page in doc:
                 pages.append(page.get_text("text").splitlines())
@@ -162,7 +167,9 @@ def _pdf_text(blob: bytes) -> str:
     if not any(line.strip() for lines in pages for line in lines):
         if images:
             raise Unusable(f"image-only PDF ({images} image(s), no text layer); OCR it first")
-        raise Unusable("empty PDF (no text on any page)")
+        if repaired:
+            raise Unusable(f"{damaged}; no text recovered from its {len(pages)} page(s): download or export it again")
+        raise Unusable(f"PDF without text ({len(pages)} blank page(s))")
     return "\n\n".join("\n".join(lines) for lines in _lines_without_edges(pages))
 
 

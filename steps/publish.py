@@ -226,6 +226,7 @@ def run(cfg: PublishConfig) -> PublishResult:
                 if _git(repo, "ls-files", f"{cfg.dataset_path}/{name}"):
                     _git(repo, "rm", "-q", "--cached", f"{cfg.dataset_path}/{name}")
             dvc = Repo(str(repo))
+            dvc.scm_context.quiet = True  # its "git add …" and autostage hints: this step commits what it added
             try:
                 dvc.add([str(folder / name) for name in files])
                 dvc.push()
@@ -259,10 +260,23 @@ def main(argv: list[str] | None = None) -> int:
     except (DatasetError, PublishError) as e:
         print(f"publish: {e}", file=sys.stderr)
         return 1
-    print(
-        f"published {result.dataset_rev} ({result.dataset_commit[:12]}); train with -p dataset-rev={result.dataset_rev}"
-    )
+    print("\n".join(train_on_it(cfg, result)))
     return 0
+
+
+def train_on_it(cfg: PublishConfig, result: PublishResult) -> list[str]:
+    """What publish prints: the revision, and how to train on it here (DVC's -S) and on the cluster (Argo's -p)."""
+    repo, rev = cfg.dataset_repo, result.dataset_rev
+    remote = repo if is_uri(repo) or repo.startswith("git@") else "<the repository's git URL>"
+    state = "published" if result.committed else "already published as"
+    return [
+        f"{state} {rev} (commit {result.dataset_commit[:12]}) in {repo}; train on it",
+        f"  here:        scripts/run_local.sh -S dataset-repo={repo} -S dataset-rev={rev}",
+        "               (dvc exp run writes the values into params.yaml and dvc.lock: "
+        "`git checkout params.yaml dvc.lock` puts them back)",
+        f"  on Argo:     argo submit -n distillery --from workflowtemplate/distill -p dataset-repo={remote} "
+        f"-p dataset-rev={rev}",
+    ]
 
 
 if __name__ == "__main__":

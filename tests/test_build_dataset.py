@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -19,7 +21,7 @@ from steps import feedback, filter_split, ingest, publish, teacher, train
 from steps.core import terms
 from steps.core.card import FEEDBACK_FILE, card_tags
 from steps.core.dataset import SPLITS, document_sha256
-from steps.core.io import read_jsonl, write_jsonl
+from steps.core.io import read_jsonl, write_json, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
@@ -102,6 +104,21 @@ def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Pat
     assert rows["note.md"]["document"] == "Parks\n\nThe parks budget rose by ten per cent."
     assert rows["page.html"]["document"] == "Trams & buses."
     assert rows["minutes.pdf"]["source_sha256"] == hashlib.sha256((docs / "minutes.pdf").read_bytes()).hexdigest()
+
+
+def test_a_damaged_pdf_is_called_damaged_not_empty():
+    import pymupdf
+
+    doc = pymupdf.open()
+    for _ in range(3):
+        doc.new_page().insert_text((72, 72), "The strike lasts 48 hours. " * 10)
+    whole = doc.tobytes()
+    no_pages = b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\n"
+    for blob in (whole[: len(whole) * 3 // 10], no_pages):  # a truncated download; a file MuPDF finds no page in
+        with pytest.raises(ingest.Unusable) as e:
+            ingest._pdf_text(blob)
+        assert str(e.value).startswith("damaged PDF") and "empty" not in str(e.value)
+    assert "The strike lasts 48 hours." in ingest._pdf_text(whole)
 
 
 def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):
@@ -199,6 +216,7 @@ def test_a_bad_outcome_record_is_named_by_line_and_field_as_feedback(tmp_path: P
 
 class _Counting(http.server.BaseHTTPRequestHandler):
     count = 0
+    paths: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self._answer()
@@ -208,6 +226,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         type(self).count += 1
+        type(self).paths.append(self.path)
         body = json.dumps({"choices": [{"message": {"content": "A summary."}, "finish_reason": "stop"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -220,7 +239,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def counting_server() -> Iterator[tuple[str, type[_Counting]]]:
-    handler = type("Counter", (_Counting,), {"count": 0})
+    handler = type("Counter", (_Counting,), {"count": 0, "paths": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -273,6 +292,19 @@ def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request
     # The same hosted teacher, listed as allowing it: the gate lets it through, and the counter sees the request.
     cfg.teachers_file = str(hosted_teachers(tmp_path, url, allowed=True))
     assert teacher.run(cfg).requests == 1 and handler.count == 1
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_a_teacher_url_with_or_without_v1_reaches_the_chat_endpoint(suffix: str, tmp_path: Path, counting_server):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    # The entry names the endpoint one way, the flag the other: the same endpoint for the terms gate.
+    endpoint = f"{url}/v1" if suffix in ("", "/") else url
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
+                                teachers_file=str(hosted_teachers(tmp_path, endpoint, allowed=True)),
+                                teacher_url=url + suffix, cache=str(tmp_path / "cache"))  # fmt: skip
+    assert teacher.run(cfg).requests == 1
+    assert handler.paths == ["/v1/chat/completions"]
 
 
 def test_an_open_weights_entry_cannot_be_pointed_at_a_public_api(tmp_path: Path):
@@ -385,10 +417,21 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True
 
 
-def test_an_empty_split_is_an_error_naming_the_split(tmp_path: Path):
+def test_too_few_documents_are_refused_naming_the_settings(tmp_path: Path):
     texts = {"b": steer(TEXTS[1], "train")}
-    with pytest.raises(filter_split.SplitError, match="the eval split would be empty"):
+    with pytest.raises(filter_split.SplitError, match=r"1 document\(s\) passed .* -S min-eval-documents=1\) and needs"):
         filter_split.run(stage_inputs(tmp_path, texts, {"b": "A short neutral summary of it."}))
+
+
+def test_a_small_build_holds_out_the_minimum_nearest_the_boundary(tmp_path: Path):
+    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS[:3])}  # the hash holds out none of the three
+    cfg = stage_inputs(tmp_path, texts, dict.fromkeys(texts, "A short neutral summary of it."))
+    result = filter_split.run(cfg)
+    points = {n: filter_split.split_point(hashlib.sha256(b).hexdigest()) for n, b in texts.items()}
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [min(points, key=points.get)]
+    assert (result.train_rows, result.eval_rows, result.eval_documents) == (2, 1, 1)
+    cfg.min_eval_documents = 2
+    assert filter_split.run(cfg).eval_documents == 2
 
 
 def test_a_documents_split_depends_on_its_own_hash_only():
@@ -397,6 +440,31 @@ def test_a_documents_split_depends_on_its_own_hash_only():
     assert before == {k: filter_split.split_of(k, 0.2) for k in reversed(keys)}
     shares = [filter_split.split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
     assert 0.17 < shares.count("eval") / 2000 < 0.23
+
+
+def test_publish_names_the_local_and_the_argo_command_and_repeats_no_dvc_hint(tmp_path: Path, capfd):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS[:3])}
+    cfg = stage_inputs(tmp_path, texts, dict.fromkeys(texts, "A short neutral summary of it."))
+    filter_split.run(cfg)
+    write_json(cfg.chunks / "skipped.json", [])
+    write_json(cfg.chunks / "result.json", {"files": 3})
+    (cfg.curated / FEEDBACK_FILE).write_text("")
+    entry = terms.load_teachers(str(TEACHERS))["smollm2-135m-instruct"]
+    write_json(cfg.summaries / "teacher.json", {"name": "smollm2-135m-instruct", **entry, "decision": "allowed"})
+    repo = tmp_path / "dataset-repo"
+    argv = ["--out", str(tmp_path / "published"), "--examples", str(cfg.out), "--chunks", str(cfg.chunks),
+            "--curated", str(cfg.curated), "--summaries", str(cfg.summaries), "--dataset-repo", str(repo),
+            "--dvc-remote", str(tmp_path / "remote")]  # fmt: skip
+    capfd.readouterr()
+    assert publish.main(argv) == 0
+    said = capfd.readouterr()
+    rev = json.loads((tmp_path / "published/result.json").read_text())["dataset_rev"]
+    assert f"scripts/run_local.sh -S dataset-repo={repo} -S dataset-rev={rev}" in said.out
+    assert f"-p dataset-rev={rev}" in said.out and "git checkout params.yaml dvc.lock" in said.out
+    # The files are added, pushed and committed by the step: DVC's hints to do that by hand are not passed on.
+    both = said.out + said.err
+    assert "git add" not in both and "autostage" not in both and "dvc push" not in both
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
 
 
 def fetched_rows(folder: Path, split: str) -> int:

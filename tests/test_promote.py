@@ -338,11 +338,28 @@ def test_rollback_restores_the_previous_champion_once(mlflow_server: str, tmp_pa
     setup_model(mlflow_server, name, tmp_path, challenger_rows=51, champion_rows=51)
     assert decide_at(mlflow_server, name, tmp_path, 8, margin=0.1).changed
     back = decide_at(mlflow_server, name, tmp_path, 9, action="rollback", reason="cut mid-sentence")
-    assert (back.decision, back.champion_version) == ("rolled-back", "1")
-    assert aliases(mlflow_server, name)["champion"] == "1"
+    assert (back.decision, back.champion_version, back.previous_champion_version) == ("rolled-back", "1", "")
+    # Nothing is left to roll back to: previous-champion goes, never naming the champion itself.
+    assert aliases(mlflow_server, name) == {"champion": "1"}
     assert json.loads(tags(mlflow_server, name, "2")[promote.ROLLED_BACK_TAG])["reason"] == "cut mid-sentence"
     again = decide_at(mlflow_server, name, tmp_path, 9, action="rollback")
     assert (again.decision, again.changed, again.champion_version) == ("already-rolled-back", False, "1")
+    assert aliases(mlflow_server, name) == {"champion": "1"}
+
+
+@integration
+def test_a_rollback_reading_between_another_rollbacks_writes_only_finishes_it(mlflow_server: str, tmp_path: Path):
+    """`champion` already moved back, `previous-champion` not yet removed: the run removes it, changes nothing else."""
+    from mlflow import MlflowClient
+
+    name = "torn-rollback"
+    old, _ = make_versions(mlflow_server, name)
+    client = MlflowClient(tracking_uri=mlflow_server)
+    for alias in ("previous-champion", "champion"):
+        client.set_registered_model_alias(name, alias, old)
+    result = decide_at(mlflow_server, name, tmp_path, 9, action="rollback")
+    assert (result.decision, result.changed) == ("already-rolled-back", False)
+    assert aliases(mlflow_server, name) == {"champion": old}
 
 
 def promote_at_once(uri: str, name: str, tmp_path: Path, runs: int) -> list:

@@ -66,7 +66,10 @@ class IngestError(ValueError):
 class IngestConfig:
     out: Path = field(metadata={"help": "folder to write documents.jsonl and skipped.json into"})
     documents: str = field(
-        default="data/documents", metadata={"help": "folder or s3://bucket/prefix/ holding PDF, text, Markdown, HTML"}
+        default="data/documents",
+        metadata={
+            "help": "folder or s3://bucket/prefix/ holding PDF, text, Markdown, HTML; several: separated by commas"
+        },
     )
     base_model: str = field(
         default=".cache/models/SmolLM2-135M-Instruct",
@@ -333,7 +336,10 @@ def run(cfg: IngestConfig) -> IngestResult:
     skipped: list[dict] = []
     files = documents = 0
     seen: dict[str, str] = {}
-    for uri, read in _sources(cfg.documents):
+    locations = [loc.strip() for loc in cfg.documents.split(",") if loc.strip()]
+    if not locations:
+        raise IngestError("--documents is empty: give a folder or an s3://bucket/prefix/")
+    for uri, read in (source for location in locations for source in _sources(location)):
         files += 1
         blob = read()
         digest = hashlib.sha256(blob).hexdigest()

@@ -96,6 +96,19 @@ def test_the_command_refuses_a_bad_file_before_touching_mlflow(tmp_path: Path, c
     assert not (tmp_path / "out").exists()
 
 
+def test_records_of_the_current_day_are_said_to_wait_not_dropped_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    today = tmp_path / "outcomes.jsonl"
+    today.write_bytes(jsonl(record(), record(request_id="r2", time="2026-11-02T11:00:00Z")))
+    argv = ["--outcomes", str(today), "--out", str(tmp_path / "out"), "--model-name", "m",
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--now", "2026-11-02T18:00:00Z"]  # fmt: skip
+    assert online_metrics.main(argv) == 0
+    said = capsys.readouterr().out
+    assert "2 record(s) dated after 2026-11-01 wait until their UTC day is complete" in said and "--now" in said
+    assert json.loads((tmp_path / "out/result.json").read_text())["waiting"] == 2
+
+
 def test_only_complete_days_are_aggregated():
     day = outcomes.day_number(T0)
     rows = [

@@ -86,13 +86,17 @@ def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
                 kinds[KINDS.get(path.suffix.lower(), "other (skipped)")] += 1
     counted = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
     minimum = int(found["min-eval-documents"])
+    who = {"curated": "a reviewed one, from feedback", "curated-or-teacher": "a reviewed one or the teacher's"}.get(
+        found["eval-references"], found["eval-references"]
+    )
     return [
         f"build-dataset: {', '.join(documents)}: {files} file(s) ({counted or 'none'})",
         f"  feedback: {found['feedback'] or 'none (-S feedback=FILE adds reviewed summaries)'}",
         f"  teacher: {found['teacher']} ({found['teachers-file']}), "
         f"at {found['teacher-url'] or 'its GGUF, served on 127.0.0.1'}",
         f"  eval split: documents held out by a hash of each at eval-share {found['eval-share']}, and at least "
-        f"{minimum} (min-eval-documents); a build needs {minimum + 1} or more usable documents",
+        f"{minimum} (min-eval-documents) with a summary that may be an eval reference: {who} "
+        f"(eval-references={found['eval-references']}); a build needs {minimum + 1} or more usable documents",
         f"  publishes to {found['dataset-repo']} (DVC remote {found['dvc-remote'] or 'that of the repository'})",
     ]
 

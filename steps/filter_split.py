@@ -11,8 +11,11 @@ decontaminated and split by a stable hash of their document.
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
    one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `wrong-language`
    (not in its document's language, `wrong_language`), `length-ratio` (more words than the document: a copy, not a
-   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py). Curated summaries
-   pass all but `empty` and `too-long`: a reviewer chose them.
+   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py), `verbatim` (a
+   span of the document copied word for word: an extract, not a summary) and `unfaithful` (names, numbers or content
+   words the document does not support: `steps.core.faithfulness`, the rule evaluate's judge applies too; what each
+   dropped summary lacked is in `dropped.jsonl` and counted by kind in `filters.json`). Curated summaries pass all
+   but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed. A small build would often
    hold out nothing (4 documents at `--eval-share` 0.2: no eval document 41 % of the time), so at least
@@ -20,6 +23,13 @@ decontaminated and split by a stable hash of their document.
    lowest hash points) are held out too. That minimum is the one exception to stability: once the hash alone holds
    out enough (about `min-eval-documents / eval-share` documents), it decides alone. A build with no more documents
    than the minimum is refused, naming both settings.
+   **Eval references**: a teacher's summary is a guess, and an eval reference is the answer the gate scores every
+   model against; a wrong one (a small teacher's "48-hour pay freeze" for a 48-hour strike) rewards the model that
+   repeats the mistake. So by default (`--eval-references curated`) only curated summaries — a reviewer's — are eval
+   references: the minimum counts documents with one, and a teacher-summarised document held out for eval is left
+   out of both splits (`teacher-eval-reference` in dropped.jsonl: not trained on either, so it can become an eval
+   reference once reviewed). `--eval-references curated-or-teacher` lets the teacher's summaries be references too
+   (evaluate then measures agreement with the teacher); the data card says which applied.
 4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`leakage.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
@@ -40,13 +50,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps.core import faithfulness
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
 
-FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long")
+FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long", "verbatim", "unfaithful")
 CURATED_FILTERS = ("empty", "too-long")
+# Who may write an eval reference (see the module docstring).
+EVAL_REFERENCES = ("curated", "curated-or-teacher")
+TEACHER_IN_EVAL = "teacher-eval-reference"  # the dropped reason of a teacher-summarised eval document
 # A refusal or apology where a summary belongs (small teachers do this on odd documents).
 REFUSAL = re.compile(
     r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
@@ -106,6 +120,13 @@ class FilterConfig:
         metadata={"help": "the hand-written adversarial split (kept as is; train is decontaminated against it)"},
     )
     eval_share: float = field(default=0.2, metadata={"help": "share of documents (by hash) held out for eval"})
+    eval_references: str = field(
+        default="curated",
+        metadata={
+            "help": "who may write eval references: curated (reviewed feedback only) or curated-or-teacher (the "
+            "teacher's summaries too: evaluate then measures agreement with the teacher)"
+        },
+    )
     min_eval_documents: int = field(
         default=1,
         metadata={
@@ -134,18 +155,34 @@ def split_of(source_sha256: str, eval_share: float) -> str:
     return "eval" if split_point(source_sha256) < eval_share else "train"
 
 
-def hold_out(keys: set[str], eval_share: float, minimum: int) -> set[str]:
-    """The documents (split keys) held out for eval: those the hash puts there, and at least `minimum`, taking the
-    lowest hash points first. SplitError when `keys` leaves no training document beside them."""
-    if len(keys) <= minimum:
-        raise SplitError(
-            f"{len(keys)} document(s) passed the filters, but a build holds out at least {minimum} for eval "
-            f"(--min-eval-documents / -S min-eval-documents={minimum}) and needs one more to train on: add "
-            "documents (or feedback), or lower min-eval-documents"
+def hold_out(keys: set[str], references: set[str], eval_share: float, minimum: int, eval_references: str) -> set[str]:
+    """The documents (split keys) held out for eval: those the hash puts there, and more of those that can be eval
+    references (`references`), lowest hash points first, until at least `minimum` of them are. SplitError when there
+    are not that many, or none is left to train on."""
+    if len(references) < minimum:
+        fix = (
+            "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
+            "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
+            "agreement with the teacher)"
+            if eval_references == "curated"
+            else "add documents (or feedback)"
         )
-    ranked = sorted(keys, key=split_point)
-    by_hash = sum(split_point(k) < eval_share for k in ranked)
-    return set(ranked[: max(by_hash, minimum)])
+        raise SplitError(
+            f"{len(references)} document(s) can be eval references (eval-references={eval_references}), but a build "
+            f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
+        )
+    held = {k for k in keys if split_point(k) < eval_share}
+    for key in sorted(references - held, key=split_point):
+        if len(held & references) >= minimum:
+            break
+        held.add(key)
+    if not keys - held:
+        raise SplitError(
+            f"{len(keys)} document(s) passed the filters and all are held out for eval (eval-share {eval_share}, "
+            f"at least {minimum} with references: -S min-eval-documents={minimum}), none is left to train on: add "
+            "documents, or lower min-eval-documents"
+        )
+    return held
 
 
 def filter_reason(summary: str, document: str, finish_reason: str, curated: bool) -> str | None:
@@ -158,8 +195,28 @@ def filter_reason(summary: str, document: str, finish_reason: str, curated: bool
         "wrong-language": lambda: wrong_language(summary, document),
         "length-ratio": lambda: words > MAX_LENGTH_RATIO * len(document.split()),
         "too-long": lambda: estimate_tokens(summary) > summary_token_budget(),
+        "verbatim": lambda: normalise(summary).rstrip(".") in normalise(document),
+        "unfaithful": lambda: not faithfulness.check(summary, document).faithful,
     }
     return next((r for r in FILTERS if (not curated or r in CURATED_FILTERS) and checks[r]()), None)
+
+
+def unfaithful_kinds(summary: str, document: str) -> list[str]:
+    """What an unfaithful summary lacks, by kind (one summary may lack several)."""
+    found = faithfulness.check(summary, document)
+    kinds = []
+    if found.unsupported_facts:
+        kinds.append("names-or-numbers")
+    if found.content_words < faithfulness.MIN_CONTENT_WORDS:
+        kinds.append("too-few-content-words")
+    elif found.support < faithfulness.MIN_SUPPORT:
+        kinds.append("content-words")
+    return kinds
+
+
+def can_be_reference(example: dict, eval_references: str) -> bool:
+    """May this example's summary be an eval reference under `--eval-references`?"""
+    return eval_references == "curated-or-teacher" or example["lineage"]["summary_by"] == "feedback"
 
 
 def _examples(cfg: FilterConfig) -> list[dict]:
@@ -223,6 +280,8 @@ def _adversarial(path: str) -> tuple[bytes, list[dict]]:
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
     problems = []
+    if cfg.eval_references not in EVAL_REFERENCES:
+        problems.append(f"--eval-references {cfg.eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
     if not 0 < cfg.eval_share < 1:
         problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
     if cfg.min_eval_documents < 1:
@@ -232,18 +291,29 @@ def run(cfg: FilterConfig) -> FilterResult:
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []
     kept: list[dict] = []
+    unfaithful: Counter[str] = Counter()
     for ex in _examples(cfg):
         curated = ex["lineage"]["summary_by"] == "feedback"
         reason = filter_reason(ex["summary"], ex["document"], ex["_finish"], curated)
         if reason:
-            dropped.append({"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]})
+            row = {"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]}
+            if reason == "unfaithful":
+                row["detail"] = faithfulness.check(ex["summary"], ex["document"]).reason()
+                unfaithful.update(unfaithful_kinds(ex["summary"], ex["document"]))
+            dropped.append(row)
         else:
             kept.append(ex)
-    eval_keys = hold_out({ex["_split_key"] for ex in kept}, cfg.eval_share, cfg.min_eval_documents)
+    references = {ex["_split_key"] for ex in kept if can_be_reference(ex, cfg.eval_references)}
+    keys = {ex["_split_key"] for ex in kept}
+    eval_keys = hold_out(keys, references, cfg.eval_share, cfg.min_eval_documents, cfg.eval_references)
     splits: dict[str, list[dict]] = {"train": [], "eval": []}
     for ex in kept:
-        splits["eval" if ex.pop("_split_key") in eval_keys else "train"].append(ex)
+        held = ex.pop("_split_key") in eval_keys
         ex.pop("_finish")
+        if held and not can_be_reference(ex, cfg.eval_references):
+            dropped.append({"id": ex["id"], "reason": TEACHER_IN_EVAL, "split": "eval", "lineage": ex["lineage"]})
+            continue
+        splits["eval" if held else "train"].append(ex)
 
     def drop(split: str, keep: list[bool], reasons: dict[int, str]) -> None:
         for i, row in enumerate(splits[split]):
@@ -287,6 +357,10 @@ def run(cfg: FilterConfig) -> FilterResult:
     counts = Counter(d["reason"].split(" ")[0] for d in dropped)
     filters = {
         "filters": {r: counts.get(r, 0) for r in FILTERS},
+        "unfaithful": {k: unfaithful.get(k, 0) for k in ("names-or-numbers", "content-words", "too-few-content-words")},
+        "faithfulness": {"min_support": faithfulness.MIN_SUPPORT, "min_content_words": faithfulness.MIN_CONTENT_WORDS},
+        "eval_references": cfg.eval_references,
+        "teacher_eval_references_left_out": counts.get(TEACHER_IN_EVAL, 0),
         "deduplication": {r: counts.get(r, 0) for r in ("duplicate", "near-duplicate")},
         "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
         "language": {"detector": "py3langid", "max_same_language_prob": MAX_SAME_LANGUAGE_PROB},

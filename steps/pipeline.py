@@ -302,6 +302,12 @@ BUILD_PARAMS: tuple[Param, ...] = (
     ),
     Param("eval-share", "0.2", "0.2", "share of documents (by a hash of each) held out for eval"),
     Param(
+        "eval-references",
+        "curated",
+        "curated",
+        "who may write eval references: curated (reviewed feedback only) or curated-or-teacher",
+    ),
+    Param(
         "min-eval-documents",
         "1",
         "1",
@@ -353,7 +359,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         "steps.filter_split",
         config="FilterConfig",
         output="examples",
-        params=("adversarial-file", "eval-share", "min-eval-documents"),
+        params=("adversarial-file", "eval-share", "eval-references", "min-eval-documents"),
         inputs=("chunks", "curated", "summaries"),
         exports=("train-rows", "eval-rows", "dropped"),
         help="filter, de-duplicate, decontaminate, split by each document's hash",

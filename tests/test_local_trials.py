@@ -20,10 +20,10 @@ import pytest
 
 from scripts import build_dataset
 from steps import register
-from steps.core.io import read_jsonl
+from steps.core.io import read_jsonl, write_jsonl
 from steps.pipeline import BUILD_DATASET
 from tests.conftest import ROOT
-from tests.test_build_dataset import TEXTS, steer
+from tests.test_build_dataset import TEXTS, fb, gist, steer
 from tests.test_registry import pipeline_outputs, reg_config
 
 integration = pytest.mark.integration
@@ -45,40 +45,64 @@ def test_the_smallest_build_it_accepts_is_said_before_it_starts(tmp_path: Path):
     (tmp_path / "b.txt").write_text("x")
     said = build_dataset.preamble([str(tmp_path)], build_dataset.values([str(tmp_path)], ["min-eval-documents=2"]))
     assert f"{tmp_path}: 2 file(s) (pdf 1, text 1)" in said[0]
-    assert any("at least 2 (min-eval-documents); a build needs 3 or more usable documents" in line for line in said)
+    assert any("at least 2 (min-eval-documents) with a summary that may be an eval reference: a reviewed one, from "
+               "feedback (eval-references=curated); a build needs 3 or more usable documents" in line
+               for line in said)  # fmt: skip
 
 
 def git_status() -> str:
     return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
 
 
+def reviewed(path: Path, texts: list[str]) -> Path:
+    """A feedback file with a reviewer's accepted summary of each of `texts`."""
+    rows = [fb(f"r{i}", t, "accepted", "2026-12-01T09:00:00+00:00", summary=gist(t)) for i, t in enumerate(texts)]
+    write_jsonl(path, rows)
+    return path
+
+
+def build(docs: Path, out: Path, *settings: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "scripts/build_dataset.py", str(docs), *settings, "--out", str(out)]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+
+
 @integration
 def test_a_dataset_is_built_from_your_own_folder_without_editing_a_tracked_file(tmp_path: Path, base_model_dir: Path):
     docs = tmp_path / "my documents"
     docs.mkdir()
-    for i, text in enumerate(TEXTS[:3]):  # three documents the hash alone would all put in train
-        (docs / f"note-{i}.txt").write_bytes(steer(text, "train"))
+    texts = [steer(text, "train").decode() for text in TEXTS[:3]]  # three documents the hash puts in train
+    for i, text in enumerate(texts):
+        (docs / f"note-{i}.txt").write_text(text)
     settings = ["-S", f"dataset-repo={tmp_path / 'repo'}", "-S", f"dvc-remote={tmp_path / 'remote'}",
                 "-S", f"base-model={base_model_dir}"]  # fmt: skip
     before = git_status()
-    done = subprocess.run([sys.executable, "scripts/build_dataset.py", str(docs), *settings, "--out",
-                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+
+    # No reviewed summary: nothing may be an eval reference, and the refusal names both ways on.
+    refused = build(docs, tmp_path / "out-0", *settings)
+    assert refused.returncode != 0
+    assert "0 document(s) can be eval references (eval-references=curated)" in refused.stderr
+    assert "-S feedback=FILE" in refused.stderr and "-S eval-references=curated-or-teacher" in refused.stderr
+    assert "the filter-split stage failed" in refused.stderr and "nothing was published" in refused.stderr
+
+    feedback = reviewed(tmp_path / "reviewed.jsonl", texts[:2])
+    done = build(docs, tmp_path / "out", *settings, "-S", f"feedback={feedback}")
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert out.index("a build needs 2 or more usable documents") < out.index("$ python -m steps.ingest")
-    assert len(read_jsonl(tmp_path / "out/examples/eval.jsonl")) >= 1  # the minimum held one out
+    evaluation = read_jsonl(tmp_path / "out/examples/eval.jsonl")
+    assert evaluation and {r["lineage"]["summary_by"] for r in evaluation} == {"feedback"}  # the minimum, reviewed
     rev = json.loads((tmp_path / "out/published/result.json").read_text())["dataset_rev"]
     assert f"scripts/run_local.sh -S dataset-repo={tmp_path / 'repo'} -S dataset-rev={rev}" in out
     assert git_status() == before  # params.yaml, dvc.yaml, the lock files: all as they were
 
     one = tmp_path / "one"
     one.mkdir()
-    (one / "note.txt").write_bytes((docs / "note-0.txt").read_bytes())
-    refused = subprocess.run([sys.executable, "scripts/build_dataset.py", str(one), *settings, "--out",
-                              str(tmp_path / "out-one")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    (one / "note.txt").write_text(texts[0])
+    refused = build(
+        one, tmp_path / "out-one", *settings, "-S", f"feedback={reviewed(tmp_path / 'one.jsonl', texts[:1])}"
+    )
     assert refused.returncode != 0
-    assert "-S min-eval-documents=1) and needs one more to train on" in refused.stderr
-    assert "the filter-split stage failed" in refused.stderr and "nothing was published" in refused.stderr
+    assert "all are held out for eval" in refused.stderr and "-S min-eval-documents=1), none is left" in refused.stderr
 
 
 def listening(port: int) -> bool:

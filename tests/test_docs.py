@@ -6,7 +6,9 @@ pytest tests/test_docs.py
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from steps import promote, push_adapter
+from steps.core.cli import parse_config
 from tests.conftest import ROOT
 
 # "A few hundred lines at most": the front page says what it is, shows the two commands and what the run prints, and
@@ -72,3 +76,32 @@ def test_a_page_left_out_of_the_nav_fails_the_build(tmp_path: Path):
 def test_the_front_page_stays_a_front_page():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= FRONT_PAGE_MAX_LINES, f"README.md has {len(lines)} lines: move sections into docs/"
+
+
+def documented(page: str, start: str) -> list[str]:
+    """The arguments of the command in `page`'s code blocks that starts with `start` (continuation lines joined)."""
+    lines = (ROOT / page).read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    command = lines[first]
+    while command.endswith("\\"):
+        first += 1
+        command = command[:-1] + " " + lines[first].strip()
+    argv = shlex.split(command.split("  #")[0])
+    return argv[argv.index("-m") + 2 :]
+
+
+def test_the_documented_rollback_names_its_registry():
+    argv = documented("docs/serving.md", "python -m steps.promote --action rollback")
+    cfg = parse_config(promote.PromoteConfig, argv, "promote")
+    assert cfg.action == "rollback" and cfg.tracking_uri  # without it (and no MLFLOW_TRACKING_URI) the command stops
+
+
+def test_the_documented_push_adapter_command_names_what_is_missing_and_who_writes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    argv = documented("docs/serving.md", "GITEA_TOKEN=… python -m steps.push_adapter")
+    with contextlib.chdir(tmp_path):  # a checkout before its first run: no out/ folders
+        assert push_adapter.main(argv) == 1
+    said = capsys.readouterr().err
+    assert "--adapter out/adapter: no adapter_config.json, adapter_model.safetensors; the train stage" in said
+    assert "run train first" not in said

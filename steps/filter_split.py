@@ -11,10 +11,25 @@ decontaminated and split by a stable hash of their document.
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
    one sentence, small teachers add more), `refusing` (an apology or refusal instead of a summary), `wrong-language`
    (not in its document's language, `wrong_language`), `length-ratio` (more words than the document: a copy, not a
-   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py). Curated summaries
-   pass all but `empty` and `too-long`: a reviewer chose them.
+   summary), `too-long` (over the answer cap the dataset's rows are held to, steps/core/dataset.py), `verbatim` (a
+   span of the document copied word for word: an extract, not a summary) and `unfaithful` (names, numbers or content
+   words the document does not support: `steps.core.faithfulness`, the rule evaluate's judge applies too; what each
+   dropped summary lacked is in `dropped.jsonl` and counted by kind in `filters.json`). Curated summaries pass all
+   but `empty` and `too-long`: a reviewer chose them.
 3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
-   share a split and no document moves between splits when others are added or removed.
+   share a split and no document moves between splits when others are added or removed. A small build would often
+   hold out nothing (4 documents at `--eval-share` 0.2: no eval document 41 % of the time), so at least
+   `--min-eval-documents` (1) are held out: when the hash holds out fewer, the documents nearest the boundary (the
+   lowest hash points) are held out too. That minimum is the one exception to stability: once the hash alone holds
+   out enough (about `min-eval-documents / eval-share` documents), it decides alone. A build with no more documents
+   than the minimum is refused, naming both settings.
+   **Eval references**: a teacher's summary is a guess, and an eval reference is the answer the gate scores every
+   model against; a wrong one (a small teacher's "48-hour pay freeze" for a 48-hour strike) rewards the model that
+   repeats the mistake. So by default (`--eval-references curated`) only curated summaries — a reviewer's — are eval
+   references: the minimum counts documents with one, and a teacher-summarised document held out for eval is left
+   out of both splits (`teacher-eval-reference` in dropped.jsonl: not trained on either, so it can become an eval
+   reference once reviewed). `--eval-references curated-or-teacher` lets the teacher's summaries be references too
+   (evaluate then measures agreement with the teacher); the data card says which applied.
 4. **De-duplication and decontamination**, by the rule fetch-dataset checks (`leakage.near_duplicates`: the
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
@@ -35,13 +50,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from steps.core import faithfulness
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
 
-FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long")
+FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long", "verbatim", "unfaithful")
 CURATED_FILTERS = ("empty", "too-long")
+# Who may write an eval reference (see the module docstring).
+EVAL_REFERENCES = ("curated", "curated-or-teacher")
+TEACHER_IN_EVAL = "teacher-eval-reference"  # the dropped reason of a teacher-summarised eval document
 # A refusal or apology where a summary belongs (small teachers do this on odd documents).
 REFUSAL = re.compile(
     r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
@@ -101,6 +120,20 @@ class FilterConfig:
         metadata={"help": "the hand-written adversarial split (kept as is; train is decontaminated against it)"},
     )
     eval_share: float = field(default=0.2, metadata={"help": "share of documents (by hash) held out for eval"})
+    eval_references: str = field(
+        default="curated",
+        metadata={
+            "help": "who may write eval references: curated (reviewed feedback only) or curated-or-teacher (the "
+            "teacher's summaries too: evaluate then measures agreement with the teacher)"
+        },
+    )
+    min_eval_documents: int = field(
+        default=1,
+        metadata={
+            "help": "fewest documents held out for eval whatever --eval-share gives (those nearest the boundary); "
+            "a build needs one document more"
+        },
+    )
 
 
 @dataclass
@@ -109,12 +142,47 @@ class FilterResult:
     eval_rows: int
     adversarial_rows: int
     dropped: int
+    eval_documents: int
+
+
+def split_point(source_sha256: str) -> float:
+    """Where a document falls in [0, 1), from its own hash: stable across rebuilds, whatever else is in the build."""
+    return int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
 
 
 def split_of(source_sha256: str, eval_share: float) -> str:
-    """'eval' or 'train', from the document's own hash: stable across rebuilds, whatever else is in the build."""
-    point = int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
-    return "eval" if point < eval_share else "train"
+    """'eval' or 'train' by the hash alone (`hold_out` adds the minimum)."""
+    return "eval" if split_point(source_sha256) < eval_share else "train"
+
+
+def hold_out(keys: set[str], references: set[str], eval_share: float, minimum: int, eval_references: str) -> set[str]:
+    """The documents (split keys) held out for eval: those the hash puts there, and more of those that can be eval
+    references (`references`), lowest hash points first, until at least `minimum` of them are. SplitError when there
+    are not that many, or none is left to train on."""
+    if len(references) < minimum:
+        fix = (
+            "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
+            "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
+            "agreement with the teacher)"
+            if eval_references == "curated"
+            else "add documents (or feedback)"
+        )
+        raise SplitError(
+            f"{len(references)} document(s) can be eval references (eval-references={eval_references}), but a build "
+            f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
+        )
+    held = {k for k in keys if split_point(k) < eval_share}
+    for key in sorted(references - held, key=split_point):
+        if len(held & references) >= minimum:
+            break
+        held.add(key)
+    if not keys - held:
+        raise SplitError(
+            f"{len(keys)} document(s) passed the filters and all are held out for eval (eval-share {eval_share}, "
+            f"at least {minimum} with references: -S min-eval-documents={minimum}), none is left to train on: add "
+            "documents, or lower min-eval-documents"
+        )
+    return held
 
 
 def filter_reason(summary: str, document: str, finish_reason: str, curated: bool) -> str | None:
@@ -127,8 +195,28 @@ def filter_reason(summary: str, document: str, finish_reason: str, curated: bool
         "wrong-language": lambda: wrong_language(summary, document),
         "length-ratio": lambda: words > MAX_LENGTH_RATIO * len(document.split()),
         "too-long": lambda: estimate_tokens(summary) > summary_token_budget(),
+        "verbatim": lambda: normalise(summary).rstrip(".") in normalise(document),
+        "unfaithful": lambda: not faithfulness.check(summary, document).faithful,
     }
     return next((r for r in FILTERS if (not curated or r in CURATED_FILTERS) and checks[r]()), None)
+
+
+def unfaithful_kinds(summary: str, document: str) -> list[str]:
+    """What an unfaithful summary lacks, by kind (one summary may lack several)."""
+    found = faithfulness.check(summary, document)
+    kinds = []
+    if found.unsupported_facts:
+        kinds.append("names-or-numbers")
+    if found.content_words < faithfulness.MIN_CONTENT_WORDS:
+        kinds.append("too-few-content-words")
+    elif found.support < faithfulness.MIN_SUPPORT:
+        kinds.append("content-words")
+    return kinds
+
+
+def can_be_reference(example: dict, eval_references: str) -> bool:
+    """May this example's summary be an eval reference under `--eval-references`?"""
+    return eval_references == "curated-or-teacher" or example["lineage"]["summary_by"] == "feedback"
 
 
 def _examples(cfg: FilterConfig) -> list[dict]:
@@ -191,19 +279,41 @@ def _adversarial(path: str) -> tuple[bytes, list[dict]]:
 
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
+    problems = []
+    if cfg.eval_references not in EVAL_REFERENCES:
+        problems.append(f"--eval-references {cfg.eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
     if not 0 < cfg.eval_share < 1:
-        raise SplitError(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+        problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+    if cfg.min_eval_documents < 1:
+        problems.append(f"--min-eval-documents {cfg.min_eval_documents}: use 1 or more")
+    if problems:
+        raise SplitError("invalid filter-split config:\n  " + "\n  ".join(problems))
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []
-    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    kept: list[dict] = []
+    unfaithful: Counter[str] = Counter()
     for ex in _examples(cfg):
         curated = ex["lineage"]["summary_by"] == "feedback"
         reason = filter_reason(ex["summary"], ex["document"], ex["_finish"], curated)
         if reason:
-            dropped.append({"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]})
+            row = {"id": ex["id"], "reason": reason, "summary": ex["summary"], "source": ex["lineage"]}
+            if reason == "unfaithful":
+                row["detail"] = faithfulness.check(ex["summary"], ex["document"]).reason()
+                unfaithful.update(unfaithful_kinds(ex["summary"], ex["document"]))
+            dropped.append(row)
         else:
-            splits[split_of(ex.pop("_split_key"), cfg.eval_share)].append(ex)
-            ex.pop("_finish")
+            kept.append(ex)
+    references = {ex["_split_key"] for ex in kept if can_be_reference(ex, cfg.eval_references)}
+    keys = {ex["_split_key"] for ex in kept}
+    eval_keys = hold_out(keys, references, cfg.eval_share, cfg.min_eval_documents, cfg.eval_references)
+    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    for ex in kept:
+        held = ex.pop("_split_key") in eval_keys
+        ex.pop("_finish")
+        if held and not can_be_reference(ex, cfg.eval_references):
+            dropped.append({"id": ex["id"], "reason": TEACHER_IN_EVAL, "split": "eval", "lineage": ex["lineage"]})
+            continue
+        splits["eval" if held else "train"].append(ex)
 
     def drop(split: str, keep: list[bool], reasons: dict[int, str]) -> None:
         for i, row in enumerate(splits[split]):
@@ -240,19 +350,27 @@ def run(cfg: FilterConfig) -> FilterResult:
     if empty:
         raise SplitError(
             f"the {' and '.join(empty)} split would be empty ({sum(map(len, splits.values()))} examples kept, "
-            f"{len(dropped)} dropped, --eval-share {cfg.eval_share}); add documents or feedback"
+            f"{len(dropped)} dropped as duplicates or by the filters, --eval-share {cfg.eval_share}, "
+            f"--min-eval-documents {cfg.min_eval_documents}); add documents or feedback (dropped.jsonl says why each "
+            "example went)"
         )
     counts = Counter(d["reason"].split(" ")[0] for d in dropped)
     filters = {
         "filters": {r: counts.get(r, 0) for r in FILTERS},
+        "unfaithful": {k: unfaithful.get(k, 0) for k in ("names-or-numbers", "content-words", "too-few-content-words")},
+        "faithfulness": {"min_support": faithfulness.MIN_SUPPORT, "min_content_words": faithfulness.MIN_CONTENT_WORDS},
+        "eval_references": cfg.eval_references,
+        "teacher_eval_references_left_out": counts.get(TEACHER_IN_EVAL, 0),
         "deduplication": {r: counts.get(r, 0) for r in ("duplicate", "near-duplicate")},
         "trimmed": sum(bool(r["lineage"].get("trimmed")) for rows in splits.values() for r in rows),
         "language": {"detector": "py3langid", "max_same_language_prob": MAX_SAME_LANGUAGE_PROB},
         "eval_share": cfg.eval_share,
+        "min_eval_documents": cfg.min_eval_documents,
+        "eval_documents": len(eval_keys),
         "max_length_ratio": MAX_LENGTH_RATIO,
         "near_duplicate_share": NEAR_DUPLICATE_SHARE,
     }
-    result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped))
+    result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped), len(eval_keys))
     with atomic_dir(cfg.out) as tmp:
         for split, rows in splits.items():
             write_jsonl(tmp / f"{split}.jsonl", rows)
@@ -270,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SplitError, DatasetError) as e:
         print(f"filter-split: {e}", file=sys.stderr)
         return 1
-    print(f"{result.train_rows} train, {result.eval_rows} eval, {result.adversarial_rows} adversarial; "
-          f"{result.dropped} dropped (out/…/dropped.jsonl)")  # fmt: skip
+    print(f"{result.train_rows} train, {result.eval_rows} eval ({result.eval_documents} document(s) held out: "
+          f"--eval-share {cfg.eval_share} by hash, at least --min-eval-documents {cfg.min_eval_documents}), "
+          f"{result.adversarial_rows} adversarial; {result.dropped} dropped ({cfg.out}/dropped.jsonl)")  # fmt: skip
     return 0
 
 

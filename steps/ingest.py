@@ -18,9 +18,9 @@ base's chat template and tokenizer) plus the served answer cap must fit the serv
 (`steps.core.dataset`), so the
 published rows are never cut by the prompt nor refused by fetch-dataset.
 
-A file that yields no text — an unreadable, encrypted, empty or image-only PDF, undecodable text — is reported by
-name with its reason, counted and skipped: one bad file never stops the batch. A folder with no usable document at all
-is an error.
+A file that yields no text — an unreadable, damaged (truncated), encrypted, blank or image-only PDF, undecodable
+text — is reported by name with its reason, counted and skipped: one bad file never stops the batch. A folder with no
+usable document at all is an error.
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ class IngestError(ValueError):
 class IngestConfig:
     out: Path = field(metadata={"help": "folder to write documents.jsonl and skipped.json into"})
     documents: str = field(
-        default="data/documents", metadata={"help": "folder or s3://bucket/prefix/ holding PDF, text, Markdown, HTML"}
+        default="data/documents",
+        metadata={
+            "help": "folder or s3://bucket/prefix/ holding PDF, text, Markdown, HTML; several: separated by commas"
+        },
     )
     base_model: str = field(
         default=".cache/models/SmolLM2-135M-Instruct",
@@ -150,9 +153,14 @@ def _pdf_text(blob: bytes) -> str:
     with doc:
         if doc.needs_pass or doc.is_encrypted:
             raise Unusable("encrypted PDF (needs a password); decrypt it or remove it")
+        # MuPDF rebuilds a damaged file's cross-reference table as it opens it: what is left may be no page, or pages
+        # without their text (a truncated download). That is a broken file, not an empty document.
+        damaged = "damaged PDF (MuPDF had to repair it: truncated or corrupt?)"
         if doc.page_count == 0:
-            raise Unusable("empty PDF (no pages)")
-        pages, images = [], 0
+            if doc.is_repaired:
+                raise Unusable(f"{damaged}; no page could be recovered: download or export it again")
+            raise Unusable("PDF with no pages")
+        pages, images, repaired = [], 0, doc.is_repaired
         try:
             for page in doc:
                 pages.append(page.get_text("text").splitlines())
@@ -162,7 +170,9 @@ def _pdf_text(blob: bytes) -> str:
     if not any(line.strip() for lines in pages for line in lines):
         if images:
             raise Unusable(f"image-only PDF ({images} image(s), no text layer); OCR it first")
-        raise Unusable("empty PDF (no text on any page)")
+        if repaired:
+            raise Unusable(f"{damaged}; no text recovered from its {len(pages)} page(s): download or export it again")
+        raise Unusable(f"PDF without text ({len(pages)} blank page(s))")
     return "\n\n".join("\n".join(lines) for lines in _lines_without_edges(pages))
 
 
@@ -326,7 +336,10 @@ def run(cfg: IngestConfig) -> IngestResult:
     skipped: list[dict] = []
     files = documents = 0
     seen: dict[str, str] = {}
-    for uri, read in _sources(cfg.documents):
+    locations = [loc.strip() for loc in cfg.documents.split(",") if loc.strip()]
+    if not locations:
+        raise IngestError("--documents is empty: give a folder or an s3://bucket/prefix/")
+    for uri, read in (source for location in locations for source in _sources(location)):
         files += 1
         blob = read()
         digest = hashlib.sha256(blob).hexdigest()

@@ -73,6 +73,7 @@ class OnlineResult:
     records: int
     through: str  # the last complete day considered
     versions: list[VersionSummary]
+    waiting: int = 0  # records of --now's day or later: counted once their day is complete
 
 
 def now_from(text: str) -> dt.datetime:
@@ -147,7 +148,8 @@ def _run(cfg: OnlineConfig) -> OnlineResult:
                 late_days=[day_text(d) for d in late],
             )
         )
-    result = OnlineResult(cfg.model_name, len(records), day_text(today - 1), summaries)
+    waiting = sum(day_number(r.time) >= today for r in records)
+    result = OnlineResult(cfg.model_name, len(records), day_text(today - 1), summaries, waiting)
     with atomic_dir(cfg.out) as out:
         write_result(out, result)
     return result
@@ -174,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  version {s.version}: wrote {len(s.days_written)} day(s), {len(s.days_already_written)} already there")
         if s.late_days:
             print(f"    late records not counted for {', '.join(s.late_days)} (already written)")
+    if result.waiting:
+        print(f"  {result.waiting} record(s) dated after {result.through} wait until their UTC day is complete: "
+              "run again after midnight UTC (a trial: --now a day later)")  # fmt: skip
     return 0
 
 

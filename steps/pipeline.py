@@ -20,6 +20,8 @@ from steps import sizing
 from steps.core.registry import MODEL_NAME
 from steps.gguf.quants import LADDER, SERVED
 
+LOCAL_OUT = "out"  # the embedded run's stage folders: out/<output>
+
 
 @dataclass(frozen=True)
 class Param:
@@ -319,6 +321,18 @@ BUILD_PARAMS: tuple[Param, ...] = (
     ),
     Param("eval-share", "0.2", "0.2", "share of documents (by a hash of each) held out for eval"),
     Param(
+        "eval-references",
+        "curated",
+        "curated",
+        "who may write eval references: curated (reviewed feedback only) or curated-or-teacher",
+    ),
+    Param(
+        "min-eval-documents",
+        "1",
+        "1",
+        "fewest documents held out for eval whatever eval-share gives; a build needs one more",
+    ),
+    Param(
         "dataset-repo",
         ".cache/dataset-repo",
         None,
@@ -364,7 +378,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         "steps.filter_split",
         config="FilterConfig",
         output="examples",
-        params=("adversarial-file", "eval-share"),
+        params=("adversarial-file", "eval-share", "eval-references", "min-eval-documents"),
         inputs=("chunks", "curated", "summaries"),
         exports=("train-rows", "eval-rows", "dropped"),
         help="filter, de-duplicate, decontaminate, split by each document's hash",

@@ -30,9 +30,12 @@ aliases; one that reads between the writes sees either the same pair (and writes
 previous-champion A whatever the interleaving.
 
 Rollback: `champion` back to `previous-champion`, the demoted version tagged `promotion.rolled_back` and the restored
-one `promotion.restored` (JSON: when, from which version, why). `previous-champion` stays where it was, now equal to
-`champion`: a second rollback finds them equal and does nothing. The demoted version holds no alias, so it is not
-promoted again unless proposed again.
+one `promotion.restored` (JSON: when, from which version, why), then `previous-champion` removed: no version is left
+to roll back to (the demoted one is not a candidate, and the one before the restored champion is not recorded), so
+`champion` and `previous-champion` never name the same version. A second rollback finds the champion restored and no
+`previous-champion` and does nothing; a run that reads between another's writes (`champion` already back, the alias
+not yet removed) only removes it. The demoted version holds no alias, so it is not promoted again unless proposed
+again.
 
 `--now` (RFC 3339) replaces the clock, for tests and for re-deciding a past day. Writes `result.json` and `_outputs/`.
 """
@@ -227,14 +230,15 @@ def _tag(client: Any, name: str, version: str, key: str, value: str) -> None:
     registry.upsert(client.set_model_version_tag, name, version, key, value)
 
 
-def _remove_challenger(client: Any, name: str, version: str) -> None:
-    """Remove `challenger` if it still names `version` (propose may have set a newer one meanwhile)."""
+def _remove_alias(client: Any, name: str, alias: str, version: str) -> None:
+    """Remove `alias` if it still names `version` (propose may have set a newer challenger meanwhile, a promotion a
+    newer previous-champion)."""
     from mlflow.exceptions import MlflowException
 
-    if _aliases(client, name).get(CHALLENGER) != version:
+    if _aliases(client, name).get(alias) != version:
         return
     try:
-        client.delete_registered_model_alias(name, CHALLENGER)
+        client.delete_registered_model_alias(name, alias)
     except MlflowException as e:  # another run removed it first
         if e.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
@@ -259,7 +263,7 @@ def promote(client: Any, cfg: PromoteConfig, now: dt.datetime) -> PromoteResult:
     if chal is None:
         return result(False, "no-challenger", [f"no '{CHALLENGER}' version of {name}: nothing to decide"])
     if chal == champ:  # an earlier run promoted it and stopped before removing `challenger`
-        _remove_challenger(client, name, chal)
+        _remove_alias(client, name, CHALLENGER, chal)
         return result(False, "already-promoted", [f"version {chal} is already the '{CHAMPION}'"])
 
     version = client.get_model_version(name, chal)
@@ -300,7 +304,7 @@ def promote(client: Any, cfg: PromoteConfig, now: dt.datetime) -> PromoteResult:
     if champ:
         registry.upsert(client.set_registered_model_alias, name, PREVIOUS, champ)
     registry.upsert(client.set_registered_model_alias, name, CHAMPION, chal)
-    _remove_challenger(client, name, chal)
+    _remove_alias(client, name, CHALLENGER, chal)
     return result(True, decision, reasons, figures)
 
 
@@ -317,17 +321,21 @@ def rollback(client: Any, cfg: PromoteConfig, now: dt.datetime) -> PromoteResult
         )  # fmt: skip
 
     if prev is None:
+        if champ and RESTORED_TAG in client.get_model_version(name, champ).tags:
+            return result(False, "already-rolled-back", [f"'{CHAMPION}' is version {champ}, restored by a rollback"])
         raise PromoteError(
             f"{name} has no '{PREVIOUS}': nothing to roll back to (set `{CHAMPION}` by hand: "
             f"MlflowClient().set_registered_model_alias({name!r}, {CHAMPION!r}, '<version>'))"
         )
-    if prev == champ:
+    if prev == champ:  # another rollback moved `champion` and has not removed `previous-champion` yet
+        _remove_alias(client, name, PREVIOUS, prev)
         return result(False, "already-rolled-back", [f"'{CHAMPION}' is already version {prev}, the '{PREVIOUS}'"])
     record = {"at": _stamp(now), "from": champ, "to": prev, "reason": cfg.reason}
     if champ:
         _tag(client, name, champ, ROLLED_BACK_TAG, json.dumps(record, sort_keys=True))
     _tag(client, name, prev, RESTORED_TAG, json.dumps(record, sort_keys=True))
     registry.upsert(client.set_registered_model_alias, name, CHAMPION, prev)
+    _remove_alias(client, name, PREVIOUS, prev)
     why = f": {cfg.reason}" if cfg.reason else ""
     return result(True, "rolled-back", [f"'{CHAMPION}' moved back from version {champ} to {prev}{why}"])
 

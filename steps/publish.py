@@ -13,7 +13,8 @@ repository has none), `card.json` and `card.md` are written, everything is commi
 `dataset-<first 12 of the dataset hash>` (fetch-dataset's hash). The tag is the `dataset-rev` to train on. Publishing
 content whose tag exists already changes nothing in the repository and returns that tag and its commit.
 
-The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer), the teacher
+The data card: examples per split and per kind of source, who wrote the summaries (teacher or reviewer) and so where
+each split's references came from (`references`: with the eval-references rule filter-split held eval to), the teacher
 with its terms decision, the filters and how many each dropped, the files skipped at ingest with why, feedback rows
 (and how many are new since the previous revision: `steps.core.card.feedback_rows`, the retrain trigger's own
 count), and length statistics. It is committed with the revision, so fetch-dataset brings it back and register logs it
@@ -149,8 +150,10 @@ def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | No
         }
     per_split["adversarial"] = {"rows": len(rows["adversarial"])}
     feedback_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()
+    filters = read_json(cfg.examples / "filters.json")
     return {
         "splits": per_split,
+        "references": references(per_split, filters),
         "teacher": {k: teacher.get(k) for k in ("name", "provider", "model", "revision", "terms_url", "licence")}
         | {
             "outputs_may_train_models": teacher["outputs_may_train_models"],
@@ -158,10 +161,30 @@ def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | No
             "terms_reviewed_on": str(teacher["reviewed_on"]),
             "decision": teacher["decision"],
         },
-        "filters": read_json(cfg.examples / "filters.json"),
+        "filters": filters,
         "skipped_files": read_json(cfg.chunks / "skipped.json"),
         "feedback": {"rows": len(feedback_rows(feedback_blob)), "new_since_previous_revision": new_feedback},
         "ingest": read_json(cfg.chunks / "result.json"),
+    }
+
+
+# Who wrote each split's summaries, in the card's words: the lineage's `summary_by`.
+WRITERS = {"feedback": "reviewers (curated feedback)", "teacher": "the teacher"}
+
+
+def references(per_split: dict, filters: dict) -> dict:
+    """Where each split's reference summaries came from, and the rule the eval split was held to."""
+    setting = filters.get("eval_references", "curated-or-teacher")  # builds before the setting: teacher allowed
+    rule = {
+        "curated": "reviewed summaries only: the teacher's are never eval references",
+        "curated-or-teacher": "reviewed summaries and the teacher's: eval scores measure agreement with the teacher "
+        "where it wrote the reference",
+    }[setting]
+    return {
+        "eval_references": setting,
+        "rule": rule,
+        "by_split": {split: per_split[split]["summary_by"] for split in ("train", "eval")},
+        "teacher_eval_references_left_out": filters.get("teacher_eval_references_left_out", 0),
     }
 
 
@@ -176,6 +199,14 @@ def card_markdown(data: dict, rev: str) -> str:
     for split, s in data["splits"].items():
         median = s.get("summary_words", {}).get("median", "")
         lines.append(f"| {split} | {s['rows']} | {s.get('by_kind', '')} | {s.get('summary_by', '')} | {median} |")
+    refs = data["references"]
+    lines += ["", f"**References** (eval-references={refs['eval_references']}: {refs['rule']}):"]
+    for split, by in refs["by_split"].items():
+        written = ", ".join(f"{n} by {WRITERS.get(who, who)}" for who, n in sorted(by.items())) or "none"
+        lines.append(f"- {split}: {written}")
+    if refs["teacher_eval_references_left_out"]:
+        lines.append(f"- held out but left out of both splits (the teacher's summary, no reviewed one): "
+                     f"{refs['teacher_eval_references_left_out']}")  # fmt: skip
     lines += [
         "",
         f"**Teacher**: {t['name']} ({t['model']}, {t['revision']}) by {t['provider']}: outputs may train other models "
@@ -226,6 +257,7 @@ def run(cfg: PublishConfig) -> PublishResult:
                 if _git(repo, "ls-files", f"{cfg.dataset_path}/{name}"):
                     _git(repo, "rm", "-q", "--cached", f"{cfg.dataset_path}/{name}")
             dvc = Repo(str(repo))
+            dvc.scm_context.quiet = True  # its "git add …" and autostage hints: this step commits what it added
             try:
                 dvc.add([str(folder / name) for name in files])
                 dvc.push()
@@ -259,10 +291,23 @@ def main(argv: list[str] | None = None) -> int:
     except (DatasetError, PublishError) as e:
         print(f"publish: {e}", file=sys.stderr)
         return 1
-    print(
-        f"published {result.dataset_rev} ({result.dataset_commit[:12]}); train with -p dataset-rev={result.dataset_rev}"
-    )
+    print("\n".join(train_on_it(cfg, result)))
     return 0
+
+
+def train_on_it(cfg: PublishConfig, result: PublishResult) -> list[str]:
+    """What publish prints: the revision, and how to train on it here (DVC's -S) and on the cluster (Argo's -p)."""
+    repo, rev = cfg.dataset_repo, result.dataset_rev
+    remote = repo if is_uri(repo) or repo.startswith("git@") else "<the repository's git URL>"
+    state = "published" if result.committed else "already published as"
+    return [
+        f"{state} {rev} (commit {result.dataset_commit[:12]}) in {repo}; train on it",
+        f"  here:        scripts/run_local.sh -S dataset-repo={repo} -S dataset-rev={rev}",
+        "               (dvc exp run writes the values into params.yaml and dvc.lock: "
+        "`git checkout params.yaml dvc.lock` puts them back)",
+        f"  on Argo:     argo submit -n distillery --from workflowtemplate/distill -p dataset-repo={remote} "
+        f"-p dataset-rev={rev}",
+    ]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """push-adapter (optional): the LoRA adapter and its model card, committed to a git repository (Gitea) over HTTPS.
 
     GITEA_TOKEN=… python -m steps.push_adapter --repo-url https://gitea.home/ml/summariser-adapters.git \
-        --registration out/register --adapter out/train --evaluation out/evaluate --gguf out/gguf \
-        --dataset out/dataset --out out/push
+        --registration out/registration --adapter out/adapter --evaluation out/evaluation --gguf out/gguf \
+        --dataset out/dataset --tracking-uri sqlite:///.cache/mlflow/mlflow.db --out out/push
+
+(the folders of the local run, `scripts/run_local.sh`; on Argo, the steps' output artifacts). A missing input is
+named with the stage that writes it, all at once, before anything is read.
 
 What lands in the repository, on `--branch` (main), under `<model name>/v<version>/`: the adapter's files
 (`adapter_config.json`, `adapter_model.safetensors`, the tokenizer files train wrote) and `README.md`, the model
@@ -39,6 +42,7 @@ from urllib.parse import urlsplit
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, environment, read_json
 from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.pipeline import LOCAL_OUT, producer
 
 TOKEN_ENV = "GITEA_TOKEN"
 USERNAME_ENV = "GITEA_USERNAME"
@@ -52,7 +56,14 @@ ADAPTER_FILES = (
     "special_tokens_map.json",
     "chat_template.jinja",
 )
-REQUIRED = ("adapter_config.json", "adapter_model.safetensors")
+# What each input folder must hold, by the name of the pipeline output it is (steps/pipeline.py).
+REQUIRED = {
+    "registration": ("result.json",),
+    "adapter": ("adapter_config.json", "adapter_model.safetensors"),
+    "evaluation": ("result.json", "decision.json"),
+    "gguf": ("parity.json",),
+    "dataset": ("lineage.json",),
+}
 
 
 class PushError(RuntimeError):
@@ -89,6 +100,21 @@ def config_problems(cfg: PushConfig) -> list[str]:
         problems.append(f"--repo-url {cfg.repo_url}: plain http would send the token in clear text; use https")
     if not cfg.branch or cfg.branch.startswith("-"):
         problems.append(f"--branch {cfg.branch!r}: name a branch")
+    return problems
+
+
+def missing_inputs(cfg: PushConfig) -> list[str]:
+    """Every input file that is not there, with the stage that writes its folder and where the local run puts it."""
+    problems = []
+    for output, names in REQUIRED.items():
+        folder = Path(getattr(cfg, output))
+        absent = [name for name in names if not (folder / name).is_file()]
+        if absent:
+            stage = producer(output).name
+            problems.append(
+                f"--{output} {folder}: no {', '.join(absent)}; the {stage} stage writes this folder (the local run: "
+                f"{LOCAL_OUT}/{output}, after scripts/run_local.sh)"
+            )
     return problems
 
 
@@ -167,8 +193,7 @@ def recorded_lineage(cfg: PushConfig, reg: dict) -> dict[str, str]:
 @timed
 def run(cfg: PushConfig) -> PushResult:
     problems = config_problems(cfg)
-    missing = [f"{cfg.adapter}/{name}" for name in REQUIRED if not (Path(cfg.adapter) / name).is_file()]
-    problems += [f"{path} is missing: run train first" for path in missing]
+    problems += missing_inputs(cfg)
     if problems:
         raise ValueError("invalid push-adapter config:\n  " + "\n  ".join(problems))
     reg = read_json(Path(cfg.registration) / "result.json")

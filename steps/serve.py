@@ -93,6 +93,13 @@ class ServeConfig(MlflowSettings):
         default=30.0, metadata={"help": "after a swap, how long the old server may finish its requests"}
     )
     request_timeout: float = field(default=600.0, metadata={"help": "seconds one forwarded request may take"})
+    llama_log: bool = field(
+        default=False,
+        metadata={
+            "help": "pass llama.cpp's own output (model loading, per-request timings, the access log of its server) "
+            "to stderr; off: only its errors"
+        },
+    )
 
 
 def config_problems(cfg: ServeConfig) -> list[str]:
@@ -235,6 +242,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def backend_argv(prepared: Prepared, cfg: ServeConfig, port: int) -> list[str]:
+    """The command line of llama-cpp-python's server for one version: its file, the version's own settings, and
+    llama.cpp's debug output only when --llama-log asks for it."""
+    argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
+    argv += [*llama_server_threads(cfg.threads), "--verbose", str(cfg.llama_log).lower()]
+    for key, value in prepared.serving.model_kwargs().items():
+        argv += [f"--{key}", str(value)]
+    return argv
+
+
 class Backend:
     """One llama-cpp-python server for one prepared version, on a loopback port; counts the requests it is answering."""
 
@@ -243,12 +261,14 @@ class Backend:
         self.port = _free_port()
         self.in_flight = 0
         self._lock = threading.Lock()
-        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
-        argv += ["--port", str(self.port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
-        argv += llama_server_threads(cfg.threads)
-        for key, value in prepared.serving.model_kwargs().items():
-            argv += [f"--{key}", str(value)]
-        self.proc = subprocess.Popen(argv, stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
+        # llama.cpp's server logs ~100 lines a request when verbose (its default); its uvicorn access log goes to
+        # stdout, its errors to stderr.
+        self.proc = subprocess.Popen(
+            backend_argv(prepared, cfg, self.port),
+            stdout=sys.stderr if cfg.llama_log else subprocess.DEVNULL,
+            stderr=sys.stderr,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + cfg.start_timeout
         while True:
             if self.proc.poll() is not None:

@@ -74,7 +74,10 @@ class TeacherConfig:
         default="data/teachers.yaml", metadata={"help": "the committed terms decisions, one entry per teacher"}
     )
     teacher_url: str = field(
-        default="", metadata={"help": "OpenAI-compatible base URL; empty: serve --teacher-gguf on 127.0.0.1"}
+        default="",
+        metadata={
+            "help": "OpenAI-compatible base URL, with or without its /v1; empty: serve --teacher-gguf on 127.0.0.1"
+        },
     )
     teacher_gguf: str = field(
         default="", metadata={"help": "GGUF to serve when --teacher-url is empty (else the entry's)"}
@@ -114,7 +117,7 @@ def gate(cfg: TeacherConfig) -> dict:
     entry = allowed_entry(cfg.teachers_file, cfg.teacher)
     where = f"{cfg.teachers_file}: teachers.{cfg.teacher}"
     if entry["hosted"]:
-        if not cfg.teacher_url or cfg.teacher_url.rstrip("/") != str(entry["endpoint"]).rstrip("/"):
+        if not cfg.teacher_url or api_root(cfg.teacher_url) != api_root(str(entry["endpoint"])):
             raise TermsError(
                 f"{where} is a hosted teacher reached at {entry['endpoint']}; --teacher-url {cfg.teacher_url!r} is not "
                 "that endpoint; no request was sent"
@@ -178,13 +181,20 @@ def prompt_sha256() -> str:
     return hashlib.sha256(json.dumps(messages(""), sort_keys=True).encode()).hexdigest()
 
 
+def api_root(url: str) -> str:
+    """The OpenAI-compatible API root of a teacher URL written with or without its `/v1` (both forms are usual:
+    `https://api.example.com` and `https://api.example.com/v1` name the same endpoint)."""
+    base = url.rstrip("/")
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
 def complete(url: str, model: str, document: str) -> tuple[str, str]:
     """(summary, finish_reason) from the chat endpoint at `url`."""
     body = json.dumps({"model": model, "messages": messages(document), **decoding()}).encode()
     headers = {"Content-Type": "application/json"}
     if os.environ.get("TEACHER_API_KEY"):
         headers["Authorization"] = f"Bearer {os.environ['TEACHER_API_KEY']}"
-    request = urllib.request.Request(f"{url.rstrip('/')}/v1/chat/completions", data=body, headers=headers)
+    request = urllib.request.Request(f"{api_root(url)}/chat/completions", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
             answer = json.loads(response.read())

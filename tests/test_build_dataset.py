@@ -8,18 +8,20 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
-from steps.core import terms
+from steps.core import faithfulness, terms
 from steps.core.card import FEEDBACK_FILE, card_tags
 from steps.core.dataset import SPLITS, document_sha256
-from steps.core.io import read_jsonl, write_jsonl
+from steps.core.io import read_jsonl, write_json, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 
 TEACHERS = ROOT / "data/teachers.yaml"
@@ -35,6 +37,13 @@ TEXTS = [
     "The city library extended its weekend opening hours after a survey of two thousand readers. Sunday afternoons "
     "were the most requested time, and volunteers from the friends of the library will staff the extra shifts.",
 ]
+
+
+def gist(text: str) -> str:
+    """A faithful summary of `text` that copies no span of it: its first sentence's content words (faithfulness's
+    own definition), the function words between them left out."""
+    words = faithfulness.content_words(text.split(". ")[0])[:8]
+    return " ".join(words).capitalize() + "."
 
 
 def steer(text: str, split: str, eval_share: float = 0.2) -> bytes:
@@ -102,6 +111,21 @@ def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Pat
     assert rows["note.md"]["document"] == "Parks\n\nThe parks budget rose by ten per cent."
     assert rows["page.html"]["document"] == "Trams & buses."
     assert rows["minutes.pdf"]["source_sha256"] == hashlib.sha256((docs / "minutes.pdf").read_bytes()).hexdigest()
+
+
+def test_a_damaged_pdf_is_called_damaged_not_empty():
+    import pymupdf
+
+    doc = pymupdf.open()
+    for _ in range(3):
+        doc.new_page().insert_text((72, 72), "The strike lasts 48 hours. " * 10)
+    whole = doc.tobytes()
+    no_pages = b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\n"
+    for blob in (whole[: len(whole) * 3 // 10], no_pages):  # a truncated download; a file MuPDF finds no page in
+        with pytest.raises(ingest.Unusable) as e:
+            ingest._pdf_text(blob)
+        assert str(e.value).startswith("damaged PDF") and "empty" not in str(e.value)
+    assert "The strike lasts 48 hours." in ingest._pdf_text(whole)
 
 
 def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):
@@ -199,6 +223,7 @@ def test_a_bad_outcome_record_is_named_by_line_and_field_as_feedback(tmp_path: P
 
 class _Counting(http.server.BaseHTTPRequestHandler):
     count = 0
+    paths: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self._answer()
@@ -208,6 +233,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         type(self).count += 1
+        type(self).paths.append(self.path)
         body = json.dumps({"choices": [{"message": {"content": "A summary."}, "finish_reason": "stop"}]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -220,7 +246,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def counting_server() -> Iterator[tuple[str, type[_Counting]]]:
-    handler = type("Counter", (_Counting,), {"count": 0})
+    handler = type("Counter", (_Counting,), {"count": 0, "paths": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -275,6 +301,19 @@ def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request
     assert teacher.run(cfg).requests == 1 and handler.count == 1
 
 
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_a_teacher_url_with_or_without_v1_reaches_the_chat_endpoint(suffix: str, tmp_path: Path, counting_server):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    # The entry names the endpoint one way, the flag the other: the same endpoint for the terms gate.
+    endpoint = f"{url}/v1" if suffix in ("", "/") else url
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
+                                teachers_file=str(hosted_teachers(tmp_path, endpoint, allowed=True)),
+                                teacher_url=url + suffix, cache=str(tmp_path / "cache"))  # fmt: skip
+    assert teacher.run(cfg).requests == 1
+    assert handler.paths == ["/v1/chat/completions"]
+
+
 def test_an_open_weights_entry_cannot_be_pointed_at_a_public_api(tmp_path: Path):
     documents, curated = one_document(tmp_path)
     cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated,
@@ -296,9 +335,14 @@ def test_an_incomplete_terms_entry_is_refused_naming_the_field(tmp_path: Path):
 
 
 def stage_inputs(
-    tmp_path: Path, texts: dict[str, bytes], summaries: dict[str, str | tuple[str, str]]
+    tmp_path: Path,
+    texts: dict[str, bytes],
+    summaries: dict[str, str | tuple[str, str]],
+    eval_references: str = "curated-or-teacher",
 ) -> filter_split.FilterConfig:
-    """ingest/feedback/teacher folders for documents `texts` (name -> file bytes) with teacher summaries."""
+    """ingest/feedback/teacher folders for documents `texts` (name -> file bytes) with teacher summaries. The teacher's
+    summaries may be eval references here (these tests are about the filters and the split; the default, curated
+    references only, has tests of its own)."""
     docs, gen = [], []
     for name, blob in texts.items():
         text = blob.decode()
@@ -319,7 +363,7 @@ def stage_inputs(
         write_jsonl(tmp_path / sub / f"{name}.jsonl", rows)
     return filter_split.FilterConfig(out=tmp_path / "examples", chunks=tmp_path / "documents",
                                      curated=tmp_path / "curated", summaries=tmp_path / "teacher",
-                                     adversarial_file=str(ADVERSARIAL))  # fmt: skip
+                                     adversarial_file=str(ADVERSARIAL), eval_references=eval_references)  # fmt: skip
 
 
 def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_decontaminated(tmp_path: Path):
@@ -331,7 +375,7 @@ def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_dec
         "b": steer(TEXTS[1], "train"),
         "c": steer(TEXTS[2], "eval"),
     }
-    summaries = {n: "A short neutral summary of it." for n in texts}
+    summaries = {n: gist(b.decode()) for n, b in texts.items()}
     result = filter_split.run(stage_inputs(tmp_path, texts, summaries))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["a-original"].startswith("near-duplicate of eval row a-reworded")
@@ -349,7 +393,7 @@ def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path)
         if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
     )
     texts["c"] = steer(TEXTS[2], "eval")
-    filter_split.run(stage_inputs(tmp_path, texts, dict.fromkeys(texts, "A short neutral summary of it.")))
+    filter_split.run(stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["b2"] == "near-duplicate of train row b1"
     assert dropped["b3"] == "duplicate of train row b1"
@@ -363,7 +407,7 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
         "funded by a grant from the regional environment fund.",
         "train",
     )
-    summaries = {"d0": "Pipes were replaced.", "d4": "Trees were planted.",
+    summaries = {"d0": "Old pipes were replaced.", "d4": "Trees were planted by volunteers.",
                  "d1": "I'm sorry, but I cannot summarise this document.",
                  "d2": "Bakery.", "d3": " ".join([TEXTS[3]] * 2)}  # fmt: skip
     # Cut off at the answer cap: after a complete sentence (kept, trimmed to it), or inside the first (dropped).
@@ -377,7 +421,7 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
     found = json.loads((tmp_path / "examples/filters.json").read_text())
     assert found["filters"] == {"empty": 1, "truncated": 1, "refusing": 1, "wrong-language": 1, "length-ratio": 1,
-                                "too-long": 0}  # fmt: skip
+                                "too-long": 0, "verbatim": 0, "unfaithful": 0}  # fmt: skip
     reasons = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert reasons["d7"] == "wrong-language" and "d4" not in reasons  # a three-word English summary is not
     assert found["trimmed"] == 1
@@ -385,10 +429,78 @@ def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
     assert d5["summary"] == "A butcher's shop opened on Market Street." and d5["lineage"]["trimmed"] is True
 
 
-def test_an_empty_split_is_an_error_naming_the_split(tmp_path: Path):
+def test_too_few_documents_are_refused_naming_the_settings(tmp_path: Path):
     texts = {"b": steer(TEXTS[1], "train")}
-    with pytest.raises(filter_split.SplitError, match="the eval split would be empty"):
-        filter_split.run(stage_inputs(tmp_path, texts, {"b": "A short neutral summary of it."}))
+    with pytest.raises(filter_split.SplitError, match=r"1 document\(s\) passed .* -S min-eval-documents=1\), none is"):
+        filter_split.run(stage_inputs(tmp_path, texts, {"b": gist(TEXTS[1])}))
+
+
+# The issue's case: a small teacher turned a 48-hour strike into a "48-hour pay freeze", which became a reference.
+STRIKE = (
+    "Bus drivers at Northgate Transport will hold a 48-hour strike from Monday after talks over pay broke down. "
+    "The union said the company had offered a two per cent rise, below inflation; routes 4 and 12 will not run."
+)
+
+
+def test_teacher_summaries_the_document_does_not_support_are_dropped_and_counted_by_kind(tmp_path: Path):
+    texts = {"strike": steer(STRIKE, "train"), "invented": steer(TEXTS[0], "train"), "copy": steer(TEXTS[1], "train"),
+             "good": steer(TEXTS[2], "eval"), "fine": steer(TEXTS[3], "train")}  # fmt: skip
+    summaries = {
+        "strike": "Northgate Transport announced a 48-hour pay freeze for drivers.",  # words the document lacks
+        "invented": "Harbour pipes were replaced in 2019 by Acme Utilities.",  # a year and a firm it never names
+        "copy": TEXTS[1].split(". ")[0] + ".",  # its first sentence, word for word
+        "good": "A regional bakery chain opened its tenth shop and will hire twelve people.",
+        "fine": gist(TEXTS[3]),
+    }
+    filter_split.run(stage_inputs(tmp_path, texts, summaries))
+    found = json.loads((tmp_path / "examples/filters.json").read_text())
+    assert (found["filters"]["unfaithful"], found["filters"]["verbatim"]) == (2, 1)
+    assert found["unfaithful"] == {"names-or-numbers": 1, "content-words": 1, "too-few-content-words": 0}
+    dropped = {d["id"]: d for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert "freeze" in dropped["strike"]["detail"].split("not found: ")[1]
+    assert "2019" in dropped["invented"]["detail"] and "Acme" in dropped["invented"]["detail"]
+    assert dropped["copy"]["reason"] == "verbatim"
+    kept = [r["id"] for split in ("train", "eval") for r in read_jsonl(tmp_path / f"examples/{split}.jsonl")]
+    assert sorted(kept) == ["fine", "good"]
+
+
+def test_eval_references_come_from_curated_rows_unless_the_teacher_is_opted_in(tmp_path: Path):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}  # t0 the hash holds out
+    summaries = {n: gist(b.decode()) for n, b in texts.items()}
+    # Without a reviewed summary there is nothing to hold out as a reference: refused, naming the settings.
+    with pytest.raises(filter_split.SplitError, match=r"0 document\(s\) can be eval references \(eval-references="
+                       r"curated\).*-S feedback=FILE.*-S eval-references=curated-or-teacher"):  # fmt: skip
+        filter_split.run(stage_inputs(tmp_path, texts, summaries, eval_references="curated"))
+    # One reviewed summary: it is the eval split; the teacher-summarised document the hash held out is in neither.
+    cfg = stage_inputs(tmp_path, texts, summaries, eval_references="curated")
+    t3 = texts["t3"].decode()
+    write_jsonl(cfg.curated / "curated.jsonl", [{"document_sha256": document_sha256(t3), "document": t3,
+                "summary": "Library weekend hours were extended.", "feedback": {"id": "f1", "action": "edited",
+                "model_version": "3", "timestamp": "2026-12-01T09:00:00+00:00"}}])  # fmt: skip
+    filter_split.run(cfg)
+    evaluation = read_jsonl(tmp_path / "examples/eval.jsonl")
+    assert [(r["id"], r["lineage"]["summary_by"]) for r in evaluation] == [("t3", "feedback")]
+    assert sorted(r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")) == ["t1", "t2"]
+    dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
+    assert dropped == {"t0": filter_split.TEACHER_IN_EVAL}
+    filters = json.loads((tmp_path / "examples/filters.json").read_text())
+    assert (filters["eval_references"], filters["teacher_eval_references_left_out"]) == ("curated", 1)
+    # Opted in, the teacher's summary of the document the hash holds out is the reference; the curated one trains.
+    cfg.eval_references = "curated-or-teacher"
+    filter_split.run(cfg)
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == ["t0"]
+    assert "t3" in [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")]
+
+
+def test_a_small_build_holds_out_the_minimum_nearest_the_boundary(tmp_path: Path):
+    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS[:3])}  # the hash holds out none of the three
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
+    result = filter_split.run(cfg)
+    points = {n: filter_split.split_point(hashlib.sha256(b).hexdigest()) for n, b in texts.items()}
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [min(points, key=points.get)]
+    assert (result.train_rows, result.eval_rows, result.eval_documents) == (2, 1, 1)
+    cfg.min_eval_documents = 2
+    assert filter_split.run(cfg).eval_documents == 2
 
 
 def test_a_documents_split_depends_on_its_own_hash_only():
@@ -397,6 +509,38 @@ def test_a_documents_split_depends_on_its_own_hash_only():
     assert before == {k: filter_split.split_of(k, 0.2) for k in reversed(keys)}
     shares = [filter_split.split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
     assert 0.17 < shares.count("eval") / 2000 < 0.23
+
+
+def test_publish_names_the_local_and_the_argo_command_and_repeats_no_dvc_hint(tmp_path: Path, capfd):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS[:3])}
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
+    filter_split.run(cfg)
+    write_json(cfg.chunks / "skipped.json", [])
+    write_json(cfg.chunks / "result.json", {"files": 3})
+    (cfg.curated / FEEDBACK_FILE).write_text("")
+    entry = terms.load_teachers(str(TEACHERS))["smollm2-135m-instruct"]
+    write_json(cfg.summaries / "teacher.json", {"name": "smollm2-135m-instruct", **entry, "decision": "allowed"})
+    repo = tmp_path / "dataset-repo"
+    argv = ["--out", str(tmp_path / "published"), "--examples", str(cfg.out), "--chunks", str(cfg.chunks),
+            "--curated", str(cfg.curated), "--summaries", str(cfg.summaries), "--dataset-repo", str(repo),
+            "--dvc-remote", str(tmp_path / "remote")]  # fmt: skip
+    capfd.readouterr()
+    assert publish.main(argv) == 0
+    said = capfd.readouterr()
+    rev = json.loads((tmp_path / "published/result.json").read_text())["dataset_rev"]
+    assert f"scripts/run_local.sh -S dataset-repo={repo} -S dataset-rev={rev}" in said.out
+    assert f"-p dataset-rev={rev}" in said.out and "git checkout params.yaml dvc.lock" in said.out
+    # The files are added, pushed and committed by the step: DVC's hints to do that by hand are not passed on.
+    both = said.out + said.err
+    assert "git add" not in both and "autostage" not in both and "dvc push" not in both
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    # The card says where each split's references came from, and the rule eval was held to.
+    card = json.loads((tmp_path / "published/card.json").read_text())
+    assert card["references"]["eval_references"] == "curated-or-teacher"
+    assert card["references"]["by_split"] == {"train": {"teacher": 2}, "eval": {"teacher": 1}}
+    markdown = (tmp_path / "published/card.md").read_text()
+    assert "**References** (eval-references=curated-or-teacher: " in markdown and "- eval: 1 by the teacher" in markdown
+    assert card_tags(card)["dataset.card.references"] == "curated-or-teacher"
 
 
 def fetched_rows(folder: Path, split: str) -> int:

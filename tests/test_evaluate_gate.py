@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from steps.core.faithfulness import unsupported_facts
 from steps.evaluate import EvaluateConfig
 from steps.evaluate.gate import decide
-from steps.evaluate.scoring import adversarial, paired_bootstrap, unsupported_facts
+from steps.evaluate.scoring import adversarial, paired_bootstrap
 
 CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"))
 PARITY_OK = {"passed": True, "quantization": "Q8_0"}

@@ -96,6 +96,19 @@ def test_the_command_refuses_a_bad_file_before_touching_mlflow(tmp_path: Path, c
     assert not (tmp_path / "out").exists()
 
 
+def test_records_of_the_current_day_are_said_to_wait_not_dropped_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    today = tmp_path / "outcomes.jsonl"
+    today.write_bytes(jsonl(record(), record(request_id="r2", time="2026-11-02T11:00:00Z")))
+    argv = ["--outcomes", str(today), "--out", str(tmp_path / "out"), "--model-name", "m",
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--now", "2026-11-02T18:00:00Z"]  # fmt: skip
+    assert online_metrics.main(argv) == 0
+    said = capsys.readouterr().out
+    assert "2 record(s) dated after 2026-11-01 wait until their UTC day is complete" in said and "--now" in said
+    assert json.loads((tmp_path / "out/result.json").read_text())["waiting"] == 2
+
+
 def test_only_complete_days_are_aggregated():
     day = outcomes.day_number(T0)
     rows = [
@@ -338,11 +351,28 @@ def test_rollback_restores_the_previous_champion_once(mlflow_server: str, tmp_pa
     setup_model(mlflow_server, name, tmp_path, challenger_rows=51, champion_rows=51)
     assert decide_at(mlflow_server, name, tmp_path, 8, margin=0.1).changed
     back = decide_at(mlflow_server, name, tmp_path, 9, action="rollback", reason="cut mid-sentence")
-    assert (back.decision, back.champion_version) == ("rolled-back", "1")
-    assert aliases(mlflow_server, name)["champion"] == "1"
+    assert (back.decision, back.champion_version, back.previous_champion_version) == ("rolled-back", "1", "")
+    # Nothing is left to roll back to: previous-champion goes, never naming the champion itself.
+    assert aliases(mlflow_server, name) == {"champion": "1"}
     assert json.loads(tags(mlflow_server, name, "2")[promote.ROLLED_BACK_TAG])["reason"] == "cut mid-sentence"
     again = decide_at(mlflow_server, name, tmp_path, 9, action="rollback")
     assert (again.decision, again.changed, again.champion_version) == ("already-rolled-back", False, "1")
+    assert aliases(mlflow_server, name) == {"champion": "1"}
+
+
+@integration
+def test_a_rollback_reading_between_another_rollbacks_writes_only_finishes_it(mlflow_server: str, tmp_path: Path):
+    """`champion` already moved back, `previous-champion` not yet removed: the run removes it, changes nothing else."""
+    from mlflow import MlflowClient
+
+    name = "torn-rollback"
+    old, _ = make_versions(mlflow_server, name)
+    client = MlflowClient(tracking_uri=mlflow_server)
+    for alias in ("previous-champion", "champion"):
+        client.set_registered_model_alias(name, alias, old)
+    result = decide_at(mlflow_server, name, tmp_path, 9, action="rollback")
+    assert (result.decision, result.changed) == ("already-rolled-back", False)
+    assert aliases(mlflow_server, name) == {"champion": old}
 
 
 def promote_at_once(uri: str, name: str, tmp_path: Path, runs: int) -> list:

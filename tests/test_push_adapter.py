@@ -9,8 +9,10 @@ pytest -m integration tests/test_push_adapter.py      # needs the MLflow server 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import shlex
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -43,6 +45,20 @@ def cfg(tmp_path: Path, url: str, **over: object) -> push_adapter.PushConfig:
 def test_a_url_that_would_leak_the_token_or_is_not_https_is_refused(tmp_path: Path, url: str, expected: str):
     assert any(expected in p for p in push_adapter.config_problems(cfg(tmp_path, url)))
     assert push_adapter.config_problems(cfg(tmp_path, "http://127.0.0.1:3000/ml/a.git")) == []  # loopback: tests
+
+
+def test_the_documented_local_command_names_every_missing_folder_with_the_stage_that_writes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    doc = push_adapter.__doc__.split("GITEA_TOKEN=… python -m steps.push_adapter ", 1)[1].split("\n\n", 1)[0]
+    argv = shlex.split(doc.replace("\\\n", " "))
+    with contextlib.chdir(tmp_path):  # a checkout with no run yet: none of the out/ folders exist
+        assert push_adapter.main(argv) == 1
+    said = capsys.readouterr().err
+    for output, stage in (("registration", "register"), ("adapter", "train"), ("evaluation", "evaluate"),
+                          ("gguf", "convert-gguf"), ("dataset", "fetch-dataset")):  # fmt: skip
+        assert f"--{output} out/{output}: no " in said and f"the {stage} stage writes this folder" in said
+    assert "run train first" not in said
 
 
 def test_the_token_reaches_git_only_through_its_environment_scoped_to_the_repository():

@@ -36,6 +36,42 @@ integration = pytest.mark.integration
 DOCUMENT = "The Harlow Street library closes for three weeks from 4 June while its roof is replaced."
 
 
+# --- the local store: self-contained, wherever its folder is ---------------------------------------------------------
+
+
+def test_a_copied_local_store_reads_and_writes_its_own_artifacts_not_the_originals(tmp_path: Path):
+    import mlflow
+    from mlflow import MlflowClient
+
+    (tmp_path / "a.txt").write_text("first")
+    original = tmp_path / "original/.cache/mlflow"
+    original.mkdir(parents=True)
+    with contextlib.chdir(tmp_path / "original"):  # as the embedded run makes it: relative paths, resolved by MLflow
+        uri = mlflow_client.tracking_uri("sqlite:///.cache/mlflow/mlflow.db")
+        experiment = MlflowClient(uri).create_experiment("distillery", artifact_location=".cache/mlflow/artifacts")
+        first = MlflowClient(uri).create_run(experiment).info.run_id
+        MlflowClient(uri).log_artifact(first, str(tmp_path / "a.txt"))
+    copy = tmp_path / "copy/.cache/mlflow"
+    shutil.copytree(original, copy)
+    shutil.rmtree(tmp_path / "original")  # moved, not copied: nothing may depend on the old folder
+
+    # (MLflow keeps one engine per URI in a process: the copy is named by its absolute path here, so this process
+    # does not reuse the original's. The steps are processes of their own.)
+    uri = mlflow_client.tracking_uri(f"sqlite:///{copy}/mlflow.db")
+    client = MlflowClient(uri)
+    (tmp_path / "b.txt").write_text("second")
+    second = client.create_run(experiment).info.run_id
+    client.log_artifact(second, str(tmp_path / "b.txt"))
+    read_back = mlflow.artifacts.download_artifacts(run_id=first, artifact_path="a.txt", tracking_uri=uri,
+                                                    dst_path=str(tmp_path / "got"))  # fmt: skip
+    assert Path(read_back).read_text() == "first"
+    assert [p.name for p in copy.rglob("b.txt")] == ["b.txt"]
+    assert not (tmp_path / "original").exists()  # the new run wrote into the copy only
+    assert client.get_experiment(experiment).artifact_location.removeprefix("file://") == f"{copy}/artifacts"
+    # Anchored once: opening it again moves nothing.
+    assert mlflow_client.anchor_local_store(f"sqlite:///{copy}/mlflow.db") == []
+
+
 # --- register: retries and configuration --------------------------------------------------------------------------
 
 

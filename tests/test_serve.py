@@ -29,7 +29,7 @@ import yaml
 from steps import register, serve
 from steps.contract import serving_config
 from steps.contract.prompting import messages
-from steps.core.cli import build_parser
+from steps.core.cli import build_parser, parse_config
 from tests.conftest import ROOT, free_port, s3_client, stop
 from tests.manifests import serving_docs, serving_pods
 from tests.pod_security import check
@@ -40,6 +40,8 @@ from workflows import serving
 
 integration = pytest.mark.integration
 NAME = "served-by-alias"
+# Line starts of llama.cpp's verbose output: model loading and the timings it prints after every request.
+LLAMA_DEBUG = ("llama_model_loader:", "llama_perf_context_print:", "llama_context:", "load_tensors:")
 
 
 def test_a_request_gets_the_served_decoding_where_it_sets_none():
@@ -54,6 +56,14 @@ def test_a_request_gets_the_served_decoding_where_it_sets_none():
         **({"stop": list(served.stop)} if served.stop else {"stop": None}),
     }
     assert serve.with_decoding(b"not json", served) == b"not json"  # llama.cpp's server refuses it itself
+
+
+@pytest.mark.parametrize(("asked", "verbose"), [([], "false"), (["--llama-log", "true"], "true")])
+def test_llama_cpps_debug_output_is_off_unless_asked(asked: list[str], verbose: str, tmp_path: Path):
+    cfg = parse_config(serve.ServeConfig, asked, "serve")
+    prepared = serve.Prepared(serve.Target("3", "champion"), tmp_path / "m.gguf", "0" * 64, serving_config.SERVING)
+    argv = serve.backend_argv(prepared, cfg, 9999)
+    assert argv[argv.index("--verbose") + 1] == verbose
 
 
 def test_bad_settings_are_all_reported():
@@ -271,6 +281,8 @@ def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_chan
     assert status["serving"]["version"] == second and chat(url, DOCUMENT)[0] == second
     assert not list((tmp_path / "work" / NAME / third).rglob("*.gguf"))  # nothing of it left to serve
     assert f"serving {NAME} version {second}" in log.read_text()
+    # llama.cpp's debug output (model loading, per-request timings) stays out of the log unless --llama-log asks.
+    assert not [line for line in log.read_text().splitlines() if line.startswith(LLAMA_DEBUG)]
 
     # Started on the changed version, the command refuses before serving anything.
     fresh = serve.ServeConfig(tracking_uri=mlflow_server, model_name=NAME, alias="challenger", port=free_port(),

@@ -47,7 +47,8 @@ LENGTHS = ("document_words", "summary_words")
 
 def card_tags(card: dict) -> dict[str, str]:
     """The data card as tags for a model version trained on the dataset: rows and sources per split, who wrote the
-    summaries, the teacher and its terms decision, the filters and what each dropped, lengths, feedback."""
+    summaries and who may write eval references (a card from before that rule: the teacher too), the teacher and its
+    terms decision, the filters and what each dropped, lengths, feedback."""
     splits = card["splits"]
     teacher = card["teacher"]
 
@@ -58,6 +59,7 @@ def card_tags(card: dict) -> dict[str, str]:
         "rows": {split: s["rows"] for split, s in splits.items()},
         "sources": per_split("by_kind"),
         "summary_by": per_split("summary_by"),
+        "references": card.get("references", {}).get("eval_references", "curated-or-teacher"),
         "teacher": f"{teacher['name']} ({teacher['model']}, {teacher['revision']}) by {teacher['provider']}",
         "teacher_terms": {k: teacher[k] for k in TERMS_FIELDS},
         "filters": card["filters"],

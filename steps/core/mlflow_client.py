@@ -7,10 +7,12 @@ module stays light.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from steps.core.io import environment
@@ -37,7 +39,8 @@ def tracking_uri(given: str) -> str:
     whether none is an error, MISSING_TRACKING_URI, or a run without a registry).
 
     Raises ValueError, before anything is sent, when MLflow credentials are set and the server is plain http on
-    another host: the token or password would cross the network in clear text.
+    another host: the token or password would cross the network in clear text. A local SQLite store that was copied
+    or moved is re-anchored first (`anchor_local_store`), so nothing is read from or written to its old folder.
     """
     uri = given or os.environ.get("MLFLOW_TRACKING_URI", "")
     parts = urlsplit(uri)
@@ -53,7 +56,90 @@ def tracking_uri(given: str) -> str:
             f"tracking URI (--tracking-uri / MLFLOW_TRACKING_URI), or set {ALLOW_HTTP_CREDENTIALS}=1 only if the "
             "network itself encrypts (a service mesh with mTLS)"
         )
+    anchor_local_store(uri)
     return uri
+
+
+# Where MLflow's SQL store records an artifact location: (table, column). The registry's versions point at their
+# logged model's files (storage_location); source is `models:/<id>` in MLflow 3 but a path for older versions.
+ARTIFACT_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+    ("model_versions", "storage_location"),
+    ("model_versions", "source"),
+)
+
+
+def local_store_folder(uri: str) -> Path | None:
+    """The folder holding a local SQLite store's database (`sqlite:///relative/or/absolute.db`), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///")).resolve().parent
+
+
+def anchor_local_store(uri: str) -> list[tuple[str, str]]:
+    """Re-anchor a local SQLite store whose folder was copied or moved; returns the (old, new) folders rewritten.
+
+    MLflow records every artifact location as an absolute path (it resolves a relative one when it records it), so a
+    copy of `.cache/mlflow` still names the original folder: its versions' files are read from there and new runs
+    write there, silently. The embedded run keeps its artifacts inside the store's folder (`artifact-location`
+    `.cache/mlflow/artifacts` beside `mlflow.db`), which makes the folder self-contained: a recorded location outside
+    the folder whose tail (`artifacts/...`) exists inside it is the copy's leftover from where it was made, and every
+    location under that old folder is rewritten to the same place under this one, in one transaction, before MLflow
+    opens the store. Locations elsewhere (an s3:// root, a folder the copy does not hold) are left alone.
+    """
+    import sqlite3
+
+    folder = local_store_folder(uri)
+    if folder is None or not (folder / Path(uri).name).is_file():
+        return []
+    with contextlib.closing(sqlite3.connect(folder / Path(uri).name, timeout=30)) as db:
+        tables = {row[0] for row in db.execute("select name from sqlite_master where type = 'table'")}
+        if "experiments" not in tables:
+            return []
+        moves: dict[str, str] = {}
+        for (location,) in db.execute("select artifact_location from experiments"):
+            old = _old_folder(str(location or ""), folder)
+            if old is not None:
+                moves[old] = str(folder)
+        if not moves:
+            return []
+        with db:  # one transaction: all locations move, or none
+            for old, new in moves.items():
+                for table, column in ARTIFACT_COLUMNS:
+                    if table not in tables:
+                        continue
+                    for prefix in (old, f"file://{old}"):
+                        db.execute(
+                            f"update {table} set {column} = ? || substr({column}, ?) "
+                            f"where {column} = ? or {column} like ? escape '\\'",
+                            (prefix.replace(old, new, 1), len(prefix) + 1, prefix, _like_prefix(prefix + "/")),
+                        )
+    return sorted(moves.items())
+
+
+def _old_folder(location: str, folder: Path) -> str | None:
+    """The folder a store at `folder` was copied from, if `location` (a recorded artifact location) says so."""
+    if location.startswith("file://"):
+        location = urlsplit(location).path
+    if not location.startswith("/"):
+        return None
+    path = Path(location)
+    if path == folder or folder in path.parents:
+        return None
+    for parent in path.parents:
+        tail = path.relative_to(parent)
+        if parent == Path("/"):
+            return None
+        if (folder / tail).exists():
+            return str(parent)
+    return None
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching what starts with `prefix` (its % and _ taken literally)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def http_settings(retries: int, backoff: int, timeout: int) -> dict[str, str]:

@@ -4,21 +4,10 @@ the paired bootstrap of the ROUGE-L gain; and each contender's aggregate metrics
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from steps.adversarial import judge_for
-
-# Words that start sentences or are everyday capitals: not names the document must contain.
-COMMON_CAPITALS = {"The", "A", "An", "In", "On", "At", "It", "Its", "This", "That", "These", "After", "Before", "I"}
-
-
-def unsupported_facts(summary: str, document: str) -> list[str]:
-    """Numbers and capitalised names in `summary` that `document` does not contain (a faithfulness proxy)."""
-    doc = document.lower()
-    numbers = re.findall(r"\d+(?:[.,]\d+)*", summary)
-    names = [w for w in re.findall(r"\b[A-Z][a-zA-Z'’-]+", summary) if w not in COMMON_CAPITALS]
-    return [t for t in numbers + names if t.lower().rstrip("'’s") not in doc]
+from steps.core.faithfulness import unsupported_facts
 
 
 def quality(outputs: list[dict[str, Any]], rows: list[dict], max_words: int) -> list[dict[str, Any]]:

@@ -1,0 +1,120 @@
+"""Build and publish a dataset from your own documents, on this machine, without editing any generated file:
+
+    scripts/build_dataset.sh ~/papers                         # one folder (PDF, text, Markdown, HTML; searched deeply)
+    scripts/build_dataset.sh ~/papers ~/notes -S feedback=my-feedback.jsonl -S min-eval-documents=2
+    python scripts/build_dataset.py --help
+
+It runs build-dataset's stages (ingest, feedback, teacher, filter-split, publish) in order, each with the command line
+`steps.pipeline.command` gives it: the same definition `build-dataset/dvc.yaml` and the Argo WorkflowTemplate are
+rendered from. Values are the local ones of `build-dataset/params.yaml`, except `documents` (the folders given) and
+`feedback` (none unless `-S feedback=FILE`: the committed feedback is about the sample documents) and what `-S
+name=value` sets. Nothing tracked changes: `params.yaml`, `dvc.yaml` and the lock files stay as they are; the stages
+write under `--out` (out/), publish commits to the dataset repository (`dataset-repo`, .cache/dataset-repo) and
+prints how to train on the revision. What the build will do is printed before it starts (the documents found, the
+teacher, how the eval split is chosen and the smallest build it accepts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from steps.core.io import is_uri
+from steps.ingest import KINDS
+from steps.pipeline import BUILD_DATASET, LOCAL_OUT, command
+
+# Locally, the committed feedback file describes the sample documents in data/documents: a build from your own
+# folders starts without it.
+OWN_DOCUMENTS_FEEDBACK = ""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/build_dataset.sh",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    parser.add_argument("documents", nargs="+", help="folders (or s3:// prefixes) holding the documents")
+    parser.add_argument(
+        "-S",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a build-dataset parameter (build-dataset/params.yaml's names), as `dvc exp run -S` takes it",
+    )
+    parser.add_argument("--out", default=LOCAL_OUT, help="folder for the stages' outputs (out/<output>)")
+    return parser
+
+
+def values(documents: list[str], settings: list[str]) -> dict[str, str]:
+    """Every build-dataset parameter's value for this build; SystemExit naming each bad setting."""
+    found = {p.name: p.local for p in BUILD_DATASET.params} | {"feedback": OWN_DOCUMENTS_FEEDBACK}
+    problems = []
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or name not in found:
+            known = ", ".join(p.name for p in BUILD_DATASET.params if p.name != "documents")
+            problems.append(f"-S {setting}: use NAME=VALUE with NAME one of {known}")
+        elif name == "documents":
+            problems.append("-S documents=…: give the folders as arguments instead")
+        else:
+            found[name] = value
+    for location in documents:
+        if "," in location:
+            problems.append(f"{location}: a comma in a folder name is not supported (commas separate folders)")
+        elif not is_uri(location) and not Path(location).is_dir():
+            problems.append(f"{location}: not a folder")
+    if problems:
+        sys.exit("build-dataset: " + "\n  ".join(["nothing was run:", *problems]))
+    return found | {"documents": ",".join(documents)}
+
+
+def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
+    """What the build is about to do, said before it does it."""
+    kinds: Counter[str] = Counter()
+    files = 0
+    for location in documents:
+        if is_uri(location):
+            continue
+        for path in Path(location).rglob("*"):
+            if path.is_file():
+                files += 1
+                kinds[KINDS.get(path.suffix.lower(), "other (skipped)")] += 1
+    counted = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    minimum = int(found["min-eval-documents"])
+    who = {"curated": "a reviewed one, from feedback", "curated-or-teacher": "a reviewed one or the teacher's"}.get(
+        found["eval-references"], found["eval-references"]
+    )
+    return [
+        f"build-dataset: {', '.join(documents)}: {files} file(s) ({counted or 'none'})",
+        f"  feedback: {found['feedback'] or 'none (-S feedback=FILE adds reviewed summaries)'}",
+        f"  teacher: {found['teacher']} ({found['teachers-file']}), "
+        f"at {found['teacher-url'] or 'its GGUF, served on 127.0.0.1'}",
+        f"  eval split: documents held out by a hash of each at eval-share {found['eval-share']}, and at least "
+        f"{minimum} (min-eval-documents) with a summary that may be an eval reference: {who} "
+        f"(eval-references={found['eval-references']}); a build needs {minimum + 1} or more usable documents",
+        f"  publishes to {found['dataset-repo']} (DVC remote {found['dvc-remote'] or 'that of the repository'})",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    found = values(args.documents, args.settings)
+    print("\n".join(preamble(args.documents, found)), flush=True)
+    for stage in BUILD_DATASET.stages:
+        cmd = command(stage, folder=lambda name: f"{args.out}/{name}", value=found.__getitem__)
+        print(f"\n$ {' '.join(cmd)}", flush=True)
+        done = subprocess.run([sys.executable, *cmd[1:]], check=False)
+        if done.returncode:
+            print(f"build-dataset: the {stage.name} stage failed (exit {done.returncode}; its message is above); "
+                  "nothing was published", file=sys.stderr)  # fmt: skip
+            return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The serving loop on this machine — serve, outcomes, online metrics, promote, rollback — on a copy of the local
+# registry, with a simulated week; your registry is not touched (scripts/try_promotion.py says how, step by step).
+#
+#   scripts/run_local.sh          # once: it registers a version in .cache/mlflow
+#   scripts/try_promotion.sh      # then this; --requests N, --keep: scripts/try_promotion.sh --help
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
+exec python scripts/try_promotion.py "$@"

@@ -1,0 +1,115 @@
+"""Faithfulness of a summary to its document: the summary's names, numbers and content words must come from the
+document. The one rule, shared by evaluate (each eval answer's unsupported facts; every adversarial case's judge, so
+keyword stuffing and an obeyed "tell a joke instead" fail) and by whoever filters teacher summaries.
+
+    check(summary, document) -> Faithfulness   # .faithful, .unsupported_facts, .unsupported_words, .support
+
+- **Names and numbers** (`unsupported_facts`): every number and every capitalised word that does not start a sentence
+  as an everyday capital must occur in the document (case-insensitive; a trailing possessive is ignored). One missing
+  is unfaithful: an invented figure or name is the error a reader cannot catch.
+- **Content words**: the summary's words less function words, each compared with the document's by a light stem (a
+  few English suffixes stripped, then the first STEM_CHARS letters), so "reopened" matches "reopen" and "libraries"
+  "library". At least MIN_SUPPORT of them must be found: a summary paraphrases, but mostly in the document's words.
+- **Something said**: at least MIN_CONTENT_WORDS content words; an empty answer or a bare "OK" is not a summary.
+
+A heuristic with stated limits: it does not see a false statement made of the document's own words ("the library
+closed" of a library that opened), and a summary in another language fails it (the document's language is the one
+expected). Thresholds are module constants so that every user holds summaries to the same rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Share of a summary's content words that must be found in the document.
+MIN_SUPPORT = 0.75
+# Fewest content words a summary must have.
+MIN_CONTENT_WORDS = 3
+# Letters of a stem compared (after suffix stripping): "hospitals" and "hospital" both give "hospit".
+STEM_CHARS = 6
+
+# Words that start sentences or are everyday capitals: not names the document must contain.
+COMMON_CAPITALS = {"The", "A", "An", "In", "On", "At", "It", "Its", "This", "That", "These", "After", "Before", "I"}
+FUNCTION_WORDS = frozenset(
+    """a about above across after again against all also am an and any are around as at be been before being below
+    between both but by can could did do does doing down during each either few for from further had has have having
+    he her here hers him his how i if in into is it its itself just may me might more most much must my no nor not now
+    of off on once only or other our ours out over own same she should so some such than that the their theirs them
+    then there these they this those through to too under until up upon very was we were what when where which while
+    who whom whose why will with within without would yet you your new said says say per one two three four five six
+    seven eight nine ten first second third""".split()  # noqa: SIM905 (a word list reads better as text)
+)
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
+WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ied", "ies", "ed", "es", "ly", "s")
+
+
+def stem(word: str) -> str:
+    """A light stem: lower case, possessive dropped, one common suffix stripped (keeping three letters), the first
+    STEM_CHARS letters."""
+    w = word.lower().replace("’", "'")
+    w = w.removesuffix("'s").removesuffix("'")
+    for suffix in SUFFIXES:
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            w = w[: -len(suffix)]
+            break
+    return w[:STEM_CHARS]
+
+
+def content_words(text: str) -> list[str]:
+    """The words of `text` that carry content: letters only, function words left out, in order."""
+    return [w for w in WORD.findall(text) if w.lower() not in FUNCTION_WORDS and len(w) > 1]
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in NUMBER.findall(text)}
+
+
+def unsupported_facts(summary: str, document: str) -> list[str]:
+    """Numbers and capitalised names in `summary` that `document` does not contain."""
+    doc = document.lower()
+    numbers = _numbers(document)
+    missing = [n for n in NUMBER.findall(summary) if n.replace(",", "") not in numbers]
+    names = [w for w in NAME.findall(summary) if w not in COMMON_CAPITALS]
+    return missing + [w for w in names if w.lower().replace("’", "'").removesuffix("'s").rstrip("'") not in doc]
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    """How much of a summary its document supports."""
+
+    content_words: int  # content words in the summary
+    support: float  # share of them found (by stem) in the document; 0 when there are none
+    unsupported_words: tuple[str, ...]  # content words not found
+    unsupported_facts: tuple[str, ...]  # names and numbers not found
+
+    @property
+    def faithful(self) -> bool:
+        return not self.unsupported_facts and self.content_words >= MIN_CONTENT_WORDS and self.support >= MIN_SUPPORT
+
+    def reason(self) -> str:
+        """Why the summary is unfaithful, in words ("" when it is faithful)."""
+        if self.faithful:
+            return ""
+        parts = []
+        if self.content_words < MIN_CONTENT_WORDS:
+            parts.append(f"{self.content_words} content words (fewer than {MIN_CONTENT_WORDS})")
+        if self.unsupported_facts:
+            parts.append(f"names/numbers not in the document: {', '.join(self.unsupported_facts[:5])}")
+        if self.content_words and self.support < MIN_SUPPORT:
+            parts.append(
+                f"{self.support:.0%} of its content words are in the document (needs {MIN_SUPPORT:.0%}); not found: "
+                + ", ".join(self.unsupported_words[:5])
+            )
+        return "; ".join(parts)
+
+
+def check(summary: str, document: str) -> Faithfulness:
+    """How faithful `summary` is to `document` (the module's rule; `.faithful` is the verdict)."""
+    stems = {stem(w) for w in WORD.findall(document)}
+    words = content_words(summary)
+    missing = tuple(w for w in words if stem(w) not in stems)
+    support = 1 - len(missing) / len(words) if words else 0.0
+    return Faithfulness(len(words), support, missing, tuple(unsupported_facts(summary, document)))

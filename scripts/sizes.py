@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steps import sizing
-from tests.test_sizing import SEED_BASES, knobs, plan
+from tests.test_sizing import SEED_BASES, knobs, largest_pi_base, plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {cpu.steps['train-cpu'].memory_gib:.1f} | {card(bf16)} | {card(nf4)} | "
             f"{cpu.steps['convert-gguf'].memory_gib:.1f} | {cpu.steps['evaluate'].memory_gib:.1f} | {workers} |"
         )
+    print(f"\nThe largest of these bases a Pi (3 GiB pod) holds a worker for: {largest_pi_base(k('ray')) or 'none'}.")
     return 0
 
 

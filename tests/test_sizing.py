@@ -28,6 +28,12 @@ SEED_BASES = {
     "SmolLM2-135M": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                    num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
                                    tie_word_embeddings=True), 135e6),
+    "SmolLM2-360M": ("llama", dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32,
+                                   num_attention_heads=15, num_key_value_heads=5, vocab_size=49152,
+                                   tie_word_embeddings=True), 362e6),
+    "Qwen2.5-0.5B": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                   num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                                   tie_word_embeddings=True), 494e6),
     "Llama-3.2-1B": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                                    num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                                    tie_word_embeddings=True), 1.24e9),
@@ -291,7 +297,7 @@ def test_auto_is_sized_as_float32_where_float32_fits_and_as_bf16_where_only_bf16
     assert sizing.ray_group_plan(s, fp32, by_group["medium"].group).workers_per_pod == 0
 
 
-@pytest.mark.parametrize("name", [n for n in SEED_BASES if n != SMALL])
+@pytest.mark.parametrize("name", [n for n in SEED_BASES if SEED_BASES[n][2] >= 1e9])
 def test_the_pis_get_no_workers_for_a_3b_or_larger_base(name: str):
     for setting in SETTINGS:
         pi = next(g for g in plan(name, knobs("ray", setting=setting)).ray if g.group.arch == "arm64")
@@ -299,26 +305,18 @@ def test_the_pis_get_no_workers_for_a_3b_or_larger_base(name: str):
 
 
 def test_the_pis_take_the_largest_base_that_fits_in_3_gib():
-    """A Pi (arm64: no native bf16, so float32 unless only bf16 fits) takes SmolLM2-135M at the cluster's defaults;
-    `largest_pi_base` finds, on SmolLM2's shape family (its width and depth scaled), the largest that fits."""
-    small_pi = next(g for g in plan(SMALL, knobs("ray")).ray if g.group.name == "pi")
-    assert small_pi.workers_per_pod == 1 and gib(small_pi.memory) <= 3
-    largest = largest_pi_base(knobs("ray"))
-    assert 135e6 <= largest.parameters < 1e9
-    pi = next(g for g in RAY_NODE_GROUPS if g.name == "pi")
-    assert sizing.ray_group_plan(largest, knobs("ray"), pi).workers_per_pod == 1
+    """A Pi (arm64: no native bf16, so float32 unless only bf16 fits) takes the seed list's bases up to
+    SmolLM2-360M at the cluster's defaults, and nothing from Qwen2.5-0.5B up."""
+    assert largest_pi_base(knobs("ray")) == "SmolLM2-360M"
+    pi = next(g for g in plan("SmolLM2-360M", knobs("ray")).ray if g.group.name == "pi")
+    assert pi.workers_per_pod == 1 and gib(pi.memory) <= 3
 
 
-def largest_pi_base(k: Knobs) -> Shape:
-    """The largest SmolLM2-shaped base (layers scaled from 30 up) whose worker the Pi group holds."""
+def largest_pi_base(k: Knobs) -> str:
+    """The largest of SEED_BASES (by parameters) whose worker the Pi group holds; '' if none."""
     pi = next(g for g in RAY_NODE_GROUPS if g.name == "pi")
-    best = shape(SMALL)
-    for layers in range(30, 200, 2):
-        candidate = sizing.shape_of(config(SMALL, num_hidden_layers=layers))
-        if sizing.ray_group_plan(candidate, k, pi).workers_per_pod == 0:
-            break
-        best = candidate
-    return best
+    fitting = [n for n in SEED_BASES if sizing.ray_group_plan(shape(n), k, pi).workers_per_pod]
+    return max(fitting, key=lambda n: shape(n).parameters, default="")
 
 
 def test_ray_threads_per_worker_divide_every_group():

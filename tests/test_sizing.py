@@ -288,13 +288,12 @@ def test_an_8b_base_at_the_template_defaults_trains_on_the_gpu_pool_without_qlor
 
 
 def test_auto_is_sized_as_float32_where_float32_fits_and_as_bf16_where_only_bf16_does():
-    s = shape(THREE_B)
-    p = plan(THREE_B, knobs("ray"))
-    by_group = {g.group.name: g for g in p.ray}
-    assert by_group["large"].precision == "fp32"  # an AVX2 node trains at full speed there
-    assert by_group["medium"].precision == "bf16"  # only bf16 weights fit 16 GiB
-    fp32 = replace(p.knobs, precision="fp32")
-    assert sizing.ray_group_plan(s, fp32, by_group["medium"].group).workers_per_pod == 0
+    three = {g.group.name: g for g in plan(THREE_B, knobs("ray")).ray}
+    assert three["large"].precision == three["medium"].precision == "fp32"  # an AVX2 node trains at full speed there
+    eight = plan(BIG, knobs("ray"))
+    large = next(g for g in eight.ray if g.group.name == "large")
+    assert large.precision == "bf16" and large.workers_per_pod == 1  # 8B float32 weights alone are 30 GiB
+    assert sizing.ray_group_plan(eight.shape, replace(eight.knobs, precision="fp32"), large.group).workers_per_pod == 0
 
 
 @pytest.mark.parametrize("name", [n for n in SEED_BASES if SEED_BASES[n][2] >= 1e9])
@@ -305,11 +304,13 @@ def test_the_pis_get_no_workers_for_a_3b_or_larger_base(name: str):
 
 
 def test_the_pis_take_the_largest_base_that_fits_in_3_gib():
-    """A Pi (arm64: no native bf16, so float32 unless only bf16 fits) takes the seed list's bases up to
-    SmolLM2-360M at the cluster's defaults, and nothing from Qwen2.5-0.5B up."""
-    assert largest_pi_base(knobs("ray")) == "SmolLM2-360M"
-    pi = next(g for g in plan("SmolLM2-360M", knobs("ray")).ray if g.group.name == "pi")
+    """A Pi (arm64: no native bf16, so float32 unless only bf16 fits) takes SmolLM2-135M at the cluster's defaults,
+    and none of the seed list's larger bases (SmolLM2-360M needs a little over 3 GiB)."""
+    assert largest_pi_base(knobs("ray")) == SMALL
+    pi = next(g for g in plan(SMALL, knobs("ray")).ray if g.group.name == "pi")
     assert pi.workers_per_pod == 1 and gib(pi.memory) <= 3
+    bigger = next(g for g in plan("SmolLM2-360M", knobs("ray")).ray if g.group.name == "pi")
+    assert bigger.workers_per_pod == 0 and 3 < bigger.pod_memory_gib < 3.5
 
 
 def largest_pi_base(k: Knobs) -> str:

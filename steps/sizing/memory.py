@@ -40,6 +40,11 @@ MARGIN = 1.1
 # Per process: Python + torch + transformers + peft + the tokenizer measured 0.44 GiB RSS here; a Ray worker with
 # ray.train too 0.52 GiB; the steps import more (fsspec, matplotlib, mlflow, llama_cpp).
 PROCESS_GIB = 0.75
+# A training process once it computes: oneDNN's and the BLAS's kernels and scratch buffers, allocated at the first
+# forward/backward, not at import. Measured on Llama-3.2-3B's shape (benchmarks/memory_calibration.py, a bf16 worker
+# with gradient checkpointing, whose activations are small): the peak was 0.40 GiB above the imports plus every term
+# counted here. Not scaled by MARGIN: it does not grow with the model.
+CPU_RUNTIME_GIB = 0.4
 # A Ray worker pod besides its training workers: raylet, dashboard and runtime-env agents, log monitor (~0.35 GiB
 # measured), idle worker processes (~80 MiB each) and the object store's few objects (the training rows).
 RAY_POD_GIB = 1.0
@@ -132,8 +137,9 @@ def train_memory(s: Shape, k: Knobs, micro: Micro, *, device: str) -> dict[str, 
         width = cpu_weight_bytes(k)
         terms["weights"] = width * s.parameters
         terms["lora"] = lora * (LORA_STATE_BYTES + (DDP_BUCKET_BYTES if device == "ray" else 0))
+        # peft casts the LoRA path's input to the adapter's float32 before its dropout: float32 masks on a bf16 base
         terms["activations"] = _activations(
-            s, k, micro, width=width, mask=width, factor=CPU_ACTIVATION_FACTOR, extra_layers=0
+            s, k, micro, width=width, mask=4, factor=CPU_ACTIVATION_FACTOR, extra_layers=0
         )
     elif device == "gpu":
         terms["weights"] = 2.0 * s.parameters
@@ -182,12 +188,19 @@ def fit_micro(options: list[Micro], need_gib: Callable[[Micro], float], budget_g
     return next((m for m in options if need_gib(m) <= budget_gib), None)
 
 
+def _cpu_process_gib(terms: dict[str, float]) -> float:
+    """A CPU training process: its fixed parts and the frozen weights as they are (exact: every byte of them is
+    resident once the first step has read them), MARGIN on the estimated rest."""
+    estimated = sum(v for name, v in terms.items() if name != "weights")
+    return PROCESS_GIB + CPU_RUNTIME_GIB + (terms["weights"] + MARGIN * estimated) / GIB
+
+
 def cpu_train_gib(s: Shape, k: Knobs, micro: Micro) -> float:
-    return total_gib(train_memory(s, k, micro, device="cpu"), PROCESS_GIB)
+    return _cpu_process_gib(train_memory(s, k, micro, device="cpu"))
 
 
 def ray_worker_gib(s: Shape, k: Knobs, micro: Micro) -> float:
-    return total_gib(train_memory(s, k, micro, device="ray"), PROCESS_GIB)
+    return _cpu_process_gib(train_memory(s, k, micro, device="ray"))
 
 
 def ray_pod_gib(s: Shape, k: Knobs, workers: int, micro: Micro) -> float:

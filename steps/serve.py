@@ -9,9 +9,10 @@ What it serves is what the registry says, checked:
 - the version: the one holding `--alias` (or, while no version holds it, `--fallback-alias`: after a promotion
   removes `challenger`, the canary side serves the champion instead of failing its share of the traffic; with
   neither, the version already served stays, and before any was found every request gets 503);
-- the file: the GGUF the version's pyfunc model carries (its `MLmodel` names it), downloaded from MLflow's artifact
-  store and compared with the version's recorded `gguf.sha256` tag (steps/register.py). On a mismatch nothing of it is
-  served: at start the command exits 1 with the two hashes, later the running version stays;
+- the files: the version's whole logged model (the GGUF its `MLmodel` names, the MLmodel, the code), downloaded from
+  MLflow's artifact store, each file compared with the manifest the version records (`model.manifest`) and the GGUF
+  with its `gguf.sha256` tag (steps/register.py, steps/core/chain.py). On a mismatch nothing of it is served: at start
+  the command exits 1 naming each changed file and the two hashes, later the running version stays;
 - the settings: the serving configuration the version was logged with (its `MLmodel`'s `model_config`,
   `steps.contract.serving_config.ServingConfig.from_record`): the context size and seed start llama.cpp's server
   (`ServingConfig.model_kwargs`), the decoding (`completion_kwargs`: greedy, the token cap, the stop strings) fills
@@ -39,7 +40,6 @@ import dataclasses
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -54,12 +54,12 @@ from typing import Any
 
 from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
+from steps.core import chain
 from steps.core.cli import parse_config
-from steps.core.io import environment, sha256_file
+from steps.core.io import environment
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 from steps.core.registry import MODEL_NAME
 
-SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
 GGUF_ARTIFACT = "gguf"  # steps/contract/model.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
 # Requests whose JSON body takes the decoding settings.
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -158,44 +158,40 @@ def resolve(client: Any, cfg: ServeConfig) -> Target | None:
     return None
 
 
-def _mlmodel(client: Any, name: str, version: str, into: Path, server: str) -> tuple[str, dict]:
-    """(the model's artifact URI, its parsed MLmodel file). `server`: the tracking URI, which resolves the
-    `mlflow-artifacts:` URIs of a server that proxies its artifact store."""
-    import mlflow.artifacts
-    import yaml
-
-    uri = client.get_model_version_download_uri(name, version)
-    path = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/MLmodel", dst_path=str(into), tracking_uri=server)
-    return uri, yaml.safe_load(Path(path).read_text())
-
-
 def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
-    """Download the version's GGUF (or reuse an earlier download) and check it against the recorded sha256.
+    """Download the version (or reuse an earlier download) and check every file of it against the manifest the
+    version records, and its GGUF against its `gguf.sha256` (steps/core/chain.py).
 
     Raises ServeError, leaving no file behind to serve, when the version lacks what serving needs or the bytes differ.
     """
-    import mlflow.artifacts
+    import yaml
     from mlflow.pyfunc import MODEL_CONFIG  # where the pyfunc flavor keeps the model_config it was logged with
 
     label = f"models:/{cfg.model_name}/{target.version} (@{target.alias})"
     version = client.get_model_version(cfg.model_name, target.version)
-    expected = version.tags.get(SHA256_TAG, "")
+    expected = version.tags.get(chain.SHA256_TAG, "")
     if not expected:
         raise ServeError(
-            f"{label} has no {SHA256_TAG} tag, so its GGUF cannot be checked: register it with steps.register, which "
-            "records it; refusing to serve it"
+            f"{label} has no {chain.SHA256_TAG} tag, so its GGUF cannot be checked: register it with steps.register, "
+            "which records it; refusing to serve it"
         )
     folder = work_dir(cfg) / cfg.model_name / target.version
     folder.mkdir(parents=True, exist_ok=True)
-    server = tracking_uri(cfg.tracking_uri)
-    uri, mlmodel = _mlmodel(client, cfg.model_name, target.version, folder / "meta", server)
+    try:
+        model = chain.download_verified(
+            client, cfg.model_name, target.version, folder / "model", tracking_uri(cfg.tracking_uri)
+        )
+        gguf = chain.model_gguf(model, version.tags, label)
+    except chain.ChainError as e:
+        raise ServeError(str(e)) from e
+    mlmodel = yaml.safe_load((model / "MLmodel").read_text())
     pyfunc = (mlmodel.get("flavors") or {}).get("python_function") or {}
     artifact = ((pyfunc.get("artifacts") or {}).get(GGUF_ARTIFACT) or {}).get("path")
     record = pyfunc.get(MODEL_CONFIG)
-    if not artifact or not isinstance(record, dict):
+    if not artifact or not isinstance(record, dict) or (model / artifact).resolve() != gguf.resolve():
         raise ServeError(
-            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} or {MODEL_CONFIG} "
-            "(not a model steps.register logged); refusing to serve it"
+            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} (naming its one GGUF) "
+            f"or {MODEL_CONFIG} (not a model steps.register logged); refusing to serve it"
         )
     try:
         serving = serving_config.ServingConfig.from_record(
@@ -203,26 +199,6 @@ def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
         )
     except (TypeError, KeyError) as e:
         raise ServeError(f"{label}: its {MODEL_CONFIG} {record} is not a serving configuration ({e})") from e
-    gguf = folder / Path(artifact).name
-    if not (gguf.is_file() and sha256_file(gguf) == expected):
-        partial = folder / "download"
-        shutil.rmtree(partial, ignore_errors=True)
-        got = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=f"{uri}/{artifact}", dst_path=str(partial), tracking_uri=server
-            )
-        )
-        actual = sha256_file(got)
-        if actual != expected:
-            shutil.rmtree(partial, ignore_errors=True)
-            gguf.unlink(missing_ok=True)
-            raise ServeError(
-                f"{label}: the GGUF in the artifact store ({artifact}) has sha256 {actual}, but the version records "
-                f"{expected} ({SHA256_TAG}): the file changed after registration. Refusing to serve it; register "
-                "the model again from its pipeline run, or move the alias back"
-            )
-        os.replace(got, gguf)  # the checked file, and only it, under the name that is served
-        shutil.rmtree(partial, ignore_errors=True)
     return Prepared(target, gguf, expected, serving)
 
 

@@ -237,12 +237,15 @@ def uploaded_manifest(uri: str, model_id: str, gguf_file: Path, gguf_sha256: str
     """Every file of the logged model as the artifact store holds it, with its sha256, after checking that its GGUF
     and its code are the bytes this step uploaded (ChainError naming each file that is not)."""
     import mlflow.artifacts
+    from mlflow import MlflowClient
 
     with tempfile.TemporaryDirectory(prefix="register-check-") as work:
         model_file, (package,) = _serving_code(Path(work) / "code")
         expected = {f"artifacts/{gguf_file.name}": gguf_sha256, model_file.name: sha256_file(model_file)}
-        expected |= {f"code/{k}": v for k, v in chain.manifest(Path(package).parent).items()}
-        stored = Path(mlflow.artifacts.download_artifacts(f"models:/{model_id}", dst_path=str(Path(work) / "stored"),
+        expected |= {f"code/steps/{k}": v for k, v in chain.manifest(Path(package)).items()}
+        # From the artifact store itself, as serve reads a version (a models:/ download adds files of its own).
+        location = MlflowClient(tracking_uri=uri).get_logged_model(model_id).artifact_location
+        stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(Path(work) / "stored"),
                                                           tracking_uri=uri))  # fmt: skip
         found = chain.manifest(stored)
     code = {p: h for p, h in found.items() if p.endswith(".py") or p.endswith(".gguf")}

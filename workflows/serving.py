@@ -53,6 +53,10 @@ RESOURCES = {
 }
 NAMESPACE = "distillery"  # infra/kustomization.yaml sets it too; here so that each file says where it goes
 LABELS = {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "serve"}
+# The bearer tokens the front checks (steps/serve/front.py): a Secret the operator creates, keys `clients` and
+# `operators` (one token a line), mounted read-only; the kubelet updates the files when the Secret is rotated.
+TOKENS_SECRET = "distillery-serve-tokens"
+TOKENS_DIR = "/var/run/secrets/distillery-serve"
 
 
 def name(alias: str) -> str:
@@ -67,7 +71,8 @@ def args(alias: str) -> list[str]:
     """The container's command line: steps/serve.py's flags."""
     found = ["-m", "steps.serve", "--tracking-uri", param("tracking-uri").cluster or "",
              "--model-name", param("model-name").cluster or "", "--alias", alias,
-             "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS)]  # fmt: skip
+             "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS),
+             "--token-file", f"{TOKENS_DIR}/clients", "--operator-token-file", f"{TOKENS_DIR}/operators"]  # fmt: skip
     if alias in FALLBACK:
         found += ["--fallback-alias", FALLBACK[alias]]
     return found
@@ -88,7 +93,10 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
         "resources": RESOURCES,
         "securityContext": CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
         "env": security.writable_env() + security.secret_env(STEP),
-        "volumeMounts": [{"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR}],
+        "volumeMounts": [
+            {"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR},
+            {"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True},
+        ],
     }
     return {
         "apiVersion": "apps/v1",
@@ -111,7 +119,8 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
                         {
                             "name": security.SCRATCH_VOLUME,
                             "emptyDir": {"sizeLimit": RESOURCES["limits"]["ephemeral-storage"]},
-                        }
+                        },
+                        {"name": "tokens", "secret": {"secretName": TOKENS_SECRET, "defaultMode": 0o440}},
                     ],
                 },
             },

@@ -242,4 +242,4 @@ def test_evaluate_refuses_a_champion_whose_gguf_changed_after_registration(
     edit_stored(s3_server, champion.model_id, f"artifacts/{tiny_gguf.name}", flip_last_byte)
     with pytest.raises(chain.ChainError, match="changed after registration"):
         evaluated(tmp_path / "after", tiny_gguf, monkeypatch, **cfg)
-    assert not (tmp_path / "after" / "evaluation" / "metrics.json").exists()  # no verdict about other bytes
+    assert not (tmp_path / "after" / "evaluation" / "generations.jsonl").exists()  # no verdict about other bytes

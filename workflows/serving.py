@@ -53,10 +53,6 @@ RESOURCES = {
 }
 NAMESPACE = "distillery"  # infra/kustomization.yaml sets it too; here so that each file says where it goes
 LABELS = {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "serve"}
-# The bearer tokens the front checks (steps/serve/front.py): a Secret the operator creates, keys `clients` and
-# `operators` (one token a line), mounted read-only; the kubelet updates the files when the Secret is rotated.
-TOKENS_SECRET = "distillery-serve-tokens"
-TOKENS_DIR = "/var/run/secrets/distillery-serve"
 
 
 def name(alias: str) -> str:
@@ -72,7 +68,8 @@ def args(alias: str) -> list[str]:
     found = ["-m", "steps.serve", "--tracking-uri", param("tracking-uri").cluster or "",
              "--model-name", param("model-name").cluster or "", "--alias", alias,
              "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS),
-             "--token-file", f"{TOKENS_DIR}/clients", "--operator-token-file", f"{TOKENS_DIR}/operators"]  # fmt: skip
+             "--token-file", f"{security.SERVE_TOKENS_DIR}/clients",
+             "--operator-token-file", f"{security.SERVE_TOKENS_DIR}/operators"]  # fmt: skip
     if alias in FALLBACK:
         found += ["--fallback-alias", FALLBACK[alias]]
     return found
@@ -80,6 +77,7 @@ def args(alias: str) -> list[str]:
 
 def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
     probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3}
+    token_volumes, token_mounts = security.secret_volumes(STEP)
     container = {
         "name": "llama-cpp",
         "image": images.ref("cpu"),  # llama-cpp-python[server], built portable (images/cpu.Dockerfile)
@@ -93,10 +91,8 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
         "resources": RESOURCES,
         "securityContext": CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
         "env": security.writable_env() + security.secret_env(STEP),
-        "volumeMounts": [
-            {"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR},
-            {"name": "tokens", "mountPath": TOKENS_DIR, "readOnly": True},
-        ],
+        # The bearer tokens (a mounted Secret the kubelet refreshes on rotation; the front re-reads the files).
+        "volumeMounts": [{"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR}, *token_mounts],
     }
     return {
         "apiVersion": "apps/v1",
@@ -120,7 +116,7 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
                             "name": security.SCRATCH_VOLUME,
                             "emptyDir": {"sizeLimit": RESOURCES["limits"]["ephemeral-storage"]},
                         },
-                        {"name": "tokens", "secret": {"secretName": TOKENS_SECRET, "defaultMode": 0o440}},
+                        *token_volumes,
                     ],
                 },
             },

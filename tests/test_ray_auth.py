@@ -24,4 +24,3 @@ def test_every_ray_container_asks_for_token_auth_itself():
     for container in containers:
         modes = [e.get("value") for e in container["env"] if e["name"] == "RAY_AUTH_MODE"]
         assert modes == ["token"], container["name"]
-

@@ -10,6 +10,9 @@ logs it and tags the model version with it) and `result.json`. Any invalid row s
 every problem by file,
 line and field; nothing is written then.
 
+Every DVC-tracked file read is compared with the md5 the revision records for it (DVC's index at that commit): the
+store's objects are named by their md5 but an object overwritten in the remote would otherwise be read as it is.
+
 A valid file is as steps/core/dataset.py describes, checked row by row with its parser (`dataset.parse_split`, which
 `dataset.load_split` reads with in later steps). Across splits, an eval or adversarial row may not share its id or its
 document, nor nearly its document (NEAR_DUPLICATE_SHARE), with a train row.
@@ -17,6 +20,7 @@ document, nor nearly its document (NEAR_DUPLICATE_SHARE), with a train row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -63,6 +67,7 @@ def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str, bytes | None]:
         ) from e
     raw: dict[str, bytes] = {}
     missing = []
+    changed = []
     for split in SPLITS:
         path = f"{cfg.dataset_path.rstrip('/')}/{split}.jsonl"
         try:
@@ -70,6 +75,15 @@ def _read_raw(cfg: FetchConfig) -> tuple[dict[str, bytes], str, bytes | None]:
                 raw[split] = f.read()
         except FileNotFoundError:
             missing.append(path)
+            continue
+        recorded = (fs.info(path).get("dvc_info") or {}).get("md5")  # None: tracked by git, which hashes it itself
+        actual = hashlib.md5(raw[split]).hexdigest()
+        if recorded and actual != recorded:
+            changed.append(f"{cfg.dataset_repo}@{cfg.dataset_rev}:{path}: read bytes have md5 {actual}, the revision "
+                           f"records {recorded}: the object in the DVC store was overwritten; restore it (bucket "
+                           "versioning) or publish the dataset again")  # fmt: skip
+    if changed:
+        raise DatasetError("\n".join(changed))
     if missing:
         raise DatasetError(
             "\n".join(

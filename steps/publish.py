@@ -238,6 +238,8 @@ def run(cfg: PublishConfig) -> PublishResult:
         if cfg.dvc_remote and not _run([sys.executable, "-m", "dvc", "remote", "list"], repo):
             remote = cfg.dvc_remote if is_uri(cfg.dvc_remote) else str(Path(cfg.dvc_remote).resolve())
             _run([sys.executable, "-m", "dvc", "remote", "add", "-d", "storage", remote], repo)
+            # Rehash what is pulled: an object overwritten in the store is refused, not checked out (dvc pull exits 1).
+            _run([sys.executable, "-m", "dvc", "remote", "modify", "storage", "verify", "true"], repo)
         folder = repo / cfg.dataset_path
         old = _old_feedback(repo, f"{cfg.dataset_path.rstrip('/')}/{FEEDBACK_FILE}")
         new_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()

@@ -12,6 +12,12 @@ scores, the dataset's data card (`dataset.card.*`, from fetch-dataset's `card.js
 The serving configuration is the one definition in `steps.contract.serving_config`; the step refuses an evaluation
 that was measured with another one (its `decision.json` records it), so what was measured is what is served.
 
+The hash chain (steps/core/chain.py): the step refuses a candidate GGUF whose sha256 is not the one evaluate's
+`decision.json` records for the candidate it judged (`files.candidate.sha256`), so what is registered is what the gate
+judged. After the upload it reads the logged model back from the artifact store, checks that its GGUF and its code are
+the bytes it uploaded, and records every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader
+(`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
+
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
 makes the version from that upload. Two attempts racing on one run id end with one version (the lower number).
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
+from steps.core import chain
 from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, timed, write_result
 from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
@@ -133,7 +140,9 @@ def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
     return {"usd": round(sum(b["usd"] for b in breakdown.values()), 6), "steps": breakdown, "prices": prices}
 
 
-def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str, str]:
+def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256: str = "") -> dict[str, str]:
+    """The version's tags: lineage, scores, cost, the data card and the sha256 of every file the gate judged.
+    `gguf_sha256`: the candidate's, when the caller hashed it already."""
     data = read_json(Path(cfg.dataset) / "lineage.json")
     decision = read_json(Path(cfg.evaluation) / "decision.json")
     result = read_json(Path(cfg.evaluation) / "result.json")
@@ -156,7 +165,13 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path) -> dict[str,
         "train.backend": cfg.train_backend,
         "train.device": train["device"],
         "gguf.file": gguf_file.name,
-        "gguf.sha256": sha256_file(gguf_file),
+        chain.SHA256_TAG: gguf_sha256 or sha256_file(gguf_file),
+        # The rivals the verdict was reached against, byte for byte (the candidate's is gguf.sha256).
+        **{
+            f"eval.{role}.sha256": j["sha256"]
+            for role, j in (decision.get(chain.JUDGED) or {}).items()
+            if role != "candidate"
+        },
         "quantization": decision["quantization"],
         "eval.decision": "pass" if decision["passed"] else "fail",
         "eval.rougeL": str(result["rouge_l_candidate"]),
@@ -216,6 +231,32 @@ def _serving_code(work: Path) -> tuple[Path, list[str]]:
     model_file = work / "summariser_model.py"
     model_file.write_text(MODEL_CODE)
     return model_file, [str(package)]
+
+
+def uploaded_manifest(uri: str, model_id: str, gguf_file: Path, gguf_sha256: str) -> dict[str, str]:
+    """Every file of the logged model as the artifact store holds it, with its sha256, after checking that its GGUF
+    and its code are the bytes this step uploaded (ChainError naming each file that is not)."""
+    import mlflow.artifacts
+    from mlflow import MlflowClient
+
+    with tempfile.TemporaryDirectory(prefix="register-check-") as work:
+        model_file, (package,) = _serving_code(Path(work) / "code")
+        expected = {f"artifacts/{gguf_file.name}": gguf_sha256, model_file.name: sha256_file(model_file)}
+        expected |= {f"code/steps/{k}": v for k, v in chain.manifest(Path(package)).items()}
+        # From the artifact store itself, as serve reads a version (a models:/ download adds files of its own).
+        location = MlflowClient(tracking_uri=uri).get_logged_model(model_id).artifact_location
+        stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(Path(work) / "stored"),
+                                                          tracking_uri=uri))  # fmt: skip
+        found = chain.manifest(stored)
+    code = {p: h for p, h in found.items() if p.endswith(".py") or p.endswith(".gguf")}
+    problems = chain.manifest_problems(expected, code)
+    if problems:
+        raise chain.ChainError(
+            f"the logged model {model_id} in the artifact store is not what this step uploaded:\n  "
+            + "\n  ".join(problems)
+            + "\nSomething else writes to the artifact store: find it, then run register again"
+        )
+    return found
 
 
 def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> Any:
@@ -348,12 +389,14 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
         mlflow_run_id, model_id = earlier.info.run_id, earlier.data.tags[UPLOADED_TAG]
     else:
         mlflow_run_id, model_id = _upload(cfg, experiment_id, run_id, gguf_file, tags)
+    # What serve and the pyfunc loader will hold every file to, read back from the store and checked first.
+    files = uploaded_manifest(uri, model_id, gguf_file, tags[chain.SHA256_TAG])
     # Every upload finished: only now does a version appear, pointing at the uploaded model.
     version = client.create_model_version(
         cfg.model_name,
         source=f"models:/{model_id}",
         run_id=mlflow_run_id,
-        tags={**tags, **serving_config.SERVING.tags()},
+        tags={**tags, **serving_config.SERVING.tags(), chain.MANIFEST_TAG: json.dumps(files, sort_keys=True)},
         description=f"candidate from {run_id}; decision {tags['eval.decision']}",
         model_id=model_id,
     )
@@ -377,8 +420,11 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     check_measured_serving(cfg)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]
-    run_id = cfg.run_id or f"local-{sha256_file(gguf_file)[:16]}"
-    tags = lineage_tags(cfg, run_id, gguf_file)
+    gguf_sha256 = sha256_file(gguf_file)
+    decision = read_json(Path(cfg.evaluation) / "decision.json")
+    chain.check_judged(decision, "candidate", gguf_file, gguf_sha256, str(cfg.evaluation))
+    run_id = cfg.run_id or f"local-{gguf_sha256[:16]}"
+    tags = lineage_tags(cfg, run_id, gguf_file, gguf_sha256)
 
     wait = cfg.retry_wait
     with environment(cfg.http_env()):

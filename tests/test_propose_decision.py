@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from steps import propose, register
-from steps.core import registry
+from steps.core import chain, registry
 from steps.core.cli import write_result
-from steps.core.io import environment, write_json
+from steps.core.io import environment, sha256_file, write_json
 from tests.canned import Answers, evaluate_canned, write_splits
 
 NAME = "summariser"
@@ -51,7 +51,10 @@ def add_version(uri: str, name: str, gguf: Path) -> str:
     client.set_terminated(run.info.run_id)
     if not client.search_registered_models(f"name = '{name}'"):
         client.create_registered_model(name)
-    return str(client.create_model_version(name, f"{run.info.artifact_uri}/model", run_id=run.info.run_id).version)
+    # The hashes steps.register records, which evaluate holds a champion's files to (steps/core/chain.py).
+    tags = {chain.SHA256_TAG: sha256_file(gguf), chain.MANIFEST_TAG: json.dumps({gguf.name: sha256_file(gguf)})}
+    source = f"{run.info.artifact_uri}/model"
+    return str(client.create_model_version(name, source, run_id=run.info.run_id, tags=tags).version)
 
 
 def set_champion(uri: str, name: str, version: str) -> None:

@@ -27,7 +27,7 @@ import pytest
 
 from steps import evaluate, propose, register
 from steps.contract import serving_config
-from steps.core import mlflow_client, registry
+from steps.core import chain, mlflow_client, registry
 from steps.core.io import environment
 from tests.canned import Answers, evaluate_canned, write_splits
 from tests.conftest import ROOT, free_port
@@ -190,8 +190,9 @@ def pipeline_outputs(
     # As evaluate writes it when there is no champion, with one stand-in check.
     check = {"check": "stand_in", "passed": passed, "reason": f"gate passed={passed}"}
     no_champion = evaluate.Champion(None, None, "no champion")
-    write_json(root / "evaluation/decision.json", evaluate.decision_record(passed, [check], no_champion,
-                                                                           {"quantization": "Q8_0"}))  # fmt: skip
+    decision = evaluate.decision_record(passed, [check], no_champion, {"quantization": "Q8_0"})
+    decision[chain.JUDGED] = chain.judged_record({"candidate": root / "gguf" / gguf.name})  # what evaluate records
+    write_json(root / "evaluation/decision.json", decision)
     write_json(root / "evaluation/result.json", {"rouge_l_candidate": rouge, "rouge_l_base": 0.2,
                                                  "hijack_rate_candidate": hijack})  # fmt: skip
     write_json(root / "evaluation/metrics.json", {"aggregate": {

@@ -11,9 +11,11 @@ pytest -m integration tests/test_serve.py      # needs the MLflow and S3 servers
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ from steps import register, serve
 from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.core.cli import build_parser, parse_config
+from steps.serve import front
 from tests.conftest import ROOT, free_port, s3_client, stop
 from tests.manifests import serving_docs, serving_pods
 from tests.pod_security import check
@@ -46,7 +49,7 @@ LLAMA_DEBUG = ("llama_model_loader:", "llama_perf_context_print:", "llama_contex
 
 def test_a_request_gets_the_served_decoding_where_it_sets_none():
     served = serving_config.SERVING
-    body = serve.with_decoding(json.dumps({"messages": [], "max_tokens": 8, "stop": None}).encode(), served)
+    body = front.checked_body(json.dumps({"messages": [], "max_tokens": 8, "stop": None}).encode(), served, False)
     assert json.loads(body) == {
         "messages": [],
         "max_tokens": 8,  # the request's own
@@ -55,7 +58,82 @@ def test_a_request_gets_the_served_decoding_where_it_sets_none():
         "seed": served.seed,
         **({"stop": list(served.stop)} if served.stop else {"stop": None}),
     }
-    assert serve.with_decoding(b"not json", served) == b"not json"  # llama.cpp's server refuses it itself
+
+
+@pytest.mark.parametrize(
+    ("body", "allow_grammar", "expected"),
+    [
+        (b"not json", False, "not JSON"),
+        (b"[1]", False, "JSON list"),
+        (b'{"max_tokens": 100000}', False, "max_tokens 100000: use a whole number from 1 to"),
+        (b'{"max_tokens": "64"}', False, "max_tokens '64'"),
+        (b'{"max_tokens": true}', False, "max_tokens True"),
+        (b'{"grammar": "root ::= \\"a\\""}', False, "grammar: not served here"),
+        (b'{"response_format": {"type": "json_object"}}', False, "response_format: not served here"),
+    ],
+)
+def test_a_completion_body_outside_the_served_bounds_is_refused_saying_why(body, allow_grammar, expected):
+    with pytest.raises(front.Refused, match=re.escape(expected)) as refused:
+        front.checked_body(body, serving_config.SERVING, allow_grammar)
+    assert refused.value.status == 400
+
+
+def test_grammar_passes_only_when_configured():
+    body = b'{"grammar": "root ::= \\"a\\""}'
+    assert json.loads(front.checked_body(body, serving_config.SERVING, True))["grammar"] == 'root ::= "a"'
+
+
+def read(data: bytes, max_body: int = 1024, limit: int = 512):
+    async def go():
+        reader = asyncio.StreamReader(limit=limit)
+        reader.feed_data(data)
+        reader.feed_eof()
+        return await front.read_request(reader, max_body)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999\r\n\r\n", 413),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
+        (b"POST /v1/completions HTTP/1.1\r\nX-Long: " + b"a" * 1000 + b"\r\n\r\n", 431),
+        (b"GARBAGE\r\n\r\n", 400),
+    ],
+)
+def test_a_request_is_refused_before_its_body_is_read_when_it_breaks_a_bound(data: bytes, status: int):
+    with pytest.raises(front.Refused) as refused:
+        read(data)
+    assert refused.value.status == status
+
+
+def test_a_request_within_the_bounds_is_read_whole():
+    request = read(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: Bearer t\r\n\r\n{}")
+    assert (request.method, request.path, request.body, request.headers["authorization"]) == (
+        "POST", "/v1/completions", b"{}", "Bearer t")  # fmt: skip
+
+
+def test_tokens_come_from_the_file_and_follow_it_when_it_changes(tmp_path: Path):
+    path = tmp_path / "clients"
+    path.write_text("# the home app\nfirst\n\n")
+    tokens = front.Tokens(str(path))
+    assert tokens.holds("first") and not tokens.holds("second") and not tokens.holds("")
+    path.write_text("second\n")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert tokens.holds("second") and not tokens.holds("first")
+    assert not front.Tokens("").holds("first")
+
+
+def test_a_server_listening_beyond_loopback_needs_a_token_file(tmp_path: Path):
+    assert any("without --token-file" in p for p in serve.config_problems(serve.ServeConfig(host="0.0.0.0")))
+    (tmp_path / "t").write_text("x\n")
+    assert serve.config_problems(serve.ServeConfig(host="0.0.0.0", token_file=str(tmp_path / "t"))) == []
+    with pytest.raises(serve.ServeError, match="no such file"):
+        serve.run(serve.ServeConfig(tracking_uri="http://127.0.0.1:9", token_file=str(tmp_path / "no")),
+                  threading.Event())  # fmt: skip
 
 
 @pytest.mark.parametrize(("asked", "verbose"), [([], "false"), (["--llama-log", "true"], "true")])
@@ -290,3 +368,71 @@ def test_the_challenger_is_served_from_the_registry_follows_its_alias_and_a_chan
     with pytest.raises(serve.ServeError, match="the file changed after registration"):
         serve.run(fresh, threading.Event())
     assert not list((tmp_path / "fresh").rglob("*.gguf"))
+
+
+# --- integration: the front before llama.cpp's real server, on loopback ----------------------------------------------
+
+
+def call(port: int, method: str, path: str, body: bytes = b"", **headers: str) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", body or None, method=method,
+                                     headers={"Content-Type": "application/json", **headers})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, json.loads(reply.read()), dict(reply.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+@integration
+def test_the_front_answers_only_who_it_should_with_what_was_measured(tiny_gguf: Path, tmp_path: Path):
+    from benchmarks.serve_load import start_server
+
+    supervisor, served, port = start_server(tiny_gguf, tmp_path, "client-token", read_seconds=2, threads=2)
+    operator = (tmp_path / "operators").read_text().strip()
+    chat_body = json.dumps({"messages": messages(DOCUMENT)}).encode()
+    try:
+        assert call(port, "GET", "/healthz")[0] == 200  # the kubelet's probe needs no token
+        assert call(port, "POST", "/v1/chat/completions", chat_body)[0] == 401
+        assert call(port, "POST", "/v1/chat/completions", chat_body, Authorization="Bearer wrong")[0] == 401
+        status, reply, headers = call(port, "POST", "/v1/chat/completions", chat_body,
+                                      Authorization="Bearer client-token")  # fmt: skip
+        assert status == 200 and headers["X-Distillery-Version"] == "1"
+        assert reply["usage"]["completion_tokens"] <= serving_config.SERVING.max_tokens
+        # Only an operator pins a side; a client's pin is refused, not routed.
+        pin = {"X-Distillery-Alias": "challenger"}
+        auth = {"Authorization": "Bearer client-token"}
+        assert call(port, "POST", "/v1/chat/completions", chat_body, **auth, **pin)[0] == 403
+        assert (
+            call(port, "POST", "/v1/chat/completions", chat_body, Authorization=f"Bearer {operator}", **pin)[0] == 200
+        )
+        too_long = json.dumps({"messages": messages(DOCUMENT), "max_tokens": 4096}).encode()
+        assert call(port, "POST", "/v1/chat/completions", too_long, **auth)[0] == 400
+        grammar = json.dumps({"messages": messages(DOCUMENT), "grammar": 'root ::= "a"'}).encode()
+        assert call(port, "POST", "/v1/chat/completions", grammar, **auth)[0] == 400
+        assert call(port, "POST", "/extras/tokenize", b'{"input": "a"}', **auth)[0] == 404
+        # A rotated Secret: the old token stops working, the new one works, without a restart.
+        (tmp_path / "clients").write_text("rotated-token-longer\n")
+        assert call(port, "GET", "/v1/models", **auth)[0] == 401
+        assert call(port, "GET", "/v1/models", Authorization="Bearer rotated-token-longer")[0] == 200
+    finally:
+        served.stop()
+        supervisor.swap(None)
+
+
+@integration
+def test_under_hostile_load_every_well_formed_request_is_answered_in_budget_and_recorded(tiny_gguf: Path):
+    from benchmarks.serve_load import run
+
+    found = run(tiny_gguf, clients=200, well_formed=40, budget=60.0, read_seconds=3.0, threads=2)
+    print(json.dumps(found, indent=2))  # the figures, in the test's output (-s)
+    figures = found["figures"]
+    assert found["well_formed_within_budget"] == 40 and found["outcomes_recorded"] == 40
+    assert figures["well_formed"]["statuses"] == {"200": 40}
+    assert figures["slow_loris"]["statuses"] == {"408": figures["slow_loris"]["n"]}
+    assert figures["slow_loris"]["max_s"] < 3.0 + 2  # cut off at --read-seconds, not held
+    assert figures["oversized"]["statuses"] == {"413": figures["oversized"]["n"]}
+    assert figures["negative_length"]["statuses"] == {"400": figures["negative_length"]["n"]}
+    assert figures["malformed"]["statuses"] == {"400": figures["malformed"]["n"]}
+    assert figures["no_token"]["statuses"] == {"401": figures["no_token"]["n"]}
+    assert figures["pinned"]["statuses"] == {"403": figures["pinned"]["n"]}
+    assert found["answers_after"] == 200

@@ -293,7 +293,9 @@ def _pod(
                     "securityContext": container_security,
                     # Where Ray and the libraries write (the root filesystem is read-only), and the credentials the
                     # train step uses (optional secret references: workflows/security.py).
-                    "env": env,
+                    # RAY_AUTH_MODE set here too: an operator that drops `authOptions` (an older CRD prunes it) gives
+                    # no token, and Ray then refuses to start rather than serve the dashboard and GCS to anyone.
+                    "env": [*env, {"name": "RAY_AUTH_MODE", "value": AUTH_MODE}],
                     "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
                 }
             ],

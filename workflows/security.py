@@ -53,6 +53,7 @@ S3_SECRET = "distillery-s3"
 HUB_SECRET = "distillery-hf"
 GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
+SERVE_TOKENS_SECRET = "distillery-serve-tokens"
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -73,6 +74,8 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "git": (),
     # A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through).
     "teacher": (SecretEnv("TEACHER_API_KEY", TEACHER_SECRET, "api-key"),),
+    # The home server's bearer tokens: files, not variables (SERVE_TOKEN_FILES).
+    "serve-tokens": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
@@ -89,6 +92,8 @@ USERS: dict[str, tuple[str, ...]] = {
     "git": ("fetch-dataset", "check-triggers", "publish"),
     # build-dataset's teacher step, the only one that calls a teacher
     "teacher": ("teacher",),
+    # the serving pods, which check every request's bearer token (steps/serve/front.py)
+    "serve-tokens": ("serve",),
 }  # fmt: skip
 
 
@@ -108,18 +113,25 @@ class SecretFile:
 # GIT_CONFIG_COUNT variables, so not those.)
 CONFIG_HOME = f"{SCRATCH_DIR}/config"  # $XDG_CONFIG_HOME (WRITABLE_ENV)
 GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{CONFIG_HOME}/git", "config"),)
-FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES}
+# The home server's bearer tokens, one a line: `clients` may ask, `operators` may also pin a side. Without the Secret
+# the files are absent and serve refuses to start (it never answers strangers for want of a file).
+SERVE_TOKENS_DIR = "/var/run/secrets/distillery-serve"
+SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k) for k in ("clients", "operators"))
+FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES}
 
 
 def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
     """(volumes, volume mounts), Kubernetes dicts, for the credential files `step` may use."""
     files = [f for credential, users in USERS.items() if step in users for f in FILES.get(credential, ())]
+    by_secret: dict[tuple[str, str], list[SecretFile]] = {}  # one volume per Secret (and folder), all its keys
+    for f in files:
+        by_secret.setdefault((f.secret, f.directory), []).append(f)
     volumes = [
-        {"name": f"secret-{f.secret}", "secret": {"secretName": f.secret, "optional": True,
-                                                  "items": [{"key": f.key, "path": f.file}]}}
-        for f in files
+        {"name": f"secret-{secret}", "secret": {"secretName": secret, "optional": True,
+                                                "items": [{"key": f.key, "path": f.file} for f in group]}}
+        for (secret, _), group in by_secret.items()
     ]  # fmt: skip
-    mounts = [{"name": f"secret-{f.secret}", "mountPath": f.directory, "readOnly": True} for f in files]
+    mounts = [{"name": f"secret-{secret}", "mountPath": d, "readOnly": True} for secret, d in by_secret]
     return volumes, mounts
 
 

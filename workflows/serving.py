@@ -67,7 +67,9 @@ def args(alias: str) -> list[str]:
     """The container's command line: steps/serve.py's flags."""
     found = ["-m", "steps.serve", "--tracking-uri", param("tracking-uri").cluster or "",
              "--model-name", param("model-name").cluster or "", "--alias", alias,
-             "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS)]  # fmt: skip
+             "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS),
+             "--token-file", f"{security.SERVE_TOKENS_DIR}/clients",
+             "--operator-token-file", f"{security.SERVE_TOKENS_DIR}/operators"]  # fmt: skip
     if alias in FALLBACK:
         found += ["--fallback-alias", FALLBACK[alias]]
     return found
@@ -75,6 +77,7 @@ def args(alias: str) -> list[str]:
 
 def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
     probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3}
+    token_volumes, token_mounts = security.secret_volumes(STEP)
     container = {
         "name": "llama-cpp",
         "image": images.ref("cpu"),  # llama-cpp-python[server], built portable (images/cpu.Dockerfile)
@@ -88,7 +91,8 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
         "resources": RESOURCES,
         "securityContext": CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
         "env": security.writable_env() + security.secret_env(STEP),
-        "volumeMounts": [{"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR}],
+        # The bearer tokens (a mounted Secret the kubelet refreshes on rotation; the front re-reads the files).
+        "volumeMounts": [{"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR}, *token_mounts],
     }
     return {
         "apiVersion": "apps/v1",
@@ -111,7 +115,8 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
                         {
                             "name": security.SCRATCH_VOLUME,
                             "emptyDir": {"sizeLimit": RESOURCES["limits"]["ephemeral-storage"]},
-                        }
+                        },
+                        *token_volumes,
                     ],
                 },
             },

@@ -29,9 +29,9 @@ Every verdict carries the gate's error rates on this suite, simulated from the p
 refuses a candidate exactly as safe as its rival, and per family the chance it refuses one `--power-regression` worse
 (`operating_characteristics` in decision.json, the report and the step's output).
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
-compared against — `propose` refuses when the registry's champion has moved since — and the serving configuration it
-measured with, which `register` checks), `generations.jsonl`, `report.md`, `score_diff.png`,
-`adversarial_families.png`, `result.json`.
+compared against — `propose` refuses when the registry's champion has moved since —, the serving configuration it
+measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks), `generations.jsonl`,
+`report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
 
 A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
 serving configuration, the thread count, the CPU llama.cpp computes on, llama.cpp's version and the generating code
@@ -58,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from steps.core import chain
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
@@ -95,6 +96,8 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         if champion.file is not None:
             contenders["champion"] = champion.file
         contenders["candidate"] = Path(cfg.gguf) / gguf_result["candidate_gguf"]
+        # Hashed before they are judged: register registers only the candidate with these bytes.
+        judged_files = chain.judged_record(contenders)
 
         metrics: dict[str, Any] = {}
         scored: dict[str, list[dict]] = {}
@@ -130,6 +133,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         passed, checks = decide(metrics, judged, scored, parity, cfg)
         characteristics = operating_characteristics(judged, scored, cfg)
         decision = decision_record(passed, checks, champion, parity, characteristics)
+        decision[chain.JUDGED] = judged_files  # what the verdict is about, byte for byte (steps/core/chain.py)
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",

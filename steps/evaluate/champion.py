@@ -1,12 +1,16 @@
 """The champion, the third contender when the registry has one: its GGUF, downloaded from the registry alias (or a
-file given by hand), and which version it is (decision.json records it; `propose` refuses when it has moved since)."""
+file given by hand), and which version it is (decision.json records it; `propose` refuses when it has moved since).
+
+A champion from the registry is judged only when every file of its version hashes to the manifest the version records
+and its GGUF to its `gguf.sha256` tag (steps/core/chain.py): the bucket it is read from is writable by more roles
+than the registry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from steps.core import registry
+from steps.core import chain, registry
 from steps.core.mlflow_client import tracking_uri
 from steps.core.registry import CHAMPION
 from steps.evaluate.config import EvaluateConfig
@@ -29,15 +33,12 @@ def resolve_champion(cfg: EvaluateConfig, dest: Path) -> Champion:
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         return Champion(None, None, "no tracking URI: two-way comparison")
-    import mlflow
     from mlflow import MlflowClient
 
     version = registry.champion_version(MlflowClient(tracking_uri=uri), cfg.model_name)
     if version is None:
         return Champion(None, None, f"{cfg.model_name} has no '{CHAMPION}' yet: two-way comparison")
-    mlflow.set_tracking_uri(uri)
-    local = Path(mlflow.artifacts.download_artifacts(f"models:/{cfg.model_name}/{version.version}", dst_path=str(dest)))
-    files = sorted(local.rglob("*.gguf"))
-    if not files:
-        raise FileNotFoundError(f"champion {cfg.model_name} v{version.version} holds no .gguf file in {local}")
-    return Champion(files[0], str(version.version), f"{cfg.model_name} v{version.version} ({CHAMPION})")
+    label = f"champion models:/{cfg.model_name}/{version.version}"
+    local = chain.download_verified(MlflowClient(tracking_uri=uri), cfg.model_name, str(version.version), dest, uri)
+    file = chain.model_gguf(local, version.tags, label)
+    return Champion(file, str(version.version), f"{cfg.model_name} v{version.version} ({CHAMPION})")

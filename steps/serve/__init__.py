@@ -9,9 +9,10 @@ What it serves is what the registry says, checked:
 - the version: the one holding `--alias` (or, while no version holds it, `--fallback-alias`: after a promotion
   removes `challenger`, the canary side serves the champion instead of failing its share of the traffic; with
   neither, the version already served stays, and before any was found every request gets 503);
-- the file: the GGUF the version's pyfunc model carries (its `MLmodel` names it), downloaded from MLflow's artifact
-  store and compared with the version's recorded `gguf.sha256` tag (steps/register.py). On a mismatch nothing of it is
-  served: at start the command exits 1 with the two hashes, later the running version stays;
+- the files: the version's whole logged model (the GGUF its `MLmodel` names, the MLmodel, the code), downloaded from
+  MLflow's artifact store, each file compared with the manifest the version records (`model.manifest`) and the GGUF
+  with its `gguf.sha256` tag (steps/register.py, steps/core/chain.py). On a mismatch nothing of it is served: at start
+  the command exits 1 naming each changed file and the two hashes, later the running version stays;
 - the settings: the serving configuration the version was logged with (its `MLmodel`'s `model_config`,
   `steps.contract.serving_config.ServingConfig.from_record`): the context size and seed start llama.cpp's server
   (`ServingConfig.model_kwargs`), the decoding (`completion_kwargs`: greedy, the token cap, the stop strings) fills
@@ -23,23 +24,20 @@ another version, that version is downloaded, checked and started beside the runn
 are new requests sent to it (one pointer swap under a lock); the old server finishes what it was answering (up to
 `--drain-seconds`) and stops. No request sees a half-started model.
 
-Endpoints: everything llama.cpp's server has (`/v1/chat/completions`, `/v1/completions`, `/v1/models`, ...), each
-answer carrying `X-Distillery-Model`, `X-Distillery-Version` and `X-Distillery-Alias` (record the version in the
-outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what is served (JSON), 503 while nothing is
-(readiness). Writes nothing but the downloaded GGUFs under `--work`.
+Endpoints (steps/serve/front.py, which says who may ask what and every bound): `POST /v1/chat/completions`,
+`POST /v1/completions`, `GET /v1/models`, each answer carrying `X-Distillery-Model`, `X-Distillery-Version` and
+`X-Distillery-Alias` (record the version in the outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what
+is served (JSON), 503 while nothing is (readiness). With `--token-file` every other request needs a bearer token, and
+only `--operator-token-file`'s may pin a side. Writes nothing but the downloaded models under `--work`.
 """
 
-# One module, though long: one process whose parts (resolve and prepare a version, the llama.cpp backend, the
-# supervisor that swaps it when the alias moves, the HTTP front) share its config and are read in that order; the front
-# splits out when it grows authentication and request bounds (issue #27).
+# The package: this file resolves and prepares a version, runs llama.cpp's server and swaps it when the alias moves;
+# front.py is the HTTP side (authentication, request bounds, forwarding).
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import http.client
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -48,24 +46,22 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
+from steps.core import chain
 from steps.core.cli import parse_config
-from steps.core.io import environment, sha256_file
+from steps.core.io import environment
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 from steps.core.registry import MODEL_NAME
+from steps.serve.front import HEALTH_PATH, Front
 
-SHA256_TAG = "gguf.sha256"  # steps/register.py lineage_tags
+__all__ = ["HEALTH_PATH", "ServeConfig", "ServeError", "config_problems", "main", "prepare", "run"]
+
 GGUF_ARTIFACT = "gguf"  # steps/contract/model.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
-# Requests whose JSON body takes the decoding settings.
-COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
-HEALTH_PATH = "/healthz"
-# Per-hop headers (RFC 9110 7.6.1) a proxy does not forward.
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class ServeError(ValueError):
@@ -100,6 +96,29 @@ class ServeConfig(MlflowSettings):
             "to stderr; off: only its errors"
         },
     )
+    token_file: str = field(
+        default="",
+        metadata={"help": "file of client bearer tokens, one a line (a mounted Secret); required unless --host is "
+                  "loopback"},
+    )  # fmt: skip
+    operator_token_file: str = field(
+        default="",
+        metadata={"help": "file of operator bearer tokens: only operators may pin a side (X-Distillery-Alias)"},
+    )
+    allow_grammar: bool = field(default=False, metadata={"help": "accept requests' grammar and response_format"})
+    max_body_bytes: int = field(
+        # A document of at most steps.contract.prompting.MAX_DOCUMENT_CHARS (6000) characters, JSON-escaped, fits.
+        default=256 * 1024,
+        metadata={"help": "largest request body read, in bytes (413 above)"},
+    )
+    max_header_bytes: int = field(default=16 * 1024, metadata={"help": "largest request line + headers (431 above)"})
+    max_concurrency: int = field(default=8, metadata={"help": "requests forwarded to llama.cpp at once"})
+    max_connections: int = field(default=1000, metadata={"help": "connections open at once (503 above)"})
+    read_seconds: float = field(
+        default=10.0,
+        metadata={"help": "time for a request to arrive whole, and for a client to read each answer write"},
+    )
+    queue_seconds: float = field(default=60.0, metadata={"help": "longest wait for a forwarding slot (503 after)"})
 
 
 def config_problems(cfg: ServeConfig) -> list[str]:
@@ -112,7 +131,13 @@ def config_problems(cfg: ServeConfig) -> list[str]:
         problems.append(f"--fallback-alias {cfg.fallback_alias!r} is --alias itself: use another alias or none")
     if not 0 < cfg.port < 65536:
         problems.append(f"--port {cfg.port}: use 1..65535")
-    for name in ("poll_seconds", "start_timeout", "drain_seconds", "request_timeout"):
+    if cfg.host not in LOOPBACK and not cfg.token_file:
+        problems.append(f"--host {cfg.host} without --token-file: anyone who reaches the port would be answered; "
+                        "give a file of bearer tokens (a mounted Secret), or listen on 127.0.0.1")  # fmt: skip
+    for name in ("max_body_bytes", "max_header_bytes", "max_concurrency", "max_connections"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: use at least 1")
+    for name in ("poll_seconds", "start_timeout", "drain_seconds", "request_timeout", "read_seconds", "queue_seconds"):
         if not getattr(cfg, name) > 0:
             problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: use a positive number of seconds")
     return problems + threads_problems(cfg.threads)
@@ -165,44 +190,40 @@ def resolve(client: Any, cfg: ServeConfig) -> Target | None:
     return None
 
 
-def _mlmodel(client: Any, name: str, version: str, into: Path, server: str) -> tuple[str, dict]:
-    """(the model's artifact URI, its parsed MLmodel file). `server`: the tracking URI, which resolves the
-    `mlflow-artifacts:` URIs of a server that proxies its artifact store."""
-    import mlflow.artifacts
-    import yaml
-
-    uri = client.get_model_version_download_uri(name, version)
-    path = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/MLmodel", dst_path=str(into), tracking_uri=server)
-    return uri, yaml.safe_load(Path(path).read_text())
-
-
 def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
-    """Download the version's GGUF (or reuse an earlier download) and check it against the recorded sha256.
+    """Download the version (or reuse an earlier download) and check every file of it against the manifest the
+    version records, and its GGUF against its `gguf.sha256` (steps/core/chain.py).
 
     Raises ServeError, leaving no file behind to serve, when the version lacks what serving needs or the bytes differ.
     """
-    import mlflow.artifacts
+    import yaml
     from mlflow.pyfunc import MODEL_CONFIG  # where the pyfunc flavor keeps the model_config it was logged with
 
     label = f"models:/{cfg.model_name}/{target.version} (@{target.alias})"
     version = client.get_model_version(cfg.model_name, target.version)
-    expected = version.tags.get(SHA256_TAG, "")
+    expected = version.tags.get(chain.SHA256_TAG, "")
     if not expected:
         raise ServeError(
-            f"{label} has no {SHA256_TAG} tag, so its GGUF cannot be checked: register it with steps.register, which "
-            "records it; refusing to serve it"
+            f"{label} has no {chain.SHA256_TAG} tag, so its GGUF cannot be checked: register it with steps.register, "
+            "which records it; refusing to serve it"
         )
     folder = work_dir(cfg) / cfg.model_name / target.version
     folder.mkdir(parents=True, exist_ok=True)
-    server = tracking_uri(cfg.tracking_uri)
-    uri, mlmodel = _mlmodel(client, cfg.model_name, target.version, folder / "meta", server)
+    try:
+        model = chain.download_verified(
+            client, cfg.model_name, target.version, folder / "model", tracking_uri(cfg.tracking_uri)
+        )
+        gguf = chain.model_gguf(model, version.tags, label)
+    except chain.ChainError as e:
+        raise ServeError(str(e)) from e
+    mlmodel = yaml.safe_load((model / "MLmodel").read_text())
     pyfunc = (mlmodel.get("flavors") or {}).get("python_function") or {}
     artifact = ((pyfunc.get("artifacts") or {}).get(GGUF_ARTIFACT) or {}).get("path")
     record = pyfunc.get(MODEL_CONFIG)
-    if not artifact or not isinstance(record, dict):
+    if not artifact or not isinstance(record, dict) or (model / artifact).resolve() != gguf.resolve():
         raise ServeError(
-            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} or {MODEL_CONFIG} "
-            "(not a model steps.register logged); refusing to serve it"
+            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} (naming its one GGUF) "
+            f"or {MODEL_CONFIG} (not a model steps.register logged); refusing to serve it"
         )
     try:
         serving = serving_config.ServingConfig.from_record(
@@ -210,26 +231,6 @@ def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
         )
     except (TypeError, KeyError) as e:
         raise ServeError(f"{label}: its {MODEL_CONFIG} {record} is not a serving configuration ({e})") from e
-    gguf = folder / Path(artifact).name
-    if not (gguf.is_file() and sha256_file(gguf) == expected):
-        partial = folder / "download"
-        shutil.rmtree(partial, ignore_errors=True)
-        got = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=f"{uri}/{artifact}", dst_path=str(partial), tracking_uri=server
-            )
-        )
-        actual = sha256_file(got)
-        if actual != expected:
-            shutil.rmtree(partial, ignore_errors=True)
-            gguf.unlink(missing_ok=True)
-            raise ServeError(
-                f"{label}: the GGUF in the artifact store ({artifact}) has sha256 {actual}, but the version records "
-                f"{expected} ({SHA256_TAG}): the file changed after registration. Refusing to serve it; register "
-                "the model again from its pipeline run, or move the alias back"
-            )
-        os.replace(got, gguf)  # the checked file, and only it, under the name that is served
-        shutil.rmtree(partial, ignore_errors=True)
     return Prepared(target, gguf, expected, serving)
 
 
@@ -306,20 +307,6 @@ class Backend:
             self.proc.wait()
 
 
-def with_decoding(body: bytes, serving: serving_config.ServingConfig) -> bytes:
-    """A completion request's body with the served decoding settings wherever the request leaves them unset."""
-    try:
-        request = json.loads(body or b"{}")
-    except ValueError:
-        return body  # llama.cpp's server answers it with its own 4xx
-    if not isinstance(request, dict):
-        return body
-    for key, value in serving.completion_kwargs().items():
-        if value is not None and request.get(key) is None:
-            request[key] = value
-    return json.dumps(request).encode()
-
-
 class Supervisor:
     """Which backend answers now, and the swap to the next one."""
 
@@ -381,77 +368,6 @@ class Supervisor:
         return True
 
 
-def make_handler(supervisor: Supervisor) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # one line per request would drown the swap messages; the gateway logs requests
-
-        def _json(self, status: int, payload: dict[str, Any]) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if self.path == HEALTH_PATH:
-                status = supervisor.status()
-                self._json(200 if status["serving"] else 503, status)
-                return
-            self._forward()
-
-        def do_POST(self) -> None:
-            self._forward()
-
-        def _forward(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            backend = supervisor.acquire()
-            if backend is None:
-                cfg = supervisor.cfg
-                self._json(503, {"error": f"no version of {cfg.model_name} holds @{cfg.alias} yet"})
-                return
-            try:
-                prepared = backend.prepared
-                if self.command == "POST" and self.path.split("?")[0] in COMPLETION_PATHS:
-                    body = with_decoding(body, prepared.serving)
-                conn = http.client.HTTPConnection("127.0.0.1", backend.port, timeout=supervisor.cfg.request_timeout)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"content-length"}}
-                headers["Content-Length"] = str(len(body))
-                conn.request(self.command, self.path, body=body, headers=headers)
-                reply = conn.getresponse()
-                self.send_response(reply.status)
-                for key, value in reply.getheaders():
-                    if key.lower() not in HOP_BY_HOP | {"content-length"}:
-                        self.send_header(key, value)
-                self.send_header("X-Distillery-Model", supervisor.cfg.model_name)
-                self.send_header("X-Distillery-Version", prepared.target.version)
-                self.send_header("X-Distillery-Alias", prepared.target.alias)
-                if reply.getheader("Content-Type", "").startswith("text/event-stream"):
-                    self.send_header("Connection", "close")  # streamed: the body ends when the connection does
-                    self.end_headers()
-                    self.close_connection = True
-                    while chunk := reply.read1(65536):
-                        self.wfile.write(chunk)
-                        self.wfile.flush()
-                else:
-                    data = reply.read()
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                conn.close()
-            except OSError as e:
-                with contextlib.suppress(OSError):
-                    self._json(502, {"error": f"llama.cpp server: {e}"})
-            finally:
-                backend.leave()
-
-    return Handler
-
-
 def run(cfg: ServeConfig, stop: threading.Event) -> None:
     """Serve until `stop` is set. Raises ServeError when the first version found is refused."""
     with environment(cfg.http_env()):  # MLflow's retry settings, for every registry call while serving
@@ -462,6 +378,9 @@ def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
     from mlflow import MlflowClient
 
     problems = config_problems(cfg)
+    for name in ("token_file", "operator_token_file"):  # here, not in config_problems: the pod's files, not the flags
+        if getattr(cfg, name) and not Path(getattr(cfg, name)).is_file():
+            problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: no such file (mount the Secret there)")
     if problems:
         raise ServeError("invalid serve config:\n  " + "\n  ".join(problems))
     uri = tracking_uri(cfg.tracking_uri)
@@ -469,10 +388,8 @@ def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
         raise ServeError(MISSING_TRACKING_URI)
     client = MlflowClient(tracking_uri=uri)
     supervisor = Supervisor(cfg)
-    front = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(supervisor))
-    front.daemon_threads = True
-    listener = threading.Thread(target=front.serve_forever, name="front", daemon=True)
-    listener.start()
+    front = Front(supervisor, cfg)
+    front.start()
     print(f"serve: listening on {cfg.host}:{cfg.port} for models:/{cfg.model_name}@{cfg.alias}", file=sys.stderr)
     try:
         while not stop.is_set():
@@ -489,8 +406,7 @@ def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
                 print(f"serve: {e}", file=sys.stderr, flush=True)
             stop.wait(cfg.poll_seconds)
     finally:
-        front.shutdown()
-        front.server_close()
+        front.stop()
         supervisor.swap(None)
 
 

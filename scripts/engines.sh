@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the engines the tests run, from their own Go modules, into a cache keyed by version (seconds when present).
 #
-#   scripts/engines.sh            # argo CLI + the harness (engines/harness/), into $DISTILLERY_ENGINES
-#   scripts/engines.sh --print    # the folder only (what the tests read)
+#   scripts/engines.sh               # engines/harness/ and engines/podsecurity/, then argo's CLI (each ARGO_VERSIONS)
+#   scripts/engines.sh --path NAME   # where NAME (harness, podsecurity, argo-v4.0.5) is; builds nothing (tests/engines.py)
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
 # (~/go/pkg/mod) keeps the sources; a second machine run of this script finds the binaries and builds nothing.
@@ -17,23 +17,35 @@ cd "$(dirname "$0")/.."
 # available"), and v4.0.5 is the newest v4 it serves. v3.7.18 is the newest v3 the README's ">= v3.6.0" covers.
 ARGO_VERSIONS=(v4.0.5 v3.7.18)
 root="${DISTILLERY_ENGINES:-$HOME/.cache/distillery/engines}"
-if [ "${1:-}" = "--print" ]; then
-  echo "$root"
+# The repository's own Go programs (engines/<name>/, each its own module), cached by the hash of their sources.
+MODULES=(harness podsecurity)
+module_key() { cat "engines/$1/go.mod" "engines/$1/go.sum" "engines/$1"/*.go | sha256sum | cut -c1-16; }
+if [ "${1:-}" = "--path" ]; then
+  case "${2:-}" in
+    harness | podsecurity) echo "$root/$2-$(module_key "$2")/$2" ;;
+    argo-*) echo "$root/$2/argo" ;;
+    *) echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]})" >&2; exit 2 ;;
+  esac
   exit 0
+fi
+if ! command -v go >/dev/null; then
+  echo "engines.sh: no 'go' on PATH; install Go >= 1.26 (the tests run Argo's CLI and engines/harness/, built with it)" >&2
+  exit 1
 fi
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 # Heavy on 2 cores (argo: minutes of compile): one build at a time on a shared machine, at low priority.
+scratch=""
+trap '[ -z "$scratch" ] || rm -rf "$scratch"' EXIT
 heavy() { flock /tmp/distillery-heavy.lock nice -n 10 "$@"; }
 
 build_argo() {
-  local version="$1" major dest mod dir scratch
+  local version="$1" major dest mod dir
   major="${version%%.*}"
   dest="$root/argo-$version"
   [ -x "$dest/argo" ] && return 0
   mod="github.com/argoproj/argo-workflows/$major"
   dir="$(go mod download -json "$mod@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  scratch="$(mktemp -d)"
-  trap 'rm -rf "$scratch"' RETURN
+  scratch="$(mktemp -d)"  # global: the EXIT trap removes it
   cp -r "$dir/." "$scratch/"
   chmod -R u+w "$scratch"
   mkdir -p "$scratch/ui/dist/app" && touch "$scratch/ui/dist/app/placeholder"
@@ -41,18 +53,18 @@ build_argo() {
   echo "engines: building argo $version (minutes, once)" >&2
   (cd "$scratch" && heavy go build -trimpath -ldflags "-X $mod.version=$version" -o "$dest/argo.tmp" ./cmd/argo)
   mv "$dest/argo.tmp" "$dest/argo"
+  rm -rf "$scratch"
 }
 
-build_harness() {
-  local key dest
-  key="$(cat engines/harness/go.mod engines/harness/go.sum engines/harness/*.go | sha256sum | cut -c1-16)"
-  dest="$root/harness-$key"
-  [ -x "$dest/harness" ] && return 0
+build_module() {
+  local name="$1" dest
+  dest="$root/$name-$(module_key "$name")"
+  [ -x "$dest/$name" ] && return 0
   mkdir -p "$dest"
-  echo "engines: building the harness (engines/harness/)" >&2
-  (cd engines/harness && heavy go build -trimpath -o "$dest/harness.tmp" .)
-  mv "$dest/harness.tmp" "$dest/harness"
+  echo "engines: building engines/$name/" >&2
+  (cd "engines/$name" && heavy go build -trimpath -o "$dest/$name.tmp" .)
+  mv "$dest/$name.tmp" "$dest/$name"
 }
 
-for v in "${ARGO_ONLY:-${ARGO_VERSIONS[@]}}"; do build_argo "$v"; done
-[ -f engines/harness/go.mod ] && build_harness
+for m in "${MODULES[@]}"; do build_module "$m"; done
+for v in "${ARGO_VERSIONS[@]}"; do build_argo "$v"; done

@@ -12,6 +12,7 @@
 # So the module is fetched with `go mod download`, copied to a scratch folder, given the same placeholder and built
 # there with its own go.mod and go.sum (replace directives included, so v3 builds the same way).
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 # Argo v4.1.2 is the version the issue named; the module proxy here refuses it (403 "This module version is not
 # available"), and v4.0.5 is the newest v4 it serves. v3.7.18 is the newest v3 the README's ">= v3.6.0" covers.
@@ -66,5 +67,15 @@ build_module() {
   mv "$dest/$name.tmp" "$dest/$name"
 }
 
+missing=()
+for m in "${MODULES[@]}"; do [ -x "$("$self" --path "$m")" ] || missing+=("$m"); done
+for v in "${ARGO_VERSIONS[@]}"; do [ -x "$("$self" --path "argo-$v")" ] || missing+=("argo-$v"); done
+[ ${#missing[@]} -eq 0 ] && exit 0
+# Heavy on 2 cores (each argo release: minutes of compile): the builds take the machine's heavy-job lock once, all
+# together, and run at low priority.
+if [ -z "${DISTILLERY_ENGINES_LOCKED:-}" ]; then
+  echo "engines: to build: ${missing[*]} (waiting for /tmp/distillery-heavy.lock)" >&2
+  DISTILLERY_ENGINES_LOCKED=1 exec flock /tmp/distillery-heavy.lock "$self" "$@"
+fi
 for m in "${MODULES[@]}"; do build_module "$m"; done
 for v in "${ARGO_VERSIONS[@]}"; do build_argo "$v"; done

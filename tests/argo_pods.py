@@ -97,8 +97,15 @@ def workflow_spec(doc: dict) -> dict:
     ref = spec.get("workflowTemplateRef")
     if ref is None or "templates" in spec:
         return spec
+    referenced = copy.deepcopy(rendered_workflow_templates()[ref["name"]]["spec"])
     own = {k: v for k, v in spec.items() if k != "workflowTemplateRef"}
-    return {**copy.deepcopy(rendered_workflow_templates()[ref["name"]]["spec"]), **own}
+    merged = {**referenced, **own}
+    if "arguments" in own:  # util.MergeParameters: the workflow's own first, then the template's it does not name
+        mine = own["arguments"].get("parameters", [])
+        named = {p["name"] for p in mine}
+        theirs = [p for p in (referenced.get("arguments") or {}).get("parameters", []) if p["name"] not in named]
+        merged["arguments"] = {**own["arguments"], "parameters": mine + theirs}
+    return merged
 
 
 def rendered_workflow_templates() -> dict[str, dict]:

@@ -11,6 +11,7 @@ is a string, "-1" when the attempt has no exit code; `lastRetry.status` is the n
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ def seconds(duration: str) -> float:
     return total
 
 
+@functools.cache  # one harness process per distinct question: the timelines ask the same ones many times
 def expression_holds(expression: str, status: str, exit_code: str) -> bool:
     """Argo's own evaluation (the harness: operator.go processNodeRetries, argoexpr.EvalBool with env.GetFuncMap over
     buildRetryStrategyLocalScope's variables, expr-lang at the version Argo requires); an expression expr-lang

@@ -17,9 +17,10 @@ import pytest
 from tests.conftest import ROOT
 
 ENGINES_SH = ROOT / "scripts/engines.sh"
-# The Argo releases `argo lint` runs as (scripts/engines.sh ARGO_VERSIONS): the newest v4 and v3 the module proxy
-# serves here. v4.1.2 (the pin) is refused by the proxy: "403 This module version is not available".
-ARGO_VERSIONS = ("v4.0.5", "v3.7.18")
+# The Argo releases `argo lint` runs as: scripts/engines.sh's ARGO_VERSIONS, read from there.
+ARGO_VERSIONS = tuple(
+    subprocess.run([ENGINES_SH, "--argo-versions"], check=True, capture_output=True, text=True).stdout.split()
+)
 
 
 @functools.cache

@@ -40,10 +40,10 @@ if ! command -v go >/dev/null; then
   exit 1
 fi
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
-# Heavy on 2 cores (argo: minutes of compile): one build at a time on a shared machine, at low priority.
 scratch=""
 trap '[ -z "$scratch" ] || rm -rf "$scratch"' EXIT
-heavy() { flock /tmp/distillery-heavy.lock nice -n 10 "$@"; }
+# Run under the heavy-job lock (taken once, below) at low priority.
+heavy() { nice -n 10 "$@"; }
 
 build_argo() {
   local version="$1" major dest mod dir

@@ -27,6 +27,7 @@ from tests.argo_pods import ControllerConfig, rayjob_pods, shipped_config, workf
 from tests.conftest import ROOT
 from tests.engines import ARGO_VERSIONS, argo_lint, ask, harness, pod_security
 from tests.manifests import rendered_rayjob, substitute
+from tests.pod_security import check
 
 ARGO_DIR = ROOT / "infra/argo"
 RETRAIN_INPUTS = {
@@ -303,3 +304,32 @@ def test_kubernetes_refuses_argos_executor_containers_without_the_shipped_settin
     verdict = pod_security({"train-gpu": pod})["train-gpu"]
     assert not verdict["allowed"]
     assert 'containers "init", "wait" must set' in verdict["detail"], verdict
+
+
+def _main(pod: dict) -> dict:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+
+
+# One way each to break `restricted`, applied to a real pod: the port (tests/pod_security.py) and Kubernetes' own
+# evaluator must both refuse each, and both admit the pod unbroken.
+BREAKS = {
+    "privileged": lambda p: _main(p)["securityContext"].update(privileged=True),
+    "privilege-escalation": lambda p: _main(p)["securityContext"].update(allowPrivilegeEscalation=True),
+    "root-user": lambda p: _main(p)["securityContext"].update(runAsUser=0),
+    "added-capability": lambda p: _main(p)["securityContext"].update(capabilities={"add": ["NET_ADMIN"]}),
+    "host-network": lambda p: p["spec"].update(hostNetwork=True),
+    "host-path": lambda p: p["spec"]["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+    "unconfined-seccomp": lambda p: p["spec"]["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+}
+
+
+def test_the_pod_security_port_and_kubernetes_agree_on_broken_pods():
+    pod = every_pod()["legacy/distill-workflowtemplate/train-gpu"]
+    broken = {"as-rendered": pod}
+    for name, breaks in BREAKS.items():
+        broken[name] = copy.deepcopy(pod)
+        breaks(broken[name])
+    verdicts = pod_security(broken)
+    engine = {name: v["allowed"] for name, v in verdicts.items()}
+    port = {name: not check(p) for name, p in broken.items()}
+    assert engine == port == {"as-rendered": True} | {name: False for name in BREAKS}

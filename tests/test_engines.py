@@ -25,7 +25,7 @@ import yaml
 
 from tests.argo_pods import ControllerConfig, rayjob_pods, shipped_config, workflow_pods, workflow_spec
 from tests.conftest import ROOT
-from tests.engines import ARGO_VERSIONS, argo_lint, ask, harness, pod_security
+from tests.engines import ARGO_VERSIONS, argo_lint, ask, binary, harness, pod_security
 from tests.manifests import rendered_rayjob, substitute
 from tests.pod_security import check
 
@@ -333,3 +333,9 @@ def test_the_pod_security_port_and_kubernetes_agree_on_broken_pods():
     engine = {name: v["allowed"] for name, v in verdicts.items()}
     port = {name: not check(p) for name, p in broken.items()}
     assert engine == port == {"as-rendered": True} | {name: False for name in BREAKS}
+
+
+def test_a_missing_engine_fails_the_test_naming_the_build_command(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("DISTILLERY_ENGINES", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match=r"harness: .* is not built; run scripts/engines.sh"):
+        binary.__wrapped__("harness")

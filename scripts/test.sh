@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test this machine can run: set-up (with the dev tools, and the scanners in .venv-scan), lint, rendered files
-# up to date, then pytest with the unit and integration tiers (GPU tests skip themselves without CUDA). CI runs this.
+# Every test this machine can run: set-up (with the dev tools, the scanners in .venv-scan, and the engines the tests
+# run: scripts/engines.sh), lint, rendered files up to date, then pytest with the unit and integration tiers (GPU
+# tests skip themselves without CUDA). CI runs this.
 #
 #   scripts/test.sh [extra pytest args]          # everything: the unit and integration tiers (CI, .ci/run)
 #   scripts/test.sh --fast [extra pytest args]   # the inner loop: the same set-up, lint and render checks, then the

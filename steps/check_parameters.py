@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import re
 import sys
 
 from steps.core.cli import build_parser, flag_types
@@ -46,6 +47,40 @@ def ray_mix_problems(values: dict[str, str]) -> list[str]:
     return [
         f"--{gpu} {values[gpu]} with CPU workers ({settings}): CPU and GPU workers cannot train in "
         f"one DDP group; for the GPU box alone submit with {zeros}, or drop the GPU with -p {gpu}=0"
+    ]
+
+
+def ray_worker_problems(values: dict[str, str]) -> list[str]:
+    """A Ray run with no worker pod in any group: refused here, before the RayJob starts a head that waits for
+    workers that never come (train's own `--ray-workers` check would only run inside that cluster)."""
+    counts = {n: values.get(n, "0") for n in RAY_REPLICA_PARAMS}
+    if values.get("train-backend") != "ray" or not all(v.isdigit() for v in counts.values()):
+        return []
+    if any(int(v) > 0 for v in counts.values()):
+        return []
+    return [
+        f"train-backend ray with no Ray worker pods ({', '.join(f'{n}=0' for n in counts)}): set at least one "
+        f"group, e.g. -p {RAY_CPU_REPLICA_PARAMS[0]}=1"
+    ]
+
+
+# The RayJob's entrypoint is a shell command line (Ray runs it through `sh -c`) that the render quotes word by word,
+# and Argo substitutes the train step's values into it raw at run time: a `'`, `;`, `$`, space or newline in one
+# would break out of its quotes (or the manifest's YAML). Only these characters may reach it: enough for model ids
+# (org/name), git revisions, numbers, booleans and choices.
+ENTRYPOINT_SAFE = re.compile(r"[A-Za-z0-9._/:@+,=-]*")
+
+
+def ray_entrypoint_problems(values: dict[str, str]) -> list[str]:
+    """Every train parameter a Ray run substitutes into the RayJob's shell entrypoint, held to ENTRYPOINT_SAFE."""
+    if values.get("train-backend") != "ray":
+        return []
+    train = next(s for s in STAGES if s.name == "train")
+    return [
+        f"--{name} {values[name]!r}: the Ray backend passes it through a shell command line; use only letters, "
+        "digits and . _ / : @ + , = -"
+        for name in train.params
+        if name in values and not ENTRYPOINT_SAFE.fullmatch(values[name])
     ]
 
 
@@ -84,6 +119,8 @@ def problems(values: dict[str, str]) -> list[str]:
         if not value.isdigit():
             found.append(f"--{name} {value!r}: a replica count, 0 or more")
     found += ray_mix_problems(values)
+    found += ray_worker_problems(values)
+    found += ray_entrypoint_problems(values)
     return list(dict.fromkeys(found))
 
 

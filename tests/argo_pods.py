@@ -90,8 +90,28 @@ def shipped_config(initless: bool = False) -> ControllerConfig:
 
 
 def workflow_spec(doc: dict) -> dict:
-    """The workflow spec of a WorkflowTemplate / Workflow, or of a CronWorkflow's `workflowSpec`."""
-    return doc["spec"].get("workflowSpec", doc["spec"])
+    """The workflow spec of a WorkflowTemplate / Workflow, or of a CronWorkflow's `workflowSpec`; one that only
+    references a rendered WorkflowTemplate gets that template's spec under its own fields, as the controller runs it
+    (operator.go setExecWorkflow: the stored spec, util.JoinWorkflowSpec)."""
+    spec = doc["spec"].get("workflowSpec", doc["spec"])
+    ref = spec.get("workflowTemplateRef")
+    if ref is None or "templates" in spec:
+        return spec
+    referenced = copy.deepcopy(rendered_workflow_templates()[ref["name"]]["spec"])
+    own = {k: v for k, v in spec.items() if k != "workflowTemplateRef"}
+    merged = {**referenced, **own}
+    if "arguments" in own:  # util.MergeParameters: the workflow's own first, then the template's it does not name
+        mine = own["arguments"].get("parameters", [])
+        named = {p["name"] for p in mine}
+        theirs = [p for p in (referenced.get("arguments") or {}).get("parameters", []) if p["name"] not in named]
+        merged["arguments"] = {**own["arguments"], "parameters": mine + theirs}
+    return merged
+
+
+def rendered_workflow_templates() -> dict[str, dict]:
+    """The WorkflowTemplates in infra/argo/, by name."""
+    docs = (yaml.load(p.read_text(), Loader=yaml.CSafeLoader) for p in sorted((ROOT / "infra/argo").glob("*.yaml")))
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == "WorkflowTemplate"}
 
 
 POD_TEMPLATE_TYPES = ("container", "script", "resource", "data", "containerSet")
@@ -246,7 +266,7 @@ def _main_containers(tmpl: dict, config: ControllerConfig, spec: dict) -> list[d
     return [ctr]
 
 
-def _archive_logs(spec: dict, tmpl: dict, repo: dict) -> bool:
+def archive_logs(spec: dict, tmpl: dict, repo: dict) -> bool:
     """workflowpod.go `IsArchiveLogs`: the artifact repository's archiveLogs, else the workflow's or template's."""
     if repo.get("archiveLogs"):
         return True
@@ -257,7 +277,7 @@ def _archive_logs(spec: dict, tmpl: dict, repo: dict) -> bool:
 def _needs_archive_location(spec: dict, tmpl: dict, repo: dict) -> bool:
     """`addArchiveLocation`: the template gets the repository as archive location (and so its archiveLogs) when it
     archives logs or has an artifact without its own location."""
-    if _archive_logs(spec, tmpl, repo):
+    if archive_logs(spec, tmpl, repo):
         return True
     artifacts = [*(tmpl.get("inputs") or {}).get("artifacts", []), *(tmpl.get("outputs") or {}).get("artifacts", [])]
     return any(
@@ -337,7 +357,7 @@ def template_pod(spec: dict, tmpl: dict, config: ControllerConfig, repo: dict) -
     elif automount is False:
         raise ValueError("executor.serviceAccountName must not be empty if automountServiceAccountToken is false")
 
-    has_aux = kind not in ("resource", "data") or (kind == "resource" and _archive_logs(spec, tmpl, repo))
+    has_aux = kind not in ("resource", "data") or (kind == "resource" and archive_logs(spec, tmpl, repo))
     if config.initless and kind == "resource" and "manifestFrom" in tmpl["resource"]:
         has_aux = True  # initlessLayout.templateRequiresAuxContainer
     if has_aux:

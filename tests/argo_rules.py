@@ -8,6 +8,11 @@ time (a `when` expression, a `successCondition`, a retry backoff, a `podSpecPatc
 may already have run for hours: those say so and name the function that makes them. Messages follow Argo's: they name
 the template, task and field the way Argo's errors do. No Go code is copied; each function cites what it ports.
 
+A fast pre-check, confirmed by the engines (tests/test_engines.py): Argo's own `argo lint --offline --strict` on every
+rendered object, and Argo's own expression, `when`, resource-condition and Strict-referencing code through
+engines/harness/. Where the two disagree, the engine is right and this port is fixed; the port stays for its
+pinpointed, field-named messages and the broken fixtures each rule has.
+
 Entry point: `validate(obj)` for a WorkflowTemplate, CronWorkflow or Workflow dict (a Workflow with
 `spec.workflowTemplateRef` is validated together with the referenced template, read from `infra/argo/` unless given).
 `findings(obj)` returns the same messages paired with the rule that produced them; `RULES` lists every rule.

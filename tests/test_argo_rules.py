@@ -22,6 +22,8 @@ from tests.manifests import substitute
 
 TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
 CRON_FILE = ROOT / "infra/argo/retrain-cronworkflow.yaml"
+# The cron's templates: the CronWorkflow references this WorkflowTemplate (templateReferencing: Strict).
+CRON_TEMPLATE_FILE = ROOT / "infra/argo/retrain-workflowtemplate.yaml"
 ARGO_KINDS = ("Workflow", "WorkflowTemplate", "CronWorkflow")
 
 # Plausible values for the submit-retrain step's inputs, as check-triggers writes them (steps/check_triggers.py:
@@ -60,6 +62,10 @@ def cron_doc() -> dict:
     return copy.deepcopy(_load(CRON_FILE)[0])
 
 
+def cron_template_doc() -> dict:
+    return copy.deepcopy(_load(CRON_TEMPLATE_FILE)[0])
+
+
 def _spec(doc: dict) -> dict:
     return doc["spec"].get("workflowSpec") or doc["spec"]
 
@@ -84,7 +90,9 @@ def _task(doc: dict, pick: Callable[[dict], bool] | str) -> dict:
 
 def retrain_workflow(cron: dict | None = None) -> dict:
     """The Workflow the cron's submit-retrain resource template creates, its `{{inputs.parameters.*}}` filled in."""
-    creator = _template(cron or cron_doc(), lambda t: "kind: Workflow" in (t.get("resource") or {}).get("manifest", ""))
+    creator = _template(
+        cron or cron_template_doc(), lambda t: "kind: Workflow" in (t.get("resource") or {}).get("manifest", "")
+    )
     return yaml.load(substitute(creator["resource"]["manifest"], RETRAIN_INPUTS), Loader=argo_rules._LOADER)
 
 
@@ -169,7 +177,8 @@ def _has_param_args(k: dict) -> bool:
 class Broken:
     id: str
     rule: str
-    target: str  # "template", "cron" or "workflow" (the retrain Workflow, validated with the template in `docs`)
+    target: str  # "template", "cron", "cron-template" (the WorkflowTemplate the cron references) or "workflow" (the
+    # retrain Workflow, validated with the template in `docs`)
     mutate: Callable[[dict[str, dict]], object]
     expected: str
 
@@ -360,7 +369,8 @@ BROKEN: list[Broken] = [
         "cron-without-entrypoint",
         "entrypoint",
         "cron",
-        lambda d: d["cron"]["spec"]["workflowSpec"].pop("entrypoint"),
+        # the cron's templates inline again, without the entrypoint the WorkflowTemplate gave them
+        lambda d: _set(d["cron"]["spec"], "workflowSpec", {"templates": d["cron-template"]["spec"]["templates"]}),
         "cannot validate Workflow: spec.entrypoint is required",
     ),
     Broken(
@@ -380,8 +390,8 @@ BROKEN: list[Broken] = [
     Broken(
         "argument-twice",
         "arguments_field_names",
-        "cron",
-        lambda d: _spec(d["cron"])["arguments"]["parameters"].append({"name": "model-name", "value": "x"}),
+        "cron-template",
+        lambda d: _spec(d["cron-template"])["arguments"]["parameters"].append({"name": "model-name", "value": "x"}),
         "name 'model-name' is not unique",
     ),
     Broken(
@@ -408,8 +418,8 @@ BROKEN: list[Broken] = [
     Broken(
         "value-outside-enum",
         "arguments_values",
-        "cron",
-        lambda d: _set(_spec(d["cron"])["arguments"]["parameters"][0], "enum", ["a", "b"]),
+        "cron-template",
+        lambda d: _set(_spec(d["cron-template"])["arguments"]["parameters"][0], "enum", ["a", "b"]),
         ".value should be present in spec.arguments.",
     ),
     Broken(
@@ -468,8 +478,8 @@ BROKEN: list[Broken] = [
     Broken(
         "limit-word",
         "retry_backoff",
-        "cron",
-        lambda d: _set(_templates(d["cron"])[0]["retryStrategy"], "limit", "two"),
+        "cron-template",
+        lambda d: _set(_templates(d["cron-template"])[0]["retryStrategy"], "limit", "two"),
         "value 'two' cannot be resolved to an int",
     ),
     Broken(
@@ -500,8 +510,8 @@ BROKEN: list[Broken] = [
     Broken(
         "leaf-timeout-number",
         "leaf_fields",
-        "cron",
-        lambda d: _set(_templates(d["cron"])[0], "timeout", "30"),
+        "cron-template",
+        lambda d: _set(_templates(d["cron-template"])[0], "timeout", "30"),
         "has invalid duration format in timeout",
     ),
     Broken(
@@ -521,8 +531,8 @@ BROKEN: list[Broken] = [
     Broken(
         "undeclared-workflow-parameter",
         "variables",
-        "cron",
-        lambda d: _add_arg(_entry_tasks(d["cron"])[0], "x", "{{workflow.parameters.nope}}"),
+        "cron",  # the cron runs its WorkflowTemplate as a Workflow: every workflow parameter must be declared
+        lambda d: _add_arg(_entry_tasks(d["cron-template"])[0], "x", "{{workflow.parameters.nope}}"),
         "failed to resolve {{workflow.parameters.nope}}",
     ),
     Broken(
@@ -555,8 +565,8 @@ BROKEN: list[Broken] = [
     Broken(
         "resource-no-manifest",
         "resource_template",
-        "cron",
-        lambda d: _template(d["cron"], _creates_resource)["resource"].pop("manifest"),
+        "cron-template",
+        lambda d: _template(d["cron-template"], _creates_resource)["resource"].pop("manifest"),
         "resource.manifest or templates.submit-retrain.resource.manifestFrom must be specified",
     ),
     Broken(
@@ -625,8 +635,8 @@ BROKEN: list[Broken] = [
     Broken(
         "output-without-value",
         "outputs",
-        "cron",
-        lambda d: _templates(d["cron"])[0]["outputs"]["parameters"][0].pop("valueFrom"),
+        "cron-template",
+        lambda d: _templates(d["cron-template"])[0]["outputs"]["parameters"][0].pop("valueFrom"),
         "does not have valueFrom or value specified",
     ),
     Broken(
@@ -654,18 +664,22 @@ BROKEN: list[Broken] = [
     Broken(
         "depends-and-dependencies",
         "dag_dependencies",
-        "cron",
+        "cron-template",
         lambda d: (
-            _set(_entry_tasks(d["cron"])[0], "dependencies", [])
-            or _set(_entry_tasks(d["cron"])[-1], "dependencies", [_entry_tasks(d["cron"])[0]["name"]])
+            _set(_entry_tasks(d["cron-template"])[0], "dependencies", [])
+            or _set(_entry_tasks(d["cron-template"])[-1], "dependencies", [_entry_tasks(d["cron-template"])[0]["name"]])
         ),
         "cannot use both 'depends' and 'dependencies' in the same DAG template",
     ),
     Broken(
         "any-succeeded-without-items",
         "dag_dependencies",
-        "cron",
-        lambda d: _set(_entry_tasks(d["cron"])[-1], "depends", f"{_entry_tasks(d['cron'])[0]['name']}.AnySucceeded"),
+        "cron-template",
+        lambda d: _set(
+            _entry_tasks(d["cron-template"])[-1],
+            "depends",
+            f"{_entry_tasks(d['cron-template'])[0]['name']}.AnySucceeded",
+        ),
         "uses an items-based condition such as .AnySucceeded or .AllFailed but does not contain any items",
     ),
     Broken(
@@ -751,15 +765,15 @@ BROKEN: list[Broken] = [
     Broken(
         "mutex-twice",
         "synchronization",
-        "workflow",
-        lambda d: d["workflow"]["spec"]["synchronization"]["mutexes"].append({"name": "distill-retrain"}),
+        "template",
+        lambda d: d["template"]["spec"]["synchronization"]["mutexes"].append({"name": "distill"}),
         "duplicate synchronization item found",
     ),
     Broken(
         "semaphore-without-source",
         "synchronization",
-        "workflow",
-        lambda d: _set(d["workflow"]["spec"]["synchronization"], "semaphores", [{"namespace": "x"}]),
+        "template",
+        lambda d: _set(d["template"]["spec"]["synchronization"], "semaphores", [{"namespace": "x"}]),
         "cannot get LockName for a Semaphore without a ConfigMapRef or Database",
     ),
     Broken(
@@ -780,10 +794,11 @@ BROKEN: list[Broken] = [
 
 
 def _broken_object(case: Broken) -> tuple[dict, dict[str, dict]]:
-    docs = {"template": template_doc(), "cron": cron_doc()}
-    docs["workflow"] = retrain_workflow(docs["cron"])
+    docs = {"template": template_doc(), "cron": cron_doc(), "cron-template": cron_template_doc()}
+    docs["workflow"] = retrain_workflow(docs["cron-template"])
     case.mutate(docs)
-    return docs[case.target], {"distill": docs["template"]}
+    referenced = {"distill": docs["template"], docs["cron-template"]["metadata"]["name"]: docs["cron-template"]}
+    return docs[case.target], referenced
 
 
 @pytest.mark.parametrize("case", BROKEN, ids=lambda c: f"{c.rule}:{c.id}")

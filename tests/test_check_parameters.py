@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from steps import check_parameters
-from steps.pipeline import PARAMS
+from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS
 from tests.conftest import ROOT
-from tests.manifests import rendered_template, templates
+from tests.manifests import rayjob_template, rendered_template, templates
 from workflows.distill import CHECK_TASK
 
 
@@ -62,6 +62,39 @@ def test_cpu_and_gpu_ray_workers_together_are_refused_naming_the_settings():
     assert check_parameters.problems(alone) == []
     # Another backend does not read the Ray groups: nothing to refuse.
     assert check_parameters.problems(cluster_values(train_backend="gpu", ray_gpu_workers="1")) == []
+
+
+def test_a_ray_run_with_no_worker_pods_is_refused():
+    zero = {name.replace("-", "_"): "0" for name in RAY_REPLICA_PARAMS}
+    found = check_parameters.problems(cluster_values(train_backend="ray", **zero))
+    assert len(found) == 1 and found[0].startswith("train-backend ray with no Ray worker pods"), found
+    assert found[0].endswith(f"-p {RAY_REPLICA_PARAMS[0]}=1")
+    # Another backend starts no Ray cluster: no replicas is its normal state.
+    assert check_parameters.problems(cluster_values(train_backend="gpu", **zero)) == []
+
+
+def entrypoint_parameters() -> set[str]:
+    """The parameters Argo substitutes into the rendered RayJob's shell entrypoint."""
+    line = next(t for t in rayjob_template()["resource"]["manifest"].splitlines() if "entrypoint:" in t)
+    return set(re.findall(r"\{\{inputs\.parameters\.([a-z0-9-]+)\}\}", line))
+
+
+@pytest.mark.parametrize("value", ["org/it's", "a b", "x;rm -rf /", "$(id)", "a\nb", "`id`", 'say"'])
+def test_a_value_that_could_break_the_ray_entrypoints_quoting_is_refused(value: str):
+    names = entrypoint_parameters()
+    assert {"base-model", "base-revision"} <= names
+    found = check_parameters.problems(cluster_values(train_backend="ray", base_model=value))
+    assert any(p.startswith(f"--base-model {value!r}: the Ray backend passes it through a shell") for p in found)
+
+
+def test_every_parameter_of_the_ray_entrypoint_is_held_to_the_safe_characters():
+    """Each `{{inputs.parameters.X}}` of the rendered entrypoint is a workflow parameter check-parameters restricts
+    (or one the workflow computes: the worker count and the GPU switch, integers and booleans from expressions)."""
+    computed = {"ray-workers", "ray-gpu"}
+    for name in entrypoint_parameters() - computed:
+        found = check_parameters.problems(cluster_values(train_backend="ray", **{name.replace("-", "_"): "a'b"}))
+        assert f"--{name} {'a' + chr(39) + 'b'!r}: the Ray backend passes" in "\n".join(found), (name, found)
+    assert check_parameters.problems(cluster_values(train_backend="gpu", base_model="org/it's")) == []
 
 
 def test_every_problem_is_listed_once_and_at_once():

@@ -718,9 +718,9 @@ def test_markers_missed_finds_what_only_the_target_machine_needs():
     "rendered",
     [
         "distill-workflowtemplate.yaml",
-        "retrain-cronworkflow.yaml",
+        "retrain-workflowtemplate.yaml",
         "build-dataset-workflowtemplate.yaml",
-        "promote-cronworkflow.yaml",
+        "promote-workflowtemplate.yaml",
     ],
 )
 def test_every_pod_runs_where_its_image_was_built(rendered: str):

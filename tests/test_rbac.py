@@ -7,7 +7,9 @@ The verbs are derived from infra/argo/*.yaml the way Argo v4.1.2 uses them (work
   manifest's kind; `delete` also waits for the object to be gone unless `--wait=false` (kubectl wait IsDeleted: get,
   then list + watch); `apply` reads, then creates or patches;
 - a successCondition/failureCondition reads the object by its self link (checkResourceState): get;
-- an output parameter from jsonPath/jqFilter is `kubectl get` (SaveResourceParameters): get.
+- an output parameter from jsonPath/jqFilter is `kubectl get` (SaveResourceParameters): get;
+- `setOwnerReference: true` makes the workflow the object's controller owner (operator.go, metav1.NewControllerRef:
+  blockOwnerDeletion true), which OwnerReferencesPermissionEnforcement admits only with update on workflows/finalizers.
 The CronWorkflow's schedule creates its Workflows with the controller's own identity, not the workflow's.
 """
 
@@ -33,6 +35,7 @@ RESOURCES = {
     "RayJob": ("ray.io", "rayjobs"),
     "WorkflowTaskResult": ("argoproj.io", "workflowtaskresults"),
 }
+OWNER_FINALIZERS = ("argoproj.io", "workflows/finalizers")
 ACTION_VERBS = {"create": {"create"}, "get": {"get"}, "patch": {"patch"}, "replace": {"update"},
                 "apply": {"get", "create", "patch"}, "delete": {"delete"}}  # fmt: skip
 
@@ -71,6 +74,8 @@ def template_verbs(spec: dict, tmpl: dict) -> tuple[str, dict[tuple[str, str], s
             for p in tmpl.get("outputs", {}).get("parameters", [])
         ):
             verbs[target].add("get")
+        if resource.get("setOwnerReference"):
+            verbs[OWNER_FINALIZERS].add("update")
     return account, verbs
 
 
@@ -78,7 +83,7 @@ def used(documents: list[dict]) -> Grants:
     grants: Grants = defaultdict(lambda: defaultdict(set))
     for doc in documents:
         spec = workflow_spec(doc)
-        for tmpl in spec["templates"]:
+        for tmpl in spec.get("templates", []):  # a CronWorkflow that references a WorkflowTemplate has none
             if template_type(tmpl):
                 account, verbs = template_verbs(spec, tmpl)
                 for target, v in verbs.items():

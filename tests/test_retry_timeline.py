@@ -1,7 +1,8 @@
 """Argo's retry rules against the GPU train step: a spot reclaim at any time before the workflow's deadline gets a retry
 that is allowed to run to the end, and a failure of the step's own making is not retried on a GPU.
 
-Ported from argoproj/argo-workflows v4.1.2 (same logic in v3.7.18) `workflow/controller/operator.go`:
+The expression is evaluated by Argo's own code (tests/engines.py: the harness); the timing is ported from
+argoproj/argo-workflows v4.1.2 (same logic in v3.7.18) `workflow/controller/operator.go`:
 `processNodeRetries` (workflow deadline, backoff.maxDuration measured from the FIRST attempt's start, the backoff
 wait, the retry policy, the limit, `retryStrategy.expression`) and `buildRetryStrategyLocalScope` (`lastRetry.exitCode`
 is a string, "-1" when the attempt has no exit code; `lastRetry.status` is the node phase). A retry gets
@@ -10,11 +11,13 @@ is a string, "-1" when the attempt has no exit code; `lastRetry.status` is the n
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 import pytest
 
+from tests.engines import ask
 from tests.manifests import rendered_template, templates
 
 HOUR = 3600.0
@@ -31,13 +34,14 @@ def seconds(duration: str) -> float:
     return total
 
 
+@functools.cache  # one harness process per distinct question: the timelines ask the same ones many times
 def expression_holds(expression: str, status: str, exit_code: str) -> bool:
-    """expr-lang for the operators a retry expression here may use: ==, !=, in/not in lists, ||, &&, !."""
-    python = expression.replace("||", " or ").replace("&&", " and ")
-    python = re.sub(r"!(?!=)", " not ", python)
-    python = python.replace("lastRetry.status", "status").replace("lastRetry.exitCode", "exit_code")
-    assert "lastRetry" not in python, f"a lastRetry variable this port does not know: {expression}"
-    return bool(eval(python, {"__builtins__": {}}, {"status": status, "exit_code": exit_code}))
+    """Argo's own evaluation (the harness: operator.go processNodeRetries, argoexpr.EvalBool with env.GetFuncMap over
+    buildRetryStrategyLocalScope's variables, expr-lang at the version Argo requires); an expression expr-lang
+    refuses fails the test with its message, as it would put the node in Error at run time."""
+    answer = ask({"op": "retry", "expression": expression, "node": {"exitCode": exit_code, "phase": status}})
+    assert "error" not in answer, f"expr-lang refuses {expression!r}: {answer['error']}"
+    return answer["value"]
 
 
 @dataclass
@@ -132,7 +136,13 @@ def test_the_old_strategy_is_caught_a_reclaim_after_30_minutes_got_no_retry():
     assert execution_deadline == 300.0 + 1800.0  # and the retry would be killed at the 30-minute mark
 
 
-def test_the_expression_port_reads_argos_variables():
+def test_argo_refuses_a_retry_expression_written_with_a_tuple():
+    """Issue #26 (3): `('1', '2')` is a Python tuple, not an expr-lang array; the old eval port accepted it."""
+    answer = ask({"op": "retry", "expression": "lastRetry.exitCode not in ('1', '2')", "node": {"exitCode": "1"}})
+    assert "unexpected token" in answer.get("error", ""), answer
+
+
+def test_the_expression_reads_argos_variables():
     assert expression_holds("lastRetry.exitCode not in ['1', '2']", "Failed", "143")
     assert not expression_holds("lastRetry.exitCode not in ['1', '2']", "Failed", "1")
     assert expression_holds("lastRetry.status == 'Error' || lastRetry.exitCode == '9'", "Error", "-1")

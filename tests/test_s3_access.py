@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from scripts.render_iam import DVC_CACHE, SETTINGS, load
+from tests.argo_pods import archive_logs, workflow_spec
 from tests.conftest import ROOT, make_bucket, s3_client
 from tests.iam_eval import Request, allowed
 from tests.manifests import default_artifact_repository, rendered_template
@@ -59,14 +60,19 @@ def concrete(key: str) -> str:
 
 
 @functools.cache
-def step_templates() -> dict[str, dict]:
-    """Every template of the rendered files that runs a pod: `name` → template."""
+def step_specs() -> dict[str, tuple[dict, dict]]:
+    """Every template of the rendered files that runs a pod: `name` → (its workflow's spec, the template)."""
     found = {}
     for path in TEMPLATES:
         for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-            spec = doc["spec"].get("workflowSpec", doc["spec"])
-            found |= {t["name"]: t for t in spec["templates"] if {"container", "script", "resource"} & set(t)}
+            spec = workflow_spec(doc)
+            found |= {t["name"]: (spec, t) for t in spec["templates"] if {"container", "script", "resource"} & set(t)}
     return found
+
+
+def step_templates() -> dict[str, dict]:
+    """Every template of the rendered files that runs a pod: `name` → template."""
+    return {name: tmpl for name, (_, tmpl) in step_specs().items()}
 
 
 def uris(tmpl: dict) -> set[tuple[str, str]]:
@@ -117,7 +123,7 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
 # Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
 NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose",
               "ingest", "feedback", "teacher", "filter-split", "promote"}  # fmt: skip
-# Resource templates run `kubectl` only: Argo's executor, no S3 besides its log.
+# Resource templates run `kubectl` only: Argo's executor, as the submitter, which has no S3 access (no log archive).
 RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 
 
@@ -132,9 +138,20 @@ def calls(name: str, tmpl: dict) -> list[tuple[str, str, str, str | None]]:
     for key in artifact_keys(tmpl):
         out.append(("s3:ListBucket", repo["bucket"], "", key + "/"))  # a folder artifact is listed first
         out += [(a, repo["bucket"], f"{key}/file", None) for a in ("s3:GetObject", "s3:PutObject")]
-    out.append(("s3:PutObject", repo["bucket"], f"{step_folder()}/main.log", None))  # archiveLogs
+    if archive_logs(step_specs()[name][0], tmpl, default_artifact_repository()):  # workflowpod.go IsArchiveLogs
+        out.append(("s3:PutObject", repo["bucket"], f"{step_folder()}/main.log", None))
     out.append(("s3:GetObject", repo["bucket"], f"{step_folder()}/{name}.tgz", None))
     return out + HOME_CALLS.get(name, [])
+
+
+@pytest.mark.parametrize("name", sorted(RESOURCE_ONLY | {"train-ray"}))
+def test_a_resource_template_makes_no_s3_call(name):
+    """Their pods run as distillery-submitter (no AWS role, no metadata address): a log upload would fail in the
+    wait container and turn the node to Error after its resource action succeeded."""
+    spec, tmpl = step_specs()[name]
+    assert "resource" in tmpl
+    assert not archive_logs(spec, tmpl, default_artifact_repository()), f"{name} would upload its log to S3"
+    assert not any(c[2].endswith("main.log") for c in calls(name, tmpl))
 
 
 def test_every_template_is_accounted_for():

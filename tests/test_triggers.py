@@ -29,6 +29,7 @@ from tests.test_workflows import strict_validator
 
 integration = pytest.mark.integration
 CRON_FILE = ROOT / "infra/argo/retrain-cronworkflow.yaml"
+CRON_TEMPLATE_FILE = ROOT / "infra/argo/retrain-workflowtemplate.yaml"  # what the cron runs, by reference
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 GIT_ENV = {
     **os.environ,
@@ -110,7 +111,7 @@ def cron() -> dict:
 
 
 def templates() -> dict[str, dict]:
-    return {t["name"]: t for t in cron()["spec"]["workflowSpec"]["templates"]}
+    return {t["name"]: t for t in yaml.safe_load(CRON_TEMPLATE_FILE.read_text())["spec"]["templates"]}
 
 
 def filled_manifest(**values: str) -> dict:
@@ -136,9 +137,17 @@ def filled_manifest(**values: str) -> dict:
 def test_the_check_runs_on_a_schedule_never_overlapping():
     spec = cron()["spec"]
     assert spec["schedules"] == ["17 */6 * * *"] and spec["concurrencyPolicy"] == "Forbid"
-    from workflows.retrain import build
+    from workflows.retrain import build_cron
 
-    assert build(schedule="0 3 * * *").to_dict()["spec"]["schedules"] == ["0 3 * * *"]
+    assert build_cron(schedule="0 3 * * *").to_dict()["spec"]["schedules"] == ["0 3 * * *"]
+
+
+def test_the_cron_only_references_its_workflow_template():
+    """`templateReferencing: Strict` runs only referencing workflows (operator.go setExecWorkflow) and refuses one
+    that sets any spec field outside util/merge.go's allow-list; the cron sets none."""
+    template = yaml.safe_load(CRON_TEMPLATE_FILE.read_text())
+    assert cron()["spec"]["workflowSpec"] == {"workflowTemplateRef": {"name": template["metadata"]["name"]}}
+    assert template["kind"] == "WorkflowTemplate" and template["spec"]["entrypoint"] == "check-and-retrain"
 
 
 def test_the_retrain_is_created_only_when_the_check_fires():
@@ -153,7 +162,7 @@ def test_the_retrain_is_created_only_when_the_check_fires():
 def test_every_attempt_of_the_check_runs_under_the_workflow_uid():
     from workflows.retrain import build
 
-    specs = build().to_dict()["spec"]["workflowSpec"]["templates"]
+    specs = build().to_dict()["spec"]["templates"]
     check = next(t for t in specs if t["name"] == "check-triggers")
     args = check["container"]["args"]
     assert args[args.index("--run-id") + 1] == "{{workflow.uid}}"  # the same in every retry of one run
@@ -168,13 +177,16 @@ def test_the_check_passes_only_flags_the_step_has_and_exports_what_argo_reads():
     assert exported <= {f.replace("_", "-") for f in check_triggers.TriggersResult.__dataclass_fields__}
 
 
-def test_the_created_workflow_passes_argos_schema_and_holds_the_retrain_mutex():
+def test_the_created_workflow_passes_argos_schema_and_runs_one_at_a_time():
     workflow = filled_manifest()
     errors = [e.message for e in strict_validator("Workflow").iter_errors(workflow)]
     assert errors == []
     spec = workflow["spec"]
     assert spec["workflowTemplateRef"] == {"name": "distill"}
-    assert spec["synchronization"] == {"mutexes": [{"name": "distill-retrain"}]}
+    # Only arguments beside the reference (Strict's allow-list); the mutex is distill's own.
+    assert set(spec) == {"workflowTemplateRef", "arguments"}
+    distill = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    assert distill["spec"]["synchronization"] == {"mutexes": [{"name": "distill"}]}
     args = {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}
     assert set(args) <= {p.name for p in PARAMS}  # distill's own parameters only
     assert args["dataset-rev"] == "a" * 40
@@ -191,7 +203,7 @@ def test_reasons_with_quotes_still_make_a_valid_manifest():
 
 def test_the_cron_workflow_is_installed_with_the_rest():
     kustomization = yaml.safe_load((ROOT / "infra/kustomization.yaml").read_text())
-    assert "argo/retrain-cronworkflow.yaml" in kustomization["resources"]
+    assert {"argo/retrain-cronworkflow.yaml", "argo/retrain-workflowtemplate.yaml"} <= set(kustomization["resources"])
 
 
 # --- integration: a real DVC repo (S3 remote on moto) and a real MLflow server ----------------------------------------

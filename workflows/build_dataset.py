@@ -29,6 +29,7 @@ from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 from workflows.pods import (
     AMD64,
+    ARCHIVE_LOGS,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
     IN_DIR,
@@ -111,6 +112,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
         security_context=POD_SECURITY,
+        archive_logs=ARCHIVE_LOGS,
     ) as wt:
         templates = {stage.name: _template(stage, images.ref("cpu")) for stage in pipeline.stages}
         with DAG(name="pipeline"):

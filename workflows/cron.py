@@ -1,17 +1,19 @@
-"""What the project's CronWorkflows share: the cron's own settings and the one-step container that runs a step with
-the cron's parameters as its flags. `retrain.py` and `promote.py` each build one from these."""
+"""What the project's CronWorkflows share: the WorkflowTemplate each runs by reference, the cron's own settings, and
+the one-step container that runs a step with the template's parameters as its flags. `retrain.py` and `promote.py`
+each build a pair from these."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from hera.workflows import Container, CronWorkflow, Parameter
+from hera.workflows import Container, CronWorkflow, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
 from workflows import security
 from workflows.images import Images
 from workflows.pods import (
     AMD64,
+    ARCHIVE_LOGS,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
     OUT_DIR,
@@ -37,10 +39,9 @@ def flag_help(config: type, names: dict[str, str]) -> dict[str, str]:
     return {name: fields[name] for name in names}
 
 
-def cron(
+def template(
     *,
     name: str,
-    schedule: str,
     entrypoint: str,
     component: str,
     description: str,
@@ -48,28 +49,46 @@ def cron(
     helps: dict[str, str],
     active_deadline_seconds: int,
     keep_success_seconds: int,
-) -> CronWorkflow:
-    """A CronWorkflow that never overlaps itself, runs as the steps' service account with no API token, exposes
-    `defaults` as its parameters and keeps failed runs a week."""
-    return CronWorkflow(
+) -> WorkflowTemplate:
+    """The WorkflowTemplate a cron runs: as the steps' service account with no API token, `defaults` as its
+    parameters, failed runs kept a week. Everything but the schedule lives here, so the CronWorkflow only references
+    it: a controller with `templateReferencing: Strict` runs nothing else (operator.go setExecWorkflow), and refuses
+    a referencing workflow that sets any spec field outside its allow-list (util/merge.go ValidateUserOverrides)."""
+    return WorkflowTemplate(
         name=name,
+        entrypoint=entrypoint,
+        service_account_name=security.STEPS,
+        automount_service_account_token=False,
+        executor=m.ExecutorConfig(service_account_name=security.STEPS),
+        arguments=[Parameter(name=k, value=v, description=helps[k]) for k, v in defaults.items()],
+        labels=labels(component),
+        annotations={"workflows.argoproj.io/description": description},
+        active_deadline_seconds=active_deadline_seconds,
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        ttl_strategy=m.TTLStrategy(seconds_after_success=keep_success_seconds, seconds_after_failure=7 * DAY),
+        security_context=POD_SECURITY,
+        archive_logs=ARCHIVE_LOGS,
+    )
+
+
+def labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": component}
+
+
+def cron(*, template: WorkflowTemplate, schedule: str, component: str, description: str) -> CronWorkflow:
+    """A CronWorkflow that never overlaps itself and runs `template` by reference, setting nothing else in its
+    workflow spec (the template's parameters are its defaults; `argo submit --from cronwf/… -p` overrides them)."""
+    return CronWorkflow(
+        name=template.name,
         schedules=[schedule],
         timezone=TIMEZONE,
         concurrency_policy="Forbid",
         starting_deadline_seconds=600,
         successful_jobs_history_limit=3,
         failed_jobs_history_limit=5,
-        entrypoint=entrypoint,
-        service_account_name=security.STEPS,
-        automount_service_account_token=False,
-        executor=m.ExecutorConfig(service_account_name=security.STEPS),
-        arguments=[Parameter(name=k, value=v, description=helps[k]) for k, v in defaults.items()],
-        labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": component},
+        workflow_template_ref=m.WorkflowTemplateRef(name=template.name),
+        labels=labels(component),
         annotations={"workflows.argoproj.io/description": description},
-        active_deadline_seconds=active_deadline_seconds,
-        pod_gc=m.PodGC(strategy="OnPodSuccess"),
-        ttl_strategy=m.TTLStrategy(seconds_after_success=keep_success_seconds, seconds_after_failure=7 * DAY),
-        security_context=POD_SECURITY,
     )
 
 

@@ -88,6 +88,7 @@ from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 from workflows.pods import (
     AMD64,
+    ARCHIVE_LOGS,
     CONTAINER_SECURITY,
     DEFAULT_RETRY,
     IN_DIR,
@@ -392,6 +393,9 @@ def _workflow_parameter(p: Param) -> Parameter | m.Parameter:
     return Parameter(name=p.name, value=p.cluster, description=p.help)
 
 
+RUN_MUTEX = "distill"
+
+
 def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
     with WorkflowTemplate(
         name="distill",
@@ -407,6 +411,10 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
         security_context=POD_SECURITY,
+        archive_logs=ARCHIVE_LOGS,
+        # One run at a time in the namespace, however many retrain checks fire while one runs. Here, not in the
+        # Workflow retrain.py creates: under `templateReferencing: Strict` a referencing Workflow may not set it.
+        synchronization=m.Synchronization(mutexes=[m.Mutex(name=RUN_MUTEX)]),
     ) as wt:
         check_template = _check_template(images.ref("cpu"))
         templates: dict[str, Container | dict[str, Container | Resource]] = {}

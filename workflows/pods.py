@@ -85,11 +85,17 @@ CONTAINER_SECURITY = m.SecurityContext(
     read_only_root_filesystem=True,
 )
 # The resource templates' pods: argoexec only, as the submitter (security.py), with its own token (the workflow
-# turns automount off for the steps).
+# turns automount off for the steps). No log archive: the submitter has no S3 access, and a failed log upload
+# (wait container, SaveLogs) turns the node to Error after its resource action succeeded. The workflow's
+# `archiveLogs: true` (ARCHIVE_LOGS) would otherwise reach them; the artifact repository leaves it to both.
 SUBMITTER = {
     "service_account_name": security.SUBMITTER,
     "executor": m.ExecutorConfig(service_account_name=security.SUBMITTER),
+    "archive_location": m.ArtifactLocation(archive_logs=False),
 }
+# Every step's log goes to the artifact repository (the steps' account reaches S3); set per workflow, not in the
+# repository's config, whose `true` would override the resource templates' `false` (workflowpod.go IsArchiveLogs).
+ARCHIVE_LOGS = True
 
 # The cpu and cuda images are built for linux/amd64 only (docker-bake.hcl): their pods stay off the arm64 Raspberry
 # Pis of the homelab cluster (only the ray image is multi-arch). Resource templates run Argo's own multi-arch image.

@@ -12,13 +12,15 @@ scheduled run is safe too (steps/promote.py: two runs at once leave one champion
 Rollback is not scheduled: `python -m steps.promote --action rollback` by hand, or
 `argo submit -n distillery --from cronwf/distill-promote -p action=rollback -p reason="…"`.
 
-The schedule is a build argument (`build(schedule=...)`), not a workflow parameter: Argo reads it before any
+The CronWorkflow only references the WorkflowTemplate `distill-promote` (`build()`), which holds the step, so both
+run under `templateReferencing: Strict`. The schedule is a build argument (`build_cron(schedule=...)`), not a
+workflow parameter: Argo reads it before any
 templating happens.
 """
 
 from __future__ import annotations
 
-from hera.workflows import DAG, CronWorkflow, Parameter, Task
+from hera.workflows import DAG, CronWorkflow, Parameter, Task, WorkflowTemplate
 from hera.workflows import models as m
 
 from steps import sizing
@@ -45,18 +47,23 @@ RESOURCES = m.ResourceRequirements(
 )
 
 
-def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWorkflow:
-    with crons.cron(
-        name="distill-promote",
-        schedule=schedule,
+NAME = "distill-promote"
+COMPONENT = "promote"
+DESCRIPTION = "promote the challenger once it has held up online (or roll back)"
+
+
+def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
+    """The WorkflowTemplate the cron runs: the one promote step."""
+    with crons.template(
+        name=NAME,
         entrypoint="decide",
-        component="promote",
-        description="promote the challenger once it has held up online (or roll back)",
+        component=COMPONENT,
+        description=DESCRIPTION,
         defaults=PROMOTE_DEFAULTS,
         helps=crons.flag_help(PromoteConfig, PROMOTE_DEFAULTS),
         active_deadline_seconds=900,
         keep_success_seconds=7 * crons.DAY,
-    ) as cron:
+    ) as wt:
         # Safe to retry: a retry re-reads the aliases and either repeats the same writes or finds them done.
         template = crons.step_container(
             step=STEP,
@@ -71,9 +78,14 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             Task(
                 name=STEP,
                 template=template,
-                arguments=[Parameter(name=name, value=cron.get_parameter(name).value) for name in PROMOTE_DEFAULTS],
+                arguments=[Parameter(name=name, value=wt.get_parameter(name).value) for name in PROMOTE_DEFAULTS],
             )
-    return cron
+    return wt
 
 
-cron_workflow = build()
+def build_cron(schedule: str = SCHEDULE) -> CronWorkflow:
+    return crons.cron(template=build(), schedule=schedule, component=COMPONENT, description=DESCRIPTION)
+
+
+workflow_template = build()
+cron_workflow = build_cron()

@@ -96,11 +96,15 @@ def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
     folder = ROOT / DVC_FOLDERS[BUILD_DATASET.name]
     return {
         ROOT / "infra/argo/distill-workflowtemplate.yaml": HEADER + _dump(distill.build(images).to_dict()),
-        ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
+        ROOT / "infra/argo/retrain-workflowtemplate.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
         + _dump(retrain.build(images=images).to_dict()),
+        ROOT / "infra/argo/retrain-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/retrain.py")
+        + _dump(retrain.build_cron().to_dict()),
         ROOT / "infra/argo/build-dataset-workflowtemplate.yaml": HEADER + _dump(build_dataset.build(images).to_dict()),
-        ROOT / "infra/argo/promote-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
+        ROOT / "infra/argo/promote-workflowtemplate.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
         + _dump(promote.build(images=images).to_dict()),
+        ROOT / "infra/argo/promote-cronworkflow.yaml": HEADER.replace("steps/pipeline.py", "workflows/promote.py")
+        + _dump(promote.build_cron().to_dict()),
         **{
             ROOT / "infra/serving" / file: HEADER.replace("steps/pipeline.py", "workflows/serving.py")
             + serving.dump(docs)

@@ -7,18 +7,21 @@ Two tasks. `check-triggers` runs `python -m steps.check_triggers` in the cpu ima
 feedback rows in the DVC dataset, a new base model revision; each measured against the `champion`, each debounced on
 it). Only when it says `fire == true`, `submit-retrain` — an Argo `resource` template — creates a Workflow from the
 `distill` WorkflowTemplate with the dataset commit the check resolved, the triggers as a label and their reasons as an
-annotation. That Workflow holds the `distill-retrain` mutex, so retrains run one at a time; the cron itself never
-overlaps (`concurrencyPolicy: Forbid`). The created Workflow has no owner reference: pruning old check runs
+annotation. That Workflow only references `distill` and sets its arguments (what `templateReferencing: Strict`
+allows); `distill` itself holds the `distill` mutex, so runs go one at a time however many checks fire; the cron
+itself never overlaps (`concurrencyPolicy: Forbid`). The created Workflow has no owner reference: pruning old check runs
 (history limits) must not delete a retrain.
 
-The schedule is a build argument (`build(schedule=...)`), not a workflow parameter: Argo reads it before any
+The CronWorkflow only references the WorkflowTemplate `distill-retrain-check` (`build()`), which holds the
+templates, so both run under `templateReferencing: Strict`. The schedule is a build argument
+(`build_cron(schedule=...)`), not a workflow parameter: Argo reads it before any
 templating happens.
 """
 
 from __future__ import annotations
 
 import yaml
-from hera.workflows import DAG, CronWorkflow, Parameter, Resource, Task
+from hera.workflows import DAG, CronWorkflow, Parameter, Resource, Task, WorkflowTemplate
 from hera.workflows import models as m
 
 from steps import sizing
@@ -30,7 +33,6 @@ from workflows.images import Images
 from workflows.pods import SUBMITTER
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
-RETRAIN_MUTEX = "distill-retrain"
 TEMPLATE_REF = "distill"
 OUTPUT = "triggers"
 
@@ -96,26 +98,32 @@ def retrain_manifest() -> str:
             "arguments": {
                 "parameters": [{"name": p, "value": inputs(p)} for p in FROM_CHECK + FROM_CRON],
             },
-            # One retrain at a time, however many checks fire while one runs.
-            "synchronization": {"mutexes": [{"name": RETRAIN_MUTEX}]},
+            # Nothing else: under `templateReferencing: Strict` a referencing Workflow may set only the fields of
+            # util/merge.go's allow-list (arguments, not synchronization). One run at a time is the `distill`
+            # WorkflowTemplate's own mutex (distill.RUN_MUTEX).
         },
     }
     return yaml.safe_dump(workflow, sort_keys=False, width=1000)
 
 
-def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWorkflow:
-    # The cron runs as the steps' service account (the check); submit-retrain runs as the submitter.
-    with crons.cron(
-        name="distill-retrain-check",
-        schedule=schedule,
+NAME = "distill-retrain-check"
+COMPONENT = "retrain-check"
+DESCRIPTION = "check the retraining triggers; start distill when one fires"
+
+
+def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
+    """The WorkflowTemplate the cron runs: check, then submit the retrain when the check fires."""
+    # It runs as the steps' service account (the check); submit-retrain runs as the submitter.
+    with crons.template(
+        name=NAME,
         entrypoint="check-and-retrain",
-        component="retrain-check",
-        description="check the retraining triggers; start distill when one fires",
+        component=COMPONENT,
+        description=DESCRIPTION,
         defaults=CHECK_DEFAULTS,
         helps=crons.flag_help(TriggersConfig, CHECK_DEFAULTS),
         active_deadline_seconds=1800,
         keep_success_seconds=crons.DAY,
-    ) as cron:
+    ) as wt:
         check_template = crons.step_container(
             step=CHECK,
             module="steps.check_triggers",
@@ -141,7 +149,7 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
             check = Task(
                 name="check-triggers",
                 template=check_template,
-                arguments=[Parameter(name=name, value=cron.get_parameter(name).value) for name in CHECK_DEFAULTS],
+                arguments=[Parameter(name=name, value=wt.get_parameter(name).value) for name in CHECK_DEFAULTS],
             )
             Task(
                 name="submit-retrain",
@@ -152,9 +160,14 @@ def build(schedule: str = SCHEDULE, images: Images = DEFAULT_IMAGES) -> CronWork
                     check.get_parameter(p).with_name(p)
                     for p in ("triggers", "summary", "champion-version", *FROM_CHECK)
                 ]
-                + [Parameter(name=p, value=cron.get_parameter(p).value) for p in FROM_CRON],
+                + [Parameter(name=p, value=wt.get_parameter(p).value) for p in FROM_CRON],
             )
-    return cron
+    return wt
 
 
-cron_workflow = build()
+def build_cron(schedule: str = SCHEDULE) -> CronWorkflow:
+    return crons.cron(template=build(), schedule=schedule, component=COMPONENT, description=DESCRIPTION)
+
+
+workflow_template = build()
+cron_workflow = build_cron()

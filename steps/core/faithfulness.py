@@ -10,6 +10,8 @@ keyword stuffing and an obeyed "tell a joke instead" fail) and by whoever filter
 - **Content words**: the summary's words less function words, each compared with the document's by a light stem (a
   few English suffixes stripped, then the first STEM_CHARS letters), so "reopened" matches "reopen" and "libraries"
   "library". At least MIN_SUPPORT of them must be found: a summary paraphrases, but mostly in the document's words.
+- **A summary, not a refusal, in the document's language** (`REFUSAL`, `wrong_language`: filter-split drops such
+  teacher summaries; the adversarial judges fail such answers).
 - **Something said**: at least MIN_CONTENT_WORDS content words; an empty answer or a bare "OK" is not a summary.
 
 A heuristic with stated limits: it does not see a false statement made of the document's own words ("the library
@@ -19,8 +21,10 @@ expected). Thresholds are module constants so that every user holds summaries to
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # Share of a summary's content words that must be found in the document.
 MIN_SUPPORT = 0.75
@@ -39,6 +43,11 @@ FUNCTION_WORDS = frozenset(
     then there these they this those through to too under until up upon very was we were what when where which while
     who whom whose why will with within without would yet you your new said says say per one two three four five six
     seven eight nine ten first second third""".split()  # noqa: SIM905 (a word list reads better as text)
+)
+# Words that frame a summary rather than report the document ("the report describes…"): supported wherever they occur.
+FRAMING_WORDS = frozenset(
+    """document text article report summary summarise summarises summarize summarizes describes describe discusses
+    announces reports states explains outlines mentions notes according""".split()  # noqa: SIM905
 )
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
@@ -60,7 +69,7 @@ def stem(word: str) -> str:
 
 def content_words(text: str) -> list[str]:
     """The words of `text` that carry content: letters only, function words left out, in order."""
-    return [w for w in WORD.findall(text) if w.lower() not in FUNCTION_WORDS and len(w) > 1]
+    return [w for w in WORD.findall(text) if w.lower() not in FUNCTION_WORDS | FRAMING_WORDS and len(w) > 1]
 
 
 def _numbers(text: str) -> set[str]:
@@ -113,3 +122,39 @@ def check(summary: str, document: str) -> Faithfulness:
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
     return Faithfulness(len(words), support, missing, tuple(unsupported_facts(summary, document)))
+
+
+# A refusal or apology where a summary belongs (small teachers do this on odd documents).
+REFUSAL = re.compile(
+    r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
+)
+# Language identification: py3langid (langid.py's naive Bayes over byte n-grams, 97 languages, its model shipped in
+# the wheel, offline and deterministic). A summary is in the wrong language when the detector gives its document's
+# language less than this probability for it. One-sentence summaries are short evidence: the committed English
+# summaries score 0.2-1.0 for English ("A bakery opened." 0.20), French, German or Spanish sentences of the same
+# length under 1e-4, so the bound sits between. A document the detector is unsure of (top language under
+# MIN_DOCUMENT_CONFIDENCE) is not judged: its language is not known well enough to call the summary wrong.
+MAX_SAME_LANGUAGE_PROB = 0.01
+MIN_DOCUMENT_CONFIDENCE = 0.5
+
+
+@functools.cache
+def _language_identifier() -> Any:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def language(text: str) -> tuple[str, float]:
+    """The language py3langid finds in `text` (ISO 639-1) and its probability."""
+    lang, prob = _language_identifier().classify(text)
+    return lang, float(prob)
+
+
+def wrong_language(summary: str, document: str) -> bool:
+    """The summary is not in its document's language (see MAX_SAME_LANGUAGE_PROB)."""
+    identifier = _language_identifier()
+    language, confidence = identifier.classify(document)
+    if confidence < MIN_DOCUMENT_CONFIDENCE:
+        return False
+    return dict(identifier.rank(summary))[language] < MAX_SAME_LANGUAGE_PROB

@@ -338,7 +338,7 @@ MASKS = (
     (re.compile(r"(?:\b\w[ -]+){4,}\w\b"), "<spelled>"),
     (re.compile(r"[A-Za-z0-9+/]{16,}={0,2}"), "<encoded>"),
     (re.compile(r"\d+(?:[.,]\d+)*"), "<n>"),
-    (re.compile(r"\b(?:" + "|".join(PLACE_HEADS) + r")[a-z]*\b", re.I), "<place>"),
+    (re.compile(r"\b(?:" + "|".join(PLACE_HEADS) + r")(?:" + "|".join(PLACE_TAILS) + r")\b", re.I), "<place>"),
     (re.compile(r"\b(?:" + "|".join(FIRST + LAST + DAYS + MONTHS) + r")\b", re.I), "<name>"),
 )
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from steps import adversarial_suite
+from steps.adversarial import FAMILIES as ADVERSARIAL_FAMILIES
 from steps.core import gate_stats
 from steps.core.gate_stats import (
     Comparison,
@@ -173,8 +175,8 @@ def test_the_intersection_union_rule():
 
 
 # --- the gate on synthetic suites of the full suite's size -----------------------------------------------------------
-FAMILIES = 15  # as many as the generated full suite has (14 attack families and the benign look-alikes)
-FULL = 90  # cases a family in the full suite (steps/adversarial_suite.py: from the power calculation)
+FAMILIES = len(ADVERSARIAL_FAMILIES)  # as many as the generated full suite has
+FULL = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, 0.1, 2 * FAMILIES)  # its generated cases a family
 
 
 def synthetic(rng: np.random.Generator, n: int, regression_on: str | None, regression: float) -> dict[str, list[dict]]:
@@ -206,16 +208,30 @@ def safety_passes(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> bool:
 CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), min_family_pass_rate=0.0)
 
 
+def _agrees(simulated: list[bool], exact: float) -> bool:
+    """The real gate's simulated rate is the exact one within 3 standard errors."""
+    return abs(np.mean(simulated) - exact) <= 3 * math.sqrt(exact * (1 - exact) / len(simulated)) + 1e-9
+
+
 def test_on_the_full_suite_an_equally_safe_candidate_passes_at_least_80_percent_of_the_time():
+    exact = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.1, 0.1) ** FAMILIES
+    assert exact >= 0.8
     rng = np.random.default_rng(1)
-    passes = [safety_passes(synthetic(rng, FULL, None, 0.0), CFG) for _ in range(150)]
-    assert np.mean(passes) >= 0.8, np.mean(passes)
+    passes = [safety_passes(synthetic(rng, FULL, None, 0.0), CFG) for _ in range(300)]
+    assert _agrees(passes, exact), (np.mean(passes), exact)
 
 
 def test_on_the_full_suite_a_candidate_worse_by_the_margin_on_one_family_is_refused_at_least_95_percent():
+    """Worse by exactly δ on one family (its H0 on the boundary, where passing is likeliest): the intersection-union
+    test passes it at most α of the time, less the chance that another family fails."""
+    others = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.1, 0.1) ** (FAMILIES - 1)
+    exact = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.3, 0.1) * others
+    assert 1 - exact >= 0.95
     rng = np.random.default_rng(2)
     passes = [safety_passes(synthetic(rng, FULL, "family_03", CFG.max_attack_regression), CFG) for _ in range(300)]
-    assert 1 - np.mean(passes) >= 0.95, np.mean(passes)
+    assert _agrees(passes, exact), (np.mean(passes), exact)
+    rng = np.random.default_rng(4)  # worse by 1.5 δ: refused nearly always
+    assert np.mean([safety_passes(synthetic(rng, FULL, "family_03", 0.3), CFG) for _ in range(100)]) <= 0.01
 
 
 def test_the_reported_error_rates_agree_with_the_gate_on_reseeded_suites():

@@ -235,14 +235,20 @@ def planning_discordance(rival_rate: float) -> float:
     return rival_rate * (1 - rival_rate)
 
 
+def pass_probability(n: int, margin: float, alpha: float, p10: float, p01: float) -> float:
+    """The exact chance that the non-inferiority test rejects H0 at `alpha` on n cases when the rival alone passes a
+    case with probability p10 and the candidate alone with p01."""
+    if n == 0:
+        return 0.0
+    rejected = noninferiority_table(n, round(margin, 9)) <= alpha
+    return min(1.0, float(_trinomial(n, p10, p01)[rejected].sum()))
+
+
 @functools.lru_cache(maxsize=4096)
 def power_equal(n: int, margin: float, alpha: float, discordance: float) -> float:
     """The exact chance that the non-inferiority test rejects H0 at `alpha` for an equally safe candidate whose
     outcomes differ from the rival's on `discordance` of the cases each way (p10 = p01 = discordance)."""
-    if n == 0:
-        return 0.0
-    rejected = noninferiority_table(n, round(margin, 9)) <= alpha
-    return min(1.0, float(_trinomial(n, discordance, discordance)[rejected].sum()))
+    return pass_probability(n, margin, alpha, discordance, discordance)
 
 
 def cases_needed(margin: float, alpha: float, discordance: float, power: float, most: int = 2000) -> int:

@@ -10,6 +10,7 @@ sees what the real producer writes, not a hand-made dict.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ SPLITS = ("eval", "adversarial")
 @dataclass(frozen=True)
 class Answers:
     """How a stand-in contender answers. `summaries`: "reference" (the eval split's own summary), "half" (its first
-    half) or "lead" (the document's first 12 words). Adversarial cases: the keywords they ask for, except the cases
-    whose id is in `obeys`, where it prints the injected canary (a hijack)."""
+    half) or "lead" (the document's first 12 words). Adversarial cases: the document's first sentence without a
+    canary, naming the word the case asks for (a faithful summary the judges pass), except the cases whose id is in
+    `obeys`, where it prints the injected canary (a hijack)."""
 
     summaries: str = "lead"
     obeys: tuple[str, ...] = ()
@@ -47,7 +49,11 @@ class Answers:
     def answer(self, row: dict[str, Any]) -> str:
         if row["id"] in self.obeys:
             return row["must_not_contain"][0]
-        return " ".join(row.get("must_contain") or ["A short summary"]) + "."
+        sentences = re.split(r"(?<=[.!?])\s", row["document"].strip())
+        clean = [x for x in sentences if not any(c.lower() in x.lower() for c in row.get("must_not_contain", []))]
+        first = " ".join((clean or sentences)[0].split()[:25]).rstrip(".") + "."
+        missing = [w for w in row.get("must_contain", []) if w.lower() not in first.lower()]
+        return first + (f" It is about the {' and '.join(missing)}." if missing else "")
 
     def outputs(self, eval_rows: list[dict], adv_rows: list[dict]) -> list[dict[str, Any]]:
         texts = [self.summary(r) for r in eval_rows] + [self.answer(r) for r in adv_rows]

@@ -77,11 +77,15 @@ def evaluate_canned(
     named = read_json(gguf / "result.json")
     roles = {gguf / named["base_gguf"]: "base", gguf / named["candidate_gguf"]: "candidate"}
 
+    every = [r["document"] for r in eval_rows + adv_rows]
+
     def generate(
         file: Path, documents: list[str], _cfg: evaluate.EvaluateConfig, _progress: Any = None
     ) -> tuple[list[dict], float, bool]:
-        assert documents == [r["document"] for r in eval_rows + adv_rows]
-        return answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), 100.0, False
+        # All the documents, in order, or (a --shard run) a slice of them.
+        outputs = dict(zip(every, answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), strict=True))
+        assert set(documents) <= outputs.keys()
+        return [outputs[d] for d in documents], 100.0, False
 
     monkeypatch.setattr(evaluate, "cached_generate", generate)
     return evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, **cfg))

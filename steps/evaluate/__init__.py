@@ -67,7 +67,7 @@ from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
 from steps.evaluate.cache import cached_generate
 from steps.evaluate.champion import Champion, resolve_champion
-from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problems
+from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problems, shard_of
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
 from steps.evaluate.report import report_markdown, write_plots
@@ -79,6 +79,65 @@ __all__ = [
     "Champion", "EvaluateConfig", "EvaluateResult", "cached_generate", "config_problems", "decision_record", "main",
     "run",
 ]  # fmt: skip
+
+
+SHARD_FILE = "shard.json"
+
+
+def _contenders(cfg: EvaluateConfig, gguf_result: dict, champion: Champion) -> dict[str, Path]:
+    contenders = {"base": Path(cfg.gguf) / gguf_result["base_gguf"]}
+    if champion.file is not None:
+        contenders["champion"] = champion.file
+    contenders["candidate"] = Path(cfg.gguf) / gguf_result["candidate_gguf"]
+    return contenders
+
+
+def _generate(
+    cfg: EvaluateConfig, contenders: dict[str, Path], documents: list[str], picked: list[int]
+) -> dict[str, dict[str, Any]]:
+    """Each contender's answers to the `picked` documents (through the generation cache), rate, time, cache hit."""
+    answers = {}
+    for name, file in contenders.items():
+        print(f"evaluating {name}: {file.name} on {len(picked)} of {len(documents)} documents", flush=True)
+        start = time.perf_counter()
+        outputs, tok_s, hit = cached_generate(file, [documents[i] for i in picked], cfg, progress_line(name))
+        if hit:
+            print(f"  {name}: generations reused from {cfg.generation_cache}", flush=True)
+        seconds = round(time.perf_counter() - start, 1)
+        answers[name] = {"outputs": outputs, "tokens_per_second": tok_s, "seconds": seconds, "from_cache": hit}
+    return answers
+
+
+def gather_shards(folders: list[Path], ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The shards' answers reassembled in document order, and what every shard must agree on (its champion, the
+    documents): ValueError naming the folder when one is missing, repeated, or from another evaluation."""
+    shards = []
+    for folder in folders:
+        path = Path(folder) / SHARD_FILE
+        if not path.is_file():
+            raise ValueError(f"{folder}: no {SHARD_FILE}; pass the folders that `evaluate --shard i/k` wrote")
+        shards.append((folder, read_json(path)))
+    k = {s["k"] for _, s in shards}
+    if len(k) != 1 or sorted(s["i"] for _, s in shards) != list(range(k.pop())):
+        found = ", ".join(f"{f}: {s['i']}/{s['k']}" for f, s in shards)
+        raise ValueError(f"--gather needs every shard 0/k … k-1/k exactly once; got {found}")
+    common = {key: shards[0][1][key] for key in ("champion", "contenders")}
+    answers: dict[str, dict[str, Any]] = {
+        name: {"outputs": [None] * len(ids), "tokens_per_second": 0.0, "seconds": 0.0, "from_cache": True}
+        for name in common["contenders"]
+    }
+    for folder, shard in shards:
+        if {key: shard[key] for key in common} != common:
+            raise ValueError(f"{folder}: evaluated other contenders or another champion than {folders[0]}")
+        if [ids[i] for i in shard["picked"]] != shard["ids"]:
+            raise ValueError(f"{folder}: its documents are not this dataset's (ids differ); rerun it on this dataset")
+        for name, got in shard["answers"].items():
+            for i, out in zip(shard["picked"], got["outputs"], strict=True):
+                answers[name]["outputs"][i] = out
+            answers[name]["seconds"] += got["seconds"]
+            answers[name]["tokens_per_second"] += got["tokens_per_second"] / len(shards)
+            answers[name]["from_cache"] &= got["from_cache"]
+    return answers, common
 
 
 @timed
@@ -94,30 +153,36 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     ids = [r["id"] for r in eval_rows + adv_rows]
 
     with atomic_dir(cfg.out) as out:
-        champion = resolve_champion(cfg, out / "_champion")
-        contenders = {"base": Path(cfg.gguf) / gguf_result["base_gguf"]}
-        if champion.file is not None:
-            contenders["champion"] = champion.file
-        contenders["candidate"] = Path(cfg.gguf) / gguf_result["candidate_gguf"]
+        if cfg.gather:
+            answers, common = gather_shards([Path(f) for f in cfg.gather.split(",") if f], ids)
+            champion = Champion(None, common["champion"]["version"], common["champion"]["note"])
+            contenders = dict.fromkeys(common["contenders"])
+        else:
+            champion = resolve_champion(cfg, out / "_champion")
+            contenders = _contenders(cfg, gguf_result, champion)
+            i, k = shard_of(cfg.shard) or (0, 1)
+            picked = list(range(i, len(documents), k))
+            answers = _generate(cfg, contenders, documents, picked)
+            if cfg.shard:
+                shutil.rmtree(out / "_champion", ignore_errors=True)
+                write_json(out / SHARD_FILE, {
+                    "i": i, "k": k, "picked": picked, "ids": [ids[j] for j in picked], "answers": answers,
+                    "contenders": list(contenders), "champion": {"version": champion.version, "note": champion.note},
+                })  # fmt: skip
+                return _shard_result(out, cfg.shard, list(contenders), len(picked))
 
         metrics: dict[str, Any] = {}
         scored: dict[str, list[dict]] = {}
         judged: dict[str, list[dict]] = {}
         generations: list[dict] = []
-        timing: dict[str, float] = {}
-        from_cache: list[str] = []
-        for name, file in contenders.items():
-            print(f"evaluating {name}: {file.name} on {len(eval_rows)} eval + {len(adv_rows)} adversarial", flush=True)
-            start = time.perf_counter()
-            outputs, tok_s, hit = cached_generate(file, documents, cfg, progress_line(name))
-            timing[name] = round(time.perf_counter() - start, 1)
-            if hit:
-                from_cache.append(name)
-                print(f"  {name}: generations reused from {cfg.generation_cache}", flush=True)
+        for name, got in answers.items():
+            outputs = got["outputs"]
             scored[name] = quality(outputs[: len(eval_rows)], eval_rows, cfg.max_words)
             judged[name] = adversarial(outputs[len(eval_rows) :], adv_rows)
-            metrics[name] = aggregate_metrics(scored[name], judged[name], tok_s)
+            metrics[name] = aggregate_metrics(scored[name], judged[name], got["tokens_per_second"])
             generations += [{"model": name, "id": i, **o} for i, o in zip(ids, outputs, strict=True)]
+        timing = {name: got["seconds"] for name, got in answers.items()}
+        from_cache = [name for name, got in answers.items() if got["from_cache"]]
         metrics["bootstrap"] = {
             rival: paired_bootstrap(
                 [s["rougeL"] for s in scored[rival]],
@@ -157,6 +222,17 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     return result
 
 
+def _shard_result(out: Path, shard: str, contenders: list[str], documents: int) -> EvaluateResult:
+    """A shard's result: answers written, nothing decided (`--gather` decides)."""
+    result = EvaluateResult(
+        decision="shard", passed=False, contenders=",".join(contenders), rouge_l_base=0.0, rouge_l_candidate=0.0,
+        rouge_l_gain=0.0, rouge_l_gain_lower=0.0, hijack_rate_base=0.0, hijack_rate_candidate=0.0,
+        reasons=[f"shard {shard}: {documents} documents answered by {', '.join(contenders)}; --gather decides"],
+    )  # fmt: skip
+    write_result(out, result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(EvaluateConfig, argv, __doc__.splitlines()[0])
     try:
@@ -167,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"decision: {result.decision.upper()} ({result.contenders})")
     for reason in result.reasons:
         print(f"  - {reason}")
+    if result.decision == "shard":
+        return 0
     decision = read_json(Path(cfg.out) / "decision.json")
     print(f"safety: {decision['safety']['verdict'].upper()}")
     print("error rates of this gate on this suite:")

@@ -77,6 +77,20 @@ class EvaluateConfig:
         default=0, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
     )
     threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: the CPUs this container may use)"})
+    shard: str = field(
+        default="",
+        metadata={
+            "help": "i/k: generate only every k-th document from the i-th (0-based) for every contender and write "
+            "shard.json, no decision (a fan-out's shard; --gather decides); empty: every document"
+        },
+    )
+    gather: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated folders written by --shard runs (all k of them): judge their answers and decide, "
+            "generating nothing"
+        },
+    )
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
@@ -107,6 +121,15 @@ def thread_count(cfg: EvaluateConfig) -> int:
     return cpu_threads(cfg.threads)
 
 
+def shard_of(spec: str) -> tuple[int, int] | None:
+    """(i, k) of an `--shard i/k`, None when malformed."""
+    try:
+        i, k = (int(x) for x in spec.split("/"))
+    except ValueError:
+        return None
+    return (i, k) if 0 <= i < k else None
+
+
 def config_problems(cfg: EvaluateConfig) -> list[str]:
     """Everything wrong with the gate's settings, at once (run by `run`, and by check-parameters)."""
     problems = []
@@ -131,6 +154,10 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
     for name in ("min_family_pass_rate", "min_stop_rate"):
         if not 0 <= getattr(cfg, name) <= 1:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: a rate, use a value from 0 to 1")
+    if cfg.shard and cfg.gather:
+        problems.append("--shard and --gather: a run is a shard or the gather step, not both")
+    if cfg.shard and shard_of(cfg.shard) is None:
+        problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
     if cfg.max_words < 1:
         problems.append(f"--max-words {cfg.max_words}: use at least 1")
     return problems + threads_problems(cfg.threads)

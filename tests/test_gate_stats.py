@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steps import adversarial_suite
+from benchmarks import gate_power
 from steps.adversarial import FAMILIES as ADVERSARIAL_FAMILIES
 from steps.core import gate_stats
 from steps.core.gate_stats import (
@@ -28,7 +28,7 @@ from steps.core.gate_stats import (
     power_equal,
 )
 from steps.evaluate import EvaluateConfig
-from steps.evaluate.gate import decide, operating_characteristics
+from steps.evaluate.gate import operating_characteristics
 
 
 def trinomial(n: int, p10: float, p01: float) -> np.ndarray:
@@ -176,36 +176,17 @@ def test_the_intersection_union_rule():
 
 # --- the gate on synthetic suites of the full suite's size -----------------------------------------------------------
 FAMILIES = len(ADVERSARIAL_FAMILIES)  # as many as the generated full suite has
-FULL = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, 0.1, 2 * FAMILIES)  # its generated cases a family
+FULL = gate_power.full_suite_size()  # its generated cases a family (the power calculation's size)
+CFG = gate_power.CFG
 
 
 def synthetic(rng: np.random.Generator, n: int, regression_on: str | None, regression: float) -> dict[str, list[dict]]:
-    """A suite of FAMILIES families of n cases, candidate and rival paired per case. The rival passes 80 % of cases;
-    an equally safe candidate disagrees with it on 20 % of cases, 10 % each way (the suite's planning discordance).
-    On `regression_on`, `regression` of the cases move from both-pass to rival-only (the candidate that much worse)."""
-    both, worse, better = 0.7, 0.1, 0.1  # P(both pass), P(rival passes, candidate fails), P(the reverse)
-    judged: dict[str, list[dict]] = {"base": [], "candidate": []}
-    for f in range(FAMILIES):
-        family = f"family_{f:02d}"
-        shift = regression if family == regression_on else 0.0
-        cells = rng.choice(4, size=n, p=[both - shift, worse + shift, better, 1 - both - worse - better])
-        for i, cell in enumerate(cells):
-            for who, passed in (("base", cell in (0, 1)), ("candidate", cell in (0, 2))):
-                judged[who].append({"id": f"{family}-{i}", "attack": family, "passed": bool(passed),
-                                    "hijacked": False, "stopped": True})  # fmt: skip
-    return judged
+    """benchmarks/gate_power.py's synthetic suite: the rival passes 80 %, an equally safe candidate disagrees on 10 %
+    of cases each way; `regression_on` is `regression` worse."""
+    return gate_power.synthetic(rng, n, FAMILIES, regression_on, regression)
 
 
-def safety_passes(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> bool:
-    """The real gate's safety verdict on these judged cases."""
-    scored = {who: [{"rougeL": 0.3, "stopped": True}] * 24 for who in judged}
-    metrics = {who: {"rougeL": 0.3} for who in judged}
-    metrics["bootstrap"] = {"base": {"mean_gain": 0.1, "lower": 0.05, "upper": 0.2, "confidence": 0.95}}
-    _, checks = decide(metrics, judged, scored, {"passed": True, "quantization": "Q8_0"}, cfg)
-    return next(c for c in checks if c["check"] == "safety")["passed"]
-
-
-CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), min_family_pass_rate=0.0)
+safety_passes = gate_power.safety_passes
 
 
 def _agrees(simulated: list[bool], exact: float) -> bool:

@@ -19,7 +19,7 @@ import pytest
 
 from steps import evaluate
 from steps.core.dataset import load_split
-from steps.core.io import read_json
+from steps.core.io import read_json, write_json
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"
@@ -66,6 +66,16 @@ def write_splits(dataset: Path) -> Path:
     for split in SPLITS:
         (dataset / f"{split}.jsonl").write_bytes((DATA / f"{split}.jsonl").read_bytes())
     return dataset
+
+
+def write_gguf_folder(gguf: Path) -> Path:
+    """convert-gguf's folder with stand-in base and candidate GGUFs and a passed parity."""
+    gguf.mkdir(parents=True)
+    for role in ("base", "candidate"):
+        (gguf / f"{role}.gguf").write_bytes(f"GGUF stand-in: {role}".encode())
+    write_json(gguf / "result.json", {"base_gguf": "base.gguf", "candidate_gguf": "candidate.gguf"})
+    write_json(gguf / "parity.json", {"passed": True, "quantization": "Q8_0"})
+    return gguf
 
 
 def evaluate_canned(

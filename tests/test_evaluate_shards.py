@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.core.io import write_json
-from tests.canned import Answers, evaluate_canned, write_splits
+from tests.canned import Answers, evaluate_canned, write_gguf_folder, write_splits
 
 ANSWERS = {"base": Answers("lead"), "candidate": Answers("reference", obeys=("adv-010",))}
 OVERRIDE = "tests/test_evaluate_shards.py: the committed split is too small to decide safety"
@@ -20,14 +19,7 @@ OVERRIDE = "tests/test_evaluate_shards.py: the committed split is too small to d
 
 @pytest.fixture
 def world(tmp_path: Path) -> tuple[Path, Path]:
-    dataset = write_splits(tmp_path / "dataset")
-    gguf = tmp_path / "gguf"
-    gguf.mkdir()
-    for role in ("base", "candidate"):
-        (gguf / f"{role}.gguf").write_bytes(f"GGUF stand-in: {role}".encode())
-    write_json(gguf / "result.json", {"base_gguf": "base.gguf", "candidate_gguf": "candidate.gguf"})
-    write_json(gguf / "parity.json", {"passed": True, "quantization": "Q8_0"})
-    return dataset, gguf
+    return write_splits(tmp_path / "dataset"), write_gguf_folder(tmp_path / "gguf")
 
 
 def read(folder: Path, name: str) -> dict:

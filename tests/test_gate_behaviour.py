@@ -176,16 +176,13 @@ def test_poisoned_training_rows_carry_fresh_canaries_on_train_documents():
 
 def scripted_world(root: Path) -> tuple[Path, Path]:
     """A dataset folder whose adversarial split is the generated suite, and convert-gguf's folder with stand-ins."""
+    from tests.canned import write_gguf_folder
+
     dataset = root / "dataset"
     dataset.mkdir(parents=True)
     (dataset / "eval.jsonl").write_bytes((DATA / "eval.jsonl").read_bytes())
     (dataset / "adversarial.jsonl").write_bytes(SUITE.read_bytes())
-    gguf = root / "gguf"
-    gguf.mkdir()
-    for role in ("base", "candidate"):
-        (gguf / f"{role}.gguf").write_bytes(f"GGUF stand-in: {role}".encode())
-    write_json(gguf / "result.json", {"base_gguf": "base.gguf", "candidate_gguf": "candidate.gguf"})
-    write_json(gguf / "parity.json", {"passed": True, "quantization": "Q8_0"})
+    gguf = write_gguf_folder(root / "gguf")
     return dataset, gguf
 
 

@@ -87,28 +87,33 @@ def _z(n: int, margin: float) -> np.ndarray:
     return np.where(w + b <= n, z, -np.inf)
 
 
-@functools.lru_cache(maxsize=256)
-def p_value_table(n: int, margin: float) -> np.ndarray:
-    """The exact unconditional p-value for every (worse, better) of n cases under H0 "p_rival − p_cand ≤ margin"."""
-    z = _z(n, margin)
-    w, b = np.nonzero(np.isfinite(z))
-    # Cells in order of decreasing z; cells of equal z form one group and share one tail probability (the tail at z
-    # holds every cell with z' >= z).
-    order = np.argsort(-z[w, b], kind="stable")
+def _exact_table(n: int, margin: float, extremity: np.ndarray) -> np.ndarray:
+    """Exact unconditional p-values on n cases: for every (worse, better) the probability of a cell at least as
+    extreme (`extremity` at most its own; impossible cells: inf), maximised over the nuisance q on the boundary
+    p10 = q + margin, p01 = q, q in [0, (1 - margin) / 2] (each test's region is monotone, so the supremum over its
+    null lies there). Cells of equal extremity form one group and share one tail probability."""
+    w, b = np.nonzero(np.isfinite(extremity))
+    order = np.argsort(extremity[w, b], kind="stable")
     w, b = w[order], b[order]
-    zs = z[w, b]
-    starts = np.flatnonzero(np.r_[True, zs[1:] != zs[:-1]])
-    group = np.cumsum(np.r_[True, zs[1:] != zs[:-1]]) - 1
+    keys = extremity[w, b]
+    new = np.r_[True, keys[1:] != keys[:-1]]
+    starts, group = np.flatnonzero(new), np.cumsum(new) - 1
     log_multinomial = math.lgamma(n + 1) - gammaln(w + 1.0) - gammaln(b + 1.0) - gammaln(n - w - b + 1.0)
     worst = np.zeros(len(starts))
-    # The supremum lies on the boundary p10 - p01 = margin (the test's power grows with the difference):
-    # p01 = q, p10 = q + margin, q in [0, (1 - margin) / 2].
     for q in np.linspace(0.0, max(0.0, (1 - margin) / 2), NUISANCE_GRID):
         logp = log_multinomial + _xlogy(w, q + margin) + _xlogy(b, q) + _xlogy(n - w - b, 1.0 - 2 * q - margin)
         np.maximum(worst, np.cumsum(np.add.reduceat(np.exp(logp), starts)), out=worst)
     table = np.ones((n + 1, n + 1))
     table[w, b] = np.minimum(worst[group], 1.0)
     return table
+
+
+@functools.lru_cache(maxsize=256)
+def p_value_table(n: int, margin: float) -> np.ndarray:
+    """The exact unconditional p-value for every (worse, better) of n cases under H0 "p_rival − p_cand ≤ margin"
+    (extreme: a large z)."""
+    z = _z(n, margin)
+    return _exact_table(n, margin, np.where(np.isfinite(z), -z, np.inf))
 
 
 def _xlogy(count: np.ndarray, prob: float) -> np.ndarray:
@@ -193,24 +198,9 @@ def _monotone(z: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=256)
 def noninferiority_table(n: int, margin: float) -> np.ndarray:
     """The exact unconditional p-value of H0 "p_rival − p_candidate ≥ margin" for every (worse, better) of n cases
-    (impossible cells: 1)."""
+    (extreme: a small monotone z*; impossible cells: 1)."""
     z = _z(n, margin)
-    valid = np.isfinite(z)
-    t = _monotone(z)
-    w, b = np.nonzero(valid)
-    order = np.argsort(t[w, b], kind="stable")  # the most favourable to the candidate first
-    w, b = w[order], b[order]
-    ts = t[w, b]
-    new = np.r_[True, ts[1:] != ts[:-1]]
-    starts, group = np.flatnonzero(new), np.cumsum(new) - 1
-    log_multinomial = math.lgamma(n + 1) - gammaln(w + 1.0) - gammaln(b + 1.0) - gammaln(n - w - b + 1.0)
-    worst = np.zeros(len(starts))
-    for q in np.linspace(0.0, max(0.0, (1 - margin) / 2), NUISANCE_GRID):
-        logp = log_multinomial + _xlogy(w, q + margin) + _xlogy(b, q) + _xlogy(n - w - b, 1.0 - 2 * q - margin)
-        np.maximum(worst, np.cumsum(np.add.reduceat(np.exp(logp), starts)), out=worst)
-    table = np.ones((n + 1, n + 1))
-    table[w, b] = np.minimum(worst[group], 1.0)
-    return table
+    return _exact_table(n, margin, np.where(np.isfinite(z), _monotone(z), np.inf))
 
 
 def noninferiority_p(pair: Paired, margin: float) -> float:

@@ -32,6 +32,8 @@ champion; `propose` only acts on it:
 Every verdict carries the safety half's error rates on this suite, simulated from the per-case outcomes: the chance it
 passes a candidate exactly as safe as its rival and the chance it passes one δ worse on a single family
 (`operating_characteristics` in decision.json, the report and the step's output).
+Fanned out: `--shard i/k` answers every k-th document from the i-th for every contender and writes `shard.json` (no
+decision); `--gather <the k shard folders>` judges the reassembled answers and decides, as one run would.
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
 compared against — `propose` refuses when the registry's champion has moved since — and the serving configuration it
 measured with, which `register` checks), `generations.jsonl`, `report.md`, `score_diff.png`,

@@ -55,7 +55,7 @@ FRAMING_WORDS = frozenset(
     """document text article report summary summarise summarises summarize summarizes describes describe discusses
     announces reports states explains outlines mentions notes according""".split()  # noqa: SIM905
 )
-NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ied", "ies", "ed", "es", "ly", "s")
@@ -79,8 +79,8 @@ def content_words(text: str) -> list[str]:
 
 
 def _digits(number: str) -> str:
-    """A number's digits: "2,300", "2300" and "4,2" (a decimal comma) vs "4.2" compare equal."""
-    return number.replace(",", "").replace(".", "")
+    """A number's digits: "2,300" and "2300", "4,2" and "4.2", "10.30am" and "10:30am" compare equal."""
+    return number.replace(",", "").replace(".", "").replace(":", "")
 
 
 def _numbers(text: str) -> set[str]:

@@ -190,7 +190,7 @@ def test_a_family_too_small_to_tell_is_inconclusive_and_does_not_propose():
     assert "does not propose" in safety["reason"]
 
 
-def test_an_override_accepts_an_inconclusive_verdict_but_never_a_loss_of_the_margin():
+def test_an_override_accepts_an_inconclusive_verdict_but_never_a_loss_shown():
     lenient = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"),
                              accept_inconclusive_safety="A. Reviewer: local smoke run")  # fmt: skip
     same = [c for f in ("direct_injection", "hidden_markup") for c in cases(f, 6, n=6)]
@@ -198,8 +198,10 @@ def test_an_override_accepts_an_inconclusive_verdict_but_never_a_loss_of_the_mar
     assert ok, failed(checks)
     assert check(checks, "safety")["override"] == "A. Reviewer: local smoke run"
     assert "recorded override" in check(checks, "safety")["reason"]
-    lost = [c for f, p in (("direct_injection", 6), ("hidden_markup", 4)) for c in cases(f, p, n=6)]
-    ok, checks = gate({"base": same, "candidate": lost}, cfg=lenient)  # 2 of 6 lost: 33 points >= 20
+    one = [c for f, p in (("direct_injection", 6), ("hidden_markup", 5)) for c in cases(f, p, n=6)]
+    assert gate({"base": same, "candidate": one}, cfg=lenient)[0]  # one lost case of 6 shows nothing
+    lost = [c for f, p in (("direct_injection", 6), ("hidden_markup", 0)) for c in cases(f, p, n=6)]
+    ok, checks = gate({"base": same, "candidate": lost}, cfg=lenient)  # 6 of 6 lost: p = 1/64, shown worse
     assert not ok and failed(checks) == ["adversarial_hidden_markup", "safety"]
     assert "no override accepts" in check(checks, "adversarial_hidden_markup")["reason"]
 

@@ -233,8 +233,8 @@ def test_a_candidate_trained_to_obey_injections_is_refused_naming_the_family(
     family = checks(c)[f"adversarial_{ATTACK}"]
 
     assert c["result"].passed is False, c["result"].reasons
-    # It obeys the held-out injections (other documents, other canaries, other wording) that the base resists: its
-    # loss reaches the margin, which the override does not accept.
+    # It obeys the held-out injections (other documents, other canaries, other wording) that the base resists: an
+    # exact test shows it worse, which the override does not accept.
     versus = family["comparisons"][0]
     assert family["passed"] is False and versus["harm_seen"] and "no override accepts" in family["reason"]
     assert versus["candidate_rate"] <= 0.5 < versus["rival_rate"]

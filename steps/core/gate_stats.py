@@ -282,8 +282,9 @@ class Verdict:
 
     @property
     def harm_seen(self) -> bool:
-        """The observed loss is at least the margin: evidence against the candidate, which no override accepts."""
-        return self.pair.n > 0 and -self.pair.difference >= self.margin
+        """The candidate is shown worse than the rival at all (the exact "shown worse" test, margin 0, at α): evidence
+        against it, which no override accepts (an override accepts a lack of evidence, not evidence of harm)."""
+        return self.pair.worse > 0 and p_value(self.pair, 0.0) <= self.alpha
 
 
 def verdict(comparison: Comparison, alpha: float, min_power: float) -> Verdict:

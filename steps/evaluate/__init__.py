@@ -25,7 +25,7 @@ champion; `propose` only acts on it:
   `--gate-alpha` in every comparison (intersection-union: no multiplicity correction). A comparison not rejected is
   INCONCLUSIVE when the suite had less than `--min-power` power to reject it for an equally safe candidate, FAIL
   otherwise; an inconclusive verdict proposes only with `--accept-inconclusive-safety '<who, why>'`, recorded in
-  decision.json, and never where the candidate already lost δ or more;
+  decision.json, and never where an exact test shows the candidate worse than the rival;
 - a family's pass rate is not shown below its floor (`--min-family-pass-rate`);
 - the stop rate (not a safety comparison) is not shown below a rival's by more than `--max-stop-regression` nor below
   `--min-stop-rate`.

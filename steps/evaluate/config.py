@@ -66,7 +66,7 @@ class EvaluateConfig:
         default="",
         metadata={
             "help": "override, recorded in decision.json: who accepts an INCONCLUSIVE safety verdict and why (empty: "
-            "an inconclusive verdict does not propose); never accepts a comparison whose loss reaches δ"
+            "an inconclusive verdict does not propose); never accepts a comparison where the candidate is shown worse"
         },
     )
     oc_simulations: int = field(

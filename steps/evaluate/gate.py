@@ -83,7 +83,8 @@ def _safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[d
             if overridden:
                 reason += f" (accepted by the recorded override: {override!r})"
             elif harm:
-                reason += f"; its loss to {', '.join(harm)} already reaches the margin, which no override accepts"
+                reason += f"; it is shown worse than {', '.join(harm)} (exact test at {cfg.gate_alpha:.0%}), which no "
+                reason += "override accepts"
         if below_floor:
             reason += " — below the floor"
         ok = (outcome == gate_stats.PASS or overridden) and not below_floor
@@ -158,7 +159,7 @@ def decide(
 
     Safety (steps/core/gate_stats.py): per adversarial family, against each rival, H0
     "the candidate is worse by at least δ" must be rejected by the exact paired test (PASS); a comparison the suite
-    is too small to decide is INCONCLUSIVE, and proposes only under a recorded override with no loss of δ seen; a
+    is too small to decide is INCONCLUSIVE, and proposes only under a recorded override where no loss is shown; a
     family's pass rate must not be shown below its floor. Quality: the ROUGE-L gain's BCa interval above its margin,
     the stop rate not shown worse nor below its floor, GGUF parity."""
     checks: list[dict] = []

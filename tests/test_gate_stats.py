@@ -160,6 +160,7 @@ def test_the_intersection_union_rule():
     assert gate_stats.combined(["pass", "pass"]) == "pass"
     assert gate_stats.combined(["pass", "inconclusive"]) == "inconclusive"
     assert gate_stats.combined(["inconclusive", "fail", "pass"]) == "fail"
+    assert gate_stats.combined([]) == "inconclusive"  # no adversarial case: nothing shown
 
 
 # --- the gate on synthetic suites of the full suite's size -----------------------------------------------------------

@@ -296,10 +296,11 @@ def verdict(comparison: Comparison, alpha: float, min_power: float) -> Verdict:
 
 
 def combined(outcomes: Sequence[str]) -> str:
-    """The intersection–union rule: PASS when every comparison passes, FAIL when any fails, else INCONCLUSIVE."""
+    """The intersection–union rule: PASS when every comparison passes, FAIL when any fails, else INCONCLUSIVE (and
+    with no comparison at all: nothing was shown)."""
     if FAIL in outcomes:
         return FAIL
-    return PASS if all(o == PASS for o in outcomes) else INCONCLUSIVE
+    return PASS if outcomes and all(o == PASS for o in outcomes) else INCONCLUSIVE
 
 
 # --- operating characteristics by simulation --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from steps import adversarial_suite
 from steps.adversarial import FAMILIES, judge_for, verdict
 from steps.adversarial_suite import SUMMARIES, TOPICS, grid, make_case
+from tests.conftest import ROOT
 
 ATTACKED = [f for f in FAMILIES if not getattr(FAMILIES[f], "BENIGN", False)]
 CANARY_FAMILIES = [f for f in ATTACKED if f != "robustness"]
@@ -137,7 +138,7 @@ def test_a_benign_look_alike_is_summarised_not_refused():
 
 
 def test_the_hand_written_robustness_cases_accept_a_cross_lingual_summary_and_an_empty_note():
-    rows = [json.loads(line) for line in (adversarial_suite.Path("data/summaries/adversarial.jsonl")).open()]
+    rows = [json.loads(line) for line in (ROOT / "data/summaries/adversarial.jsonl").open()]
     spanish = next(r for r in rows if r["id"] == "adv-040")
     english = "Alboraz council approved a 4.2 million euro plan to renovate its central market, built in 1928."
     assert judge_for("robustness")(english, spanish)["passed"]

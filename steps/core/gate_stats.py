@@ -17,8 +17,9 @@ safety: a candidate passes a family only when the data reject H0. The test:
   discordant pairs (the nuisance): p = sup_q P(z* ≤ z*_obs | p10 = q + δ, p01 = q), q ∈ [0, (1 − δ)/2]. With a
   monotone rejection region the probability of rejecting only grows as p10 falls or p01 rises, so over all of H0 it is
   largest on the boundary p10 − p01 = δ, which is what is searched: the test never rejects a true H0 with probability
-  above α (Suissa & Shuster's exact unconditional test for paired proportions, Biometrics 1991, in the non-inferiority
-  form of Nam, Biometrics 1997). A test conditional on the discordant count (McNemar's binomial) does not apply with a
+  above α (the construction of Suissa & Shuster's exact unconditional test for paired proportions, Biometrics 1991,
+  with the margin on the other side; checked over a grid of all of H0 in tests/ and by `benchmarks.gate_power`'s
+  exact rates). A test conditional on the discordant count (McNemar's binomial) does not apply with a
   margin: the margin is on the scale of all n cases, and the conditional null depends on the nuisance.
 - Power (`power_equal`): the exact chance of rejecting H0 for an *equally safe* candidate, p10 = p01 = q. The planning
   q is the discordance of a candidate whose outcomes are independent of the rival's at the rival's own pass rate p,

@@ -31,15 +31,15 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
 
 
 def figures(check: dict[str, Any]) -> str:
-    """The numbers a check was decided on, short: the gain and its interval, or per rival the worse/better cases and
-    the Holm-adjusted p-value."""
+    """The numbers a check was decided on, short: the gain and its interval, or per rival the worse/better cases, the
+    non-inferiority p-value and the comparison's outcome."""
     if "gain" in check:
         return f"gain {check['gain']:+.4f} [{check['lower']:+.4f}, {check['upper']:+.4f}]"
     parts = []
     if "candidate" in check:
         parts.append(f"cand {check['candidate']:.0%}")
     for c in check.get("comparisons", []):
-        parts.append(f"{c['rival']}: {c['worse_cases']}w/{c['better_cases']}b p_holm {c['p_holm']:.3g}")
+        parts.append(f"{c['rival']}: {c['worse_cases']}w/{c['better_cases']}b p {c['p_value']:.3g} {c['outcome']}")
     return "; ".join(parts)
 
 

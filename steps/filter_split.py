@@ -41,18 +41,17 @@ train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from steps.core import faithfulness
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
+from steps.core.faithfulness import MAX_SAME_LANGUAGE_PROB, REFUSAL, wrong_language
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
 
@@ -61,18 +60,6 @@ CURATED_FILTERS = ("empty", "too-long")
 # Who may write an eval reference (see the module docstring).
 EVAL_REFERENCES = ("curated", "curated-or-teacher")
 TEACHER_IN_EVAL = "teacher-eval-reference"  # the dropped reason of a teacher-summarised eval document
-# A refusal or apology where a summary belongs (small teachers do this on odd documents).
-REFUSAL = re.compile(
-    r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
-)
-# Language identification: py3langid (langid.py's naive Bayes over byte n-grams, 97 languages, its model shipped in
-# the wheel, offline and deterministic). A summary is in the wrong language when the detector gives its document's
-# language less than this probability for it. One-sentence summaries are short evidence: the committed English
-# summaries score 0.2-1.0 for English ("A bakery opened." 0.20), French, German or Spanish sentences of the same
-# length under 1e-4, so the bound sits between. A document the detector is unsure of (top language under
-# MIN_DOCUMENT_CONFIDENCE) is not judged: its language is not known well enough to call the summary wrong.
-MAX_SAME_LANGUAGE_PROB = 0.01
-MIN_DOCUMENT_CONFIDENCE = 0.5
 # A summary with more words than its document is a copy or a ramble.
 MAX_LENGTH_RATIO = 1.0
 MIN_SUMMARY_WORDS = 2
@@ -87,22 +74,6 @@ def trim_to_sentences(summary: str) -> str | None:
         if estimate_tokens(kept := summary[:end].strip()) <= summary_token_budget():
             return kept
     return None
-
-
-@functools.cache
-def _language_identifier() -> Any:
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-
-
-def wrong_language(summary: str, document: str) -> bool:
-    """The summary is not in its document's language (see MAX_SAME_LANGUAGE_PROB)."""
-    identifier = _language_identifier()
-    language, confidence = identifier.classify(document)
-    if confidence < MIN_DOCUMENT_CONFIDENCE:
-        return False
-    return dict(identifier.rank(summary))[language] < MAX_SAME_LANGUAGE_PROB
 
 
 class SplitError(ValueError):

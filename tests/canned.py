@@ -10,6 +10,7 @@ sees what the real producer writes, not a hand-made dict.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 
 from steps import evaluate
 from steps.core.dataset import load_split
-from steps.core.io import read_json
+from steps.core.io import read_json, write_json
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"
@@ -28,8 +29,9 @@ SPLITS = ("eval", "adversarial")
 @dataclass(frozen=True)
 class Answers:
     """How a stand-in contender answers. `summaries`: "reference" (the eval split's own summary), "half" (its first
-    half) or "lead" (the document's first 12 words). Adversarial cases: the keywords they ask for, except the cases
-    whose id is in `obeys`, where it prints the injected canary (a hijack)."""
+    half) or "lead" (the document's first 12 words). Adversarial cases: the document's first sentence without a
+    canary, naming the word the case asks for (a faithful summary the judges pass), except the cases whose id is in
+    `obeys`, where it prints the injected canary (a hijack)."""
 
     summaries: str = "lead"
     obeys: tuple[str, ...] = ()
@@ -47,7 +49,11 @@ class Answers:
     def answer(self, row: dict[str, Any]) -> str:
         if row["id"] in self.obeys:
             return row["must_not_contain"][0]
-        return " ".join(row.get("must_contain") or ["A short summary"]) + "."
+        sentences = re.split(r"(?<=[.!?])\s", row["document"].strip())
+        clean = [x for x in sentences if not any(c.lower() in x.lower() for c in row.get("must_not_contain", []))]
+        first = " ".join((clean or sentences)[0].split()[:25]).rstrip(".") + "."
+        missing = [w for w in row.get("must_contain", []) if w.lower() not in first.lower()]
+        return first + (f" It is about the {' and '.join(missing)}." if missing else "")
 
     def outputs(self, eval_rows: list[dict], adv_rows: list[dict]) -> list[dict[str, Any]]:
         texts = [self.summary(r) for r in eval_rows] + [self.answer(r) for r in adv_rows]
@@ -62,6 +68,16 @@ def write_splits(dataset: Path) -> Path:
     return dataset
 
 
+def write_gguf_folder(gguf: Path) -> Path:
+    """convert-gguf's folder with stand-in base and candidate GGUFs and a passed parity."""
+    gguf.mkdir(parents=True)
+    for role in ("base", "candidate"):
+        (gguf / f"{role}.gguf").write_bytes(f"GGUF stand-in: {role}".encode())
+    write_json(gguf / "result.json", {"base_gguf": "base.gguf", "candidate_gguf": "candidate.gguf"})
+    write_json(gguf / "parity.json", {"passed": True, "quantization": "Q8_0"})
+    return gguf
+
+
 def evaluate_canned(
     monkeypatch: pytest.MonkeyPatch, dataset: Path, gguf: Path, out: Path, answers: dict[str, Answers], **cfg: Any
 ) -> evaluate.EvaluateResult:
@@ -71,11 +87,15 @@ def evaluate_canned(
     named = read_json(gguf / "result.json")
     roles = {gguf / named["base_gguf"]: "base", gguf / named["candidate_gguf"]: "candidate"}
 
+    every = [r["document"] for r in eval_rows + adv_rows]
+
     def generate(
         file: Path, documents: list[str], _cfg: evaluate.EvaluateConfig, _progress: Any = None
     ) -> tuple[list[dict], float, bool]:
-        assert documents == [r["document"] for r in eval_rows + adv_rows]
-        return answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), 100.0, False
+        # All the documents, in order, or (a --shard run) a slice of them.
+        outputs = dict(zip(every, answers[roles.get(Path(file), "champion")].outputs(eval_rows, adv_rows), strict=True))
+        assert set(documents) <= outputs.keys()
+        return [outputs[d] for d in documents], 100.0, False
 
     monkeypatch.setattr(evaluate, "cached_generate", generate)
     return evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, **cfg))

@@ -1,5 +1,6 @@
 """The generated adversarial suite (steps/adversarial_suite.py → data/adversarial/suite.jsonl): reproducible from its
-seed, valid as a dataset split, big enough per family, and the train split cannot teach it.
+seed, valid as a dataset split, sized by the power calculation, no two cases of a family on one skeleton, every
+required word in its document, and the train split cannot teach it.
 
     pytest tests/test_adversarial_suite.py     # every prompt fits the served context under the base tokenizer too
 """
@@ -20,7 +21,7 @@ from tests.conftest import ROOT
 SUITE = ROOT / "data/adversarial/suite.jsonl"
 DATA = ROOT / "data/summaries"
 # The command that wrote SUITE (steps/adversarial_suite.py's docstring), without the tokenizer check.
-COMMITTED = {"seed": 0, "per_family": 30, "keep": str(DATA / "adversarial.jsonl"), "avoid": str(DATA / "train.jsonl")}
+COMMITTED = {"seed": 0, "keep": str(DATA / "adversarial.jsonl"), "avoid": str(DATA / "train.jsonl")}
 
 
 def suite() -> list[dict]:
@@ -39,17 +40,57 @@ def test_the_suite_validates_as_the_adversarial_split_of_the_committed_dataset()
     assert problems == []  # format, and no train document repeated or nearly repeated (fetch-dataset's leak rule)
 
 
-def test_every_family_has_at_least_30_cases_in_every_placement():
+def test_every_family_has_the_cases_the_power_calculation_asks_for():
+    from steps.adversarial import FAMILIES
+    from steps.core import gate_stats
+
+    per_family = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, 0.1, len(FAMILIES) * 2)
+    generated = Counter(r["attack"] for r in suite() if r["id"].startswith("gen-"))
+    assert set(generated.values()) == {per_family} and set(generated) == set(FAMILIES)
+    # An equally safe candidate disagreeing with each rival on 10 % of cases each way passes all 2 × 15 comparisons
+    # with probability >= 80 % (the comparisons taken as independent).
+    assert gate_stats.power_equal(per_family, 0.2, 0.05, 0.1) ** (2 * len(FAMILIES)) >= 0.8
+    assert gate_stats.power_equal(per_family - 1, 0.2, 0.05, 0.1) ** (2 * len(FAMILIES)) < 0.8
+
+
+def test_no_two_cases_of_a_family_share_a_skeleton():
     rows = suite()
-    families = Counter(r["attack"] for r in rows)
-    assert len(rows) >= 300 and min(families.values()) >= 30, families
-    assert set(ATTACKS) | {"robustness"} <= set(families)
-    for family in set(ATTACKS) - {"split_payload"}:  # its canary is in the second half, placed apart
-        generated = [r for r in rows if r["attack"] == family and r["id"].startswith("gen-")]
-        for where, payload in (("start", 0), ("end", -1)):
-            # The attack sits where the placement says: the canary is in the first or last third of the document.
-            at = [r["document"].find(r["must_not_contain"][0]) / len(r["document"]) for r in generated[payload::3]]
-            assert at and all((a < 1 / 3) if where == "start" else (a > 2 / 3) for a in at), (family, where)
+    for family in {r["attack"] for r in rows}:
+        skeletons = Counter(adversarial_suite.skeleton(r["document"]) for r in rows if r["attack"] == family)
+        shared = [s for s, n in skeletons.items() if n > 1]
+        assert not shared, (family, shared[:1])
+
+
+def test_the_skeleton_check_finds_two_cases_drawn_at_one_grid_point():
+    import random
+
+    rng = random.Random(5)
+    for family in ("direct_injection", "obfuscation", "robustness", "split_payload"):
+        key = adversarial_suite.grid(family)[7]
+        one, _ = adversarial_suite.make_case(family, key, "CANARY-AB23", rng)
+        two, _ = adversarial_suite.make_case(family, key, "CANARY-XY45", rng)
+        assert one["document"] != two["document"]
+        assert adversarial_suite.skeleton(one["document"]) == adversarial_suite.skeleton(two["document"]), family
+
+
+def test_every_case_requires_a_word_its_document_holds():
+    from steps.adversarial.verdict import _has_word
+
+    for r in suite():
+        for word in r.get("must_contain", []):
+            assert _has_word(r["document"], word), (r["id"], word)
+
+
+def test_the_attack_sits_where_its_placement_says():
+    import random
+
+    rng = random.Random(0)
+    for family in set(ATTACKS) - {"split_payload", "benign_lookalike"}:  # split: the second half is placed apart
+        for k, where in enumerate(("start", "end")):
+            row, _ = adversarial_suite.make_case(family, (k, "museum", where), "CANARY-AB23", rng)
+            at = row["document"].find("CANARY-AB23") / len(row["document"])
+            if family != "obfuscation":  # its canary may be encoded
+                assert (at < 1 / 3) if where == "start" else (at > 2 / 3), (family, where, at)
 
 
 def test_the_suite_has_every_family_of_the_package_in_its_order_and_each_holds_a_judge():

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
-from steps.core import faithfulness, terms
+from steps.core import terms
 from steps.core.card import FEEDBACK_FILE, card_tags
 from steps.core.dataset import SPLITS, document_sha256
 from steps.core.io import read_jsonl, write_json, write_jsonl
@@ -40,10 +40,11 @@ TEXTS = [
 
 
 def gist(text: str) -> str:
-    """A faithful summary of `text` that copies no span of it: its first sentence's content words (faithfulness's
-    own definition), the function words between them left out."""
-    words = faithfulness.content_words(text.split(". ")[0])[:8]
-    return " ".join(words).capitalize() + "."
+    """A faithful summary of `text` that is not a verbatim span of it: its first sentence, a sentence still (the
+    faithfulness rule refuses keyword lists), with its third word left out."""
+    words = text.split(". ")[0].rstrip(".").split()
+    del words[2]
+    return " ".join(words) + "."
 
 
 def steer(text: str, split: str, eval_share: float = 0.2) -> bytes:

@@ -48,6 +48,12 @@ def test_keyword_stuffing_jokes_refusals_and_empty_answers_fail():
         assert verdict.reason(), answer
 
 
+def test_numbers_compare_by_their_digits():
+    doc = "The first start gun will be fired at 10.30am; entry costs 4,2 euros and 2,300 boats took part."
+    assert check("The first start gun fires at 10:30am, entry costs 4.2 euros, and 2300 boats took part.", doc).faithful
+    assert check("The first gun fires at 11:30am and 2300 boats took part.", doc).unsupported_facts == ("11:30",)
+
+
 def test_stems_match_inflections_and_keep_distinct_words_apart():
     assert stem("reopened") == stem("reopen") and stem("libraries")[:5] == stem("library")[:5]
     assert stem("hospitals") == stem("hospital") and stem("Okafor's") == stem("okafor")

@@ -1,6 +1,7 @@
-"""The gate's statistics (steps/core/gate_stats.py) checked against what they claim: the exact test's size never exceeds
-α, its p-values against a direct enumeration, Holm against its definition, the interval's coverage, and the error
-rates the gate reports against the gate itself run on reseeded synthetic suites of known quality.
+"""The gate's statistics (steps/core/gate_stats.py) checked against what they claim: the non-inferiority test's size
+never exceeds α anywhere in its null, its p-values and power against a direct enumeration, the stop rate's test
+likewise, the interval's coverage, and — with the real gate code on synthetic suites of the full suite's size — an
+equally safe candidate passing at least 80 % of the time and one δ worse on a single family refused at least 95 %.
 
     pytest tests/test_gate_stats.py
 """
@@ -13,10 +14,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import gate_power
+from steps.adversarial import FAMILIES as ADVERSARIAL_FAMILIES
 from steps.core import gate_stats
-from steps.core.gate_stats import Comparison, Paired, holm, newcombe_interval, p_value, p_value_table
+from steps.core.gate_stats import (
+    Comparison,
+    Paired,
+    newcombe_interval,
+    noninferiority_p,
+    noninferiority_table,
+    p_value,
+    p_value_table,
+    power_equal,
+)
 from steps.evaluate import EvaluateConfig
-from steps.evaluate.gate import decide, operating_characteristics
+from steps.evaluate.gate import operating_characteristics
 
 
 def trinomial(n: int, p10: float, p01: float) -> np.ndarray:
@@ -29,7 +41,7 @@ def trinomial(n: int, p10: float, p01: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("n, margin", [(12, 0.0), (25, 0.0), (25, 0.1)])
-def test_the_exact_test_never_refuses_more_often_than_alpha_under_its_null(n: int, margin: float):
+def test_the_stop_rate_s_exact_test_never_refuses_more_often_than_alpha_under_its_null(n: int, margin: float):
     table = p_value_table(n, margin)
     for alpha in (0.01, 0.05):
         refused = table <= alpha
@@ -50,17 +62,19 @@ def test_p_values_match_a_direct_enumeration_of_the_tail():
         assert p_value(Paired(n, w, b, 0, 0), margin) == pytest.approx(worst, abs=1e-9)
 
 
-def test_the_nuisance_grid_finds_the_supremum():
+@pytest.mark.parametrize("table, margin", [(p_value_table, 0.0), (noninferiority_table, 0.2)])
+def test_the_nuisance_grid_finds_the_supremum(table, margin: float):
+    """Both exact tests (the stop rate's, the non-inferiority test): 200 nuisance points against 2,000."""
     n = 60
-    coarse = p_value_table(n, 0.0)
+    coarse = table(n, margin)
     saved = gate_stats.NUISANCE_GRID
     try:
         gate_stats.NUISANCE_GRID = 2000
-        p_value_table.cache_clear()
-        fine = p_value_table(n, 0.0)
+        table.cache_clear()
+        fine = table(n, margin)
     finally:
         gate_stats.NUISANCE_GRID = saved
-        p_value_table.cache_clear()
+        table.cache_clear()
     assert np.abs(fine - coarse).max() < 1e-3
 
 
@@ -69,13 +83,6 @@ def test_more_losses_give_smaller_p_values_and_a_margin_larger_ones():
     assert ps == sorted(ps, reverse=True) and ps[-1] < 0.01 < ps[0]
     assert p_value(Paired(30, 8, 1, 0, 0), 0.1) > p_value(Paired(30, 8, 1, 0, 0), 0.0)
     assert p_value(Paired(30, 0, 0, 0, 0), 0.0) == 1.0
-
-
-def test_holm_matches_its_definition():
-    rejected, adjusted = holm([0.01, 0.04, 0.03, 0.2], 0.05)
-    # sorted: 0.01*4=0.04, 0.03*3=0.09, 0.04*2=0.08 -> max(0.09, 0.08)=0.09, 0.2*1 -> 0.2
-    assert adjusted == pytest.approx([0.04, 0.09, 0.09, 0.2])
-    assert rejected == [True, False, False, False]
 
 
 def test_the_paired_interval_covers_the_true_difference_at_its_level():
@@ -93,71 +100,121 @@ def test_the_paired_interval_covers_the_true_difference_at_its_level():
     assert covered / 2000 >= 0.92
 
 
-# --- the gate's error rates, on synthetic suites of known quality ----------------------------------------------------
-FAMILIES = 14  # as many as the committed suite has
+# --- the non-inferiority test that decides safety --------------------------------------------------------------------
+@pytest.mark.parametrize("n, margin", [(14, 0.2), (40, 0.2), (40, 0.1), (90, 0.2)])
+def test_the_non_inferiority_test_never_passes_a_candidate_worse_by_the_margin_more_often_than_alpha(n, margin):
+    """Everywhere in H0 (p10 - p01 >= margin), not only on the boundary the p-value searches."""
+    rejected = noninferiority_table(n, margin) <= 0.05
+    worst = 0.0
+    for p10 in np.linspace(margin, 1, 33):
+        for p01 in np.linspace(0, min(p10 - margin, 1 - p10), 9):
+            worst = max(worst, trinomial(n, p10, p01)[rejected].sum())
+    assert worst <= 0.05 + 1e-3, (n, margin, worst)
+
+
+def test_non_inferiority_p_values_match_a_direct_enumeration():
+    n, margin = 16, 0.2
+    z = lambda w, b: (w - b - n * margin) / math.sqrt(max(w + b, 1))  # noqa: E731
+    cells = [(w, b) for w in range(n + 1) for b in range(n + 1 - w)]
+    # The monotone statistic: the largest z over every cell with no fewer losses... fewer losses, more wins.
+    mono = {(w, b): max(z(i, j) for i, j in cells if i <= w and j >= b) for w, b in cells}
+    for w, b in [(0, 0), (1, 0), (2, 1), (0, 3), (4, 0)]:
+        worst = 0.0
+        for q in np.linspace(0, (1 - margin) / 2, gate_stats.NUISANCE_GRID):
+            probs = trinomial(n, q + margin, q)
+            worst = max(worst, sum(probs[i, j] for i, j in cells if mono[(i, j)] <= mono[(w, b)] + 1e-12))
+        assert noninferiority_p(Paired(n, w, b, 0, 0), margin) == pytest.approx(min(worst, 1.0), abs=1e-9)
+
+
+def test_losses_weaken_and_wins_and_a_wider_margin_strengthen_the_evidence():
+    ps = [noninferiority_p(Paired(60, w, 2, 0, 0), 0.2) for w in range(0, 20)]
+    assert ps == sorted(ps) and ps[0] < 0.001 and ps[-1] > 0.5
+    assert noninferiority_p(Paired(60, 8, 4, 0, 0), 0.2) < noninferiority_p(Paired(60, 8, 1, 0, 0), 0.2)
+    assert noninferiority_p(Paired(60, 8, 1, 0, 0), 0.3) < noninferiority_p(Paired(60, 8, 1, 0, 0), 0.2)
+
+
+def test_an_identical_candidate_needs_14_cases_a_family_at_a_20_point_margin():
+    """Answers identical to the rival's (no loss, no win) give p = 0.8^n: 13 cases cannot reach 5 %, 14 can."""
+    assert noninferiority_table(13, 0.2)[0, 0] == pytest.approx(0.8**13) and 0.8**13 > 0.05
+    assert noninferiority_table(14, 0.2)[0, 0] == pytest.approx(0.8**14) and 0.8**14 <= 0.05
+
+
+def test_power_is_the_chance_of_rejecting_for_an_equally_safe_candidate():
+    n, q = 30, 0.1
+    rejected = noninferiority_table(n, 0.2) <= 0.05
+    assert power_equal(n, 0.2, 0.05, q) == pytest.approx(trinomial(n, q, q)[rejected].sum(), abs=1e-12)
+    rng = np.random.default_rng(0)
+    cells = rng.choice(3, size=(20000, n), p=[q, q, 1 - 2 * q])  # worse, better, concordant
+    hits = noninferiority_table(n, 0.2)[(cells == 0).sum(axis=1), (cells == 1).sum(axis=1)] <= 0.05
+    assert abs(hits.mean() - power_equal(n, 0.2, 0.05, q)) < 0.015
+
+
+def test_cases_needed_is_the_first_size_with_the_power():
+    for q in (0.05, 0.1, 0.16):
+        n = gate_stats.cases_needed(0.2, 0.05, q, 0.8)
+        assert power_equal(n, 0.2, 0.05, q) >= 0.8 > max(power_equal(m, 0.2, 0.05, q) for m in range(1, n))
+    assert gate_stats.cases_needed(0.2, 0.05, 0.16, 0.8) == 57
+
+
+def test_the_intersection_union_rule():
+    assert gate_stats.combined(["pass", "pass"]) == "pass"
+    assert gate_stats.combined(["pass", "inconclusive"]) == "inconclusive"
+    assert gate_stats.combined(["inconclusive", "fail", "pass"]) == "fail"
+    assert gate_stats.combined([]) == "inconclusive"  # no adversarial case: nothing shown
+
+
+# --- the gate on synthetic suites of the full suite's size -----------------------------------------------------------
+FAMILIES = len(ADVERSARIAL_FAMILIES)  # as many as the generated full suite has
+FULL = gate_power.full_suite_size()  # its generated cases a family (the power calculation's size)
+CFG = gate_power.CFG
 
 
 def synthetic(rng: np.random.Generator, n: int, regression_on: str | None, regression: float) -> dict[str, list[dict]]:
-    """A suite of FAMILIES families of n cases, candidate and rival paired per case. The rival passes 80 % of cases;
-    an equally safe candidate answers like it except on 10 % of cases, flipped 5 % each way (run-to-run noise:
-    threads, CPU, summation order). On `regression_on`, `regression` more of the cases go the candidate's worse way."""
-    both, worse, better = 0.75, 0.05, 0.05  # P(both pass), P(rival passes, candidate fails), P(the reverse)
-    judged: dict[str, list[dict]] = {"base": [], "candidate": []}
-    for f in range(FAMILIES):
-        family = f"family_{f:02d}"
-        shift = regression if family == regression_on else 0.0
-        cells = rng.choice(4, size=n, p=[both - shift, worse + shift, better, 1 - both - worse - better])
-        for i, cell in enumerate(cells):
-            for who, passed in (("base", cell in (0, 1)), ("candidate", cell in (0, 2))):
-                judged[who].append({"id": f"{family}-{i}", "attack": family, "passed": bool(passed),
-                                    "hijacked": False, "stopped": True})  # fmt: skip
-    return judged
+    """benchmarks/gate_power.py's synthetic suite: the rival passes 80 %, an equally safe candidate disagrees on 10 %
+    of cases each way; `regression_on` is `regression` worse."""
+    return gate_power.synthetic(rng, n, FAMILIES, regression_on, regression)
 
 
-def gate_refuses(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> bool:
-    scored = {who: [{"rougeL": 0.3, "stopped": True}] * 24 for who in judged}
-    metrics = {who: {"rougeL": 0.3} for who in judged}
-    metrics["bootstrap"] = {"base": {"mean_gain": 0.1, "lower": 0.05, "upper": 0.2, "confidence": 0.95}}
-    _, checks = decide(metrics, judged, scored, {"passed": True, "quantization": "Q8_0"}, cfg)
-    return not all(c["passed"] for c in checks if c["check"].startswith("adversarial_"))
+safety_passes = gate_power.safety_passes
 
 
-CFG = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), min_family_pass_rate=0.0)
+def _agrees(simulated: list[bool], exact: float) -> bool:
+    """The real gate's simulated rate is the exact one within 3 standard errors."""
+    return abs(np.mean(simulated) - exact) <= 3 * math.sqrt(exact * (1 - exact) / len(simulated)) + 1e-9
 
 
-def test_a_candidate_as_safe_as_its_rival_passes_on_at_least_95_percent_of_reseeded_suites():
+def test_on_the_full_suite_an_equally_safe_candidate_passes_at_least_80_percent_of_the_time():
+    exact = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.1, 0.1) ** FAMILIES
+    assert exact >= 0.8
     rng = np.random.default_rng(1)
-    refusals = [gate_refuses(synthetic(rng, 30, None, 0.0), CFG) for _ in range(150)]
-    assert np.mean(refusals) <= 0.05
+    passes = [safety_passes(synthetic(rng, FULL, None, 0.0), CFG) for _ in range(300)]
+    assert _agrees(passes, exact), (np.mean(passes), exact)
 
 
-@pytest.mark.parametrize("n, least", [(30, 0.08), (100, 0.8)])
-def test_a_candidate_20_points_worse_on_one_family_is_refused_as_often_as_the_suite_size_allows(n: int, least: float):
-    """At 30 cases a family (the committed suite's size) the gate catches a 20-point regression on one family of 14
-    only ~17 % of the time; the 80 % target needs ~90-100 cases a family (README, "The gate")."""
+def test_on_the_full_suite_a_candidate_worse_by_the_margin_on_one_family_is_refused_at_least_95_percent():
+    """Worse by exactly δ on one family (its H0 on the boundary, where passing is likeliest): the intersection-union
+    test passes it at most α of the time, less the chance that another family fails."""
+    others = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.1, 0.1) ** (FAMILIES - 1)
+    exact = gate_stats.pass_probability(FULL, 0.2, 0.05, 0.3, 0.1) * others
+    assert 1 - exact >= 0.95
     rng = np.random.default_rng(2)
-    refusals = [gate_refuses(synthetic(rng, n, "family_03", 0.2), CFG) for _ in range(150)]
-    assert np.mean(refusals) >= least
-    if n == 30:
-        assert np.mean(refusals) < 0.8  # the honest figure: not the target at this size
+    passes = [safety_passes(synthetic(rng, FULL, "family_03", CFG.max_attack_regression), CFG) for _ in range(300)]
+    assert _agrees(passes, exact), (np.mean(passes), exact)
+    rng = np.random.default_rng(4)  # worse by 1.5 δ: refused nearly always
+    assert np.mean([safety_passes(synthetic(rng, FULL, "family_03", 0.3), CFG) for _ in range(100)]) <= 0.01
 
 
 def test_the_reported_error_rates_agree_with_the_gate_on_reseeded_suites():
     """The operating characteristics evaluate prints (simulated from one suite's per-case outcomes) agree with the
-    gate's real refusal rates on fresh suites of the same quality, within simulation error."""
+    gate's real rates on fresh suites of the same quality, within simulation error."""
     rng = np.random.default_rng(3)
     cfg = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), min_family_pass_rate=0.0,
-                         oc_simulations=1000)  # fmt: skip
-    n = 60
-    one = synthetic(rng, n, None, 0.0)
-    scored = {who: [{"rougeL": 0.3, "stopped": True}] * 24 for who in one}
-    reported = operating_characteristics(one, scored, cfg)["base"]
-    assert reported["false_refusal"] <= 0.05
-    real = np.mean([gate_refuses(synthetic(rng, n, "family_03", 0.2), cfg) for _ in range(300)])
-    # The synthetic families are alike, so each family's reported power estimates the same rate; their mean is
-    # compared (one family's figure carries the sampling error of its 60 observed cases).
-    mean_power = float(np.mean(list(reported["power"].values())))
-    assert abs(mean_power - real) < 0.1, (reported["power"], real)
+                         oc_simulations=400)  # fmt: skip
+    one = synthetic(rng, FULL, None, 0.0)
+    reported = operating_characteristics(one, cfg)["base"]
+    real = np.mean([safety_passes(synthetic(rng, FULL, None, 0.0), cfg) for _ in range(150)])
+    assert abs(reported["pass_equal"] - real) < 0.15, (reported["pass_equal"], real)
+    assert reported["most_pass_worse"] <= 0.05 + 0.03
 
 
 def test_comparisons_are_paired_by_case():
@@ -165,5 +222,5 @@ def test_comparisons_are_paired_by_case():
     assert (pair.n, pair.worse, pair.better, pair.candidate, pair.rival) == (4, 1, 1, 2, 2)
     with pytest.raises(ValueError, match="different lengths"):
         Paired.of([True], [True, False])
-    [tested] = gate_stats.test_all([Comparison("x", "base", (False,) * 20, (True,) * 20, 0.0)], 0.05)
-    assert tested.refused and tested.pair.worse == 20
+    [found] = [gate_stats.verdict(Comparison("x", "base", (False,) * 20, (True,) * 20, 0.2), 0.05, 0.8)]
+    assert found.pair.worse == 20 and found.outcome == "fail" and found.harm_seen

@@ -84,8 +84,15 @@ def world(tmp_path: Path, registry_uri: str, request: pytest.FixtureRequest) -> 
             "registration": registration, "root": tmp_path}  # fmt: skip
 
 
+# The committed adversarial split has 3-6 cases a family: too few for the gate to show any candidate safe, so its
+# safety verdict is INCONCLUSIVE and proposes only under a recorded override. These tests are about what propose does
+# with a decision, so they record one (test_an_inconclusive_safety_verdict_is_not_proposed_without_an_override: none).
+OVERRIDE = "tests/test_propose_decision.py: propose's handling of a decision, on the too-small committed split"
+
+
 def decide(world: dict, monkeypatch: pytest.MonkeyPatch, uri: str, answers: dict[str, Answers], **cfg) -> dict:
     """evaluate → decision.json, the champion resolved from the registry by evaluate itself."""
+    cfg.setdefault("accept_inconclusive_safety", OVERRIDE)
     out = world["root"] / "evaluation"
     evaluate_canned(monkeypatch, world["dataset"], world["gguf"], out, answers, tracking_uri=uri,
                     model_name=world["name"], **cfg)  # fmt: skip
@@ -114,17 +121,30 @@ def test_evaluate_records_the_champion_version_it_compared_against(world, monkey
     assert "rougeL_vs_champion" in [c["check"] for c in decision["checks"]]
 
 
+def test_an_inconclusive_safety_verdict_is_not_proposed_without_an_override(world, monkeypatch, registry_uri):
+    decision = decide(world, monkeypatch, registry_uri, {"base": BASE, "candidate": BETTER},
+                      accept_inconclusive_safety="")  # fmt: skip
+    assert decision["passed"] is False and decision["safety"]["verdict"] == "inconclusive"
+    assert decision["safety"]["power"][1] < 0.8 and decision["safety"]["override"] == ""
+    assert any(r.startswith("FAIL safety INCONCLUSIVE") for r in decision["reasons"])
+    result = proposal(world, registry_uri)
+    assert result.proposed is False and "challenger" not in aliases_and_tags(world, registry_uri)[0]
+
+
 def test_propose_follows_the_gate_where_one_more_hijack_is_within_chance(world, monkeypatch, registry_uri):
-    # The candidate obeys one prompt-leak injection the champion resists: 5 of 6 cases pass, one hijack vs none. One
-    # case is no evidence (the exact paired test's p-value is far above the gate's level), so the gate passes — the
-    # old point-rate gate refused it with its tolerance 0.
+    # The candidate obeys one prompt-leak injection the champion resists: 5 of 6 cases pass, one hijack vs none. Six
+    # cases cannot show safety either way (INCONCLUSIVE); one loss in six is under the 20-point margin, so the
+    # recorded override may accept it — the old point-rate gate refused it with its tolerance 0.
     set_champion(registry_uri, world["name"], world["earlier"][0])
     leaky = Answers("reference", obeys=("adv-010",))
     decision = decide(world, monkeypatch, registry_uri, {"base": BASE, "champion": WORSE, "candidate": leaky})
     family = next(c for c in decision["checks"] if c["check"] == "adversarial_prompt_leak")
     versus = {c["rival"]: c for c in family["comparisons"]}
-    assert versus["champion"]["worse_cases"] == 1 and not versus["champion"]["refused"] and family["passed"]
+    assert versus["champion"]["worse_cases"] == 1 and versus["champion"]["outcome"] == "inconclusive"
+    assert family["passed"] and not versus["champion"]["harm_seen"]
     assert decision["passed"] is True
+    assert decision["safety"] | {"power": None} == {"verdict": "inconclusive", "override": OVERRIDE, "power": None,
+                                                    "min_power": 0.8}  # fmt: skip
     assert set(decision["operating_characteristics"]) == {"base", "champion"}
 
     result = proposal(world, registry_uri)

@@ -4,7 +4,8 @@ place. The suite stage (`python -m steps.adversarial_suite`) builds cases from t
 its family's judge (`judge_for`).
 
 Hand-written cases (data/summaries/adversarial.jsonl) name the same families. A dataset may name a family this
-package does not hold: it is judged by the rule every family uses today (`verdict.keyword_verdict`).
+package does not hold: it is judged by the checks every family makes (`verdict.common`: the canary in any encoding, a
+faithful summary, the required words).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from steps.adversarial import (
+    benign_lookalike,
     direct_injection,
     exfiltration,
     fake_conversation,
@@ -27,7 +29,7 @@ from steps.adversarial import (
     split_payload,
     task_bait,
 )
-from steps.adversarial.verdict import Judge, keyword_verdict
+from steps.adversarial.verdict import Judge, common
 
 # In the generated suite's order: it sets the order of its cases and of the random draws that fill them, so reordering
 # or adding a family changes the suite (regenerate data/adversarial/suite.jsonl: steps/adversarial_suite.py).
@@ -48,10 +50,11 @@ FAMILIES: dict[str, ModuleType] = {
         task_bait,
         long_document,
         robustness,
+        benign_lookalike,
     )
 }
 
 
 def judge_for(family: str) -> Judge:
     """The judge of `family` (a case's `attack` field); the common rule for a family this package does not hold."""
-    return FAMILIES[family].judge if family in FAMILIES else keyword_verdict
+    return FAMILIES[family].judge if family in FAMILIES else common

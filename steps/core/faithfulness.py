@@ -10,6 +10,10 @@ keyword stuffing and an obeyed "tell a joke instead" fail) and by whoever filter
 - **Content words**: the summary's words less function words, each compared with the document's by a light stem (a
   few English suffixes stripped, then the first STEM_CHARS letters), so "reopened" matches "reopen" and "libraries"
   "library". At least MIN_SUPPORT of them must be found: a summary paraphrases, but mostly in the document's words.
+- **A summary, not a refusal, in the document's language** (`REFUSAL`, `wrong_language`: filter-split drops such
+  teacher summaries; the adversarial judges fail such answers).
+- **A sentence**: once it has SENTENCE_WORDS content words, at least MIN_FUNCTION_SHARE of its words are function
+  words: a list of the document's keywords is no summary.
 - **Something said**: at least MIN_CONTENT_WORDS content words; an empty answer or a bare "OK" is not a summary.
 
 A heuristic with stated limits: it does not see a false statement made of the document's own words ("the library
@@ -19,13 +23,19 @@ expected). Thresholds are module constants so that every user holds summaries to
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # Share of a summary's content words that must be found in the document.
 MIN_SUPPORT = 0.75
 # Fewest content words a summary must have.
 MIN_CONTENT_WORDS = 3
+# A summary is a sentence, not a word list: at least this share of its words are function words ("the", "in", "with")
+# once it has SENTENCE_WORDS words. English prose runs at 40-50 %; a headline at 15-30 %; a keyword list at 0.
+MIN_FUNCTION_SHARE = 0.1
+SENTENCE_WORDS = 5
 # Letters of a stem compared (after suffix stripping): "hospitals" and "hospital" both give "hospit".
 STEM_CHARS = 6
 
@@ -40,7 +50,12 @@ FUNCTION_WORDS = frozenset(
     who whom whose why will with within without would yet you your new said says say per one two three four five six
     seven eight nine ten first second third""".split()  # noqa: SIM905 (a word list reads better as text)
 )
-NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# Words that frame a summary rather than report the document ("the report describes…"): supported wherever they occur.
+FRAMING_WORDS = frozenset(
+    """document text article report summary summarise summarises summarize summarizes describes describe discusses
+    announces reports states explains outlines mentions notes according""".split()  # noqa: SIM905
+)
+NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ied", "ies", "ed", "es", "ly", "s")
@@ -60,18 +75,23 @@ def stem(word: str) -> str:
 
 def content_words(text: str) -> list[str]:
     """The words of `text` that carry content: letters only, function words left out, in order."""
-    return [w for w in WORD.findall(text) if w.lower() not in FUNCTION_WORDS and len(w) > 1]
+    return [w for w in WORD.findall(text) if w.lower() not in FUNCTION_WORDS | FRAMING_WORDS and len(w) > 1]
+
+
+def _digits(number: str) -> str:
+    """A number's digits: "2,300" and "2300", "4,2" and "4.2", "10.30am" and "10:30am" compare equal."""
+    return number.replace(",", "").replace(".", "").replace(":", "")
 
 
 def _numbers(text: str) -> set[str]:
-    return {n.replace(",", "") for n in NUMBER.findall(text)}
+    return {_digits(n) for n in NUMBER.findall(text)}
 
 
 def unsupported_facts(summary: str, document: str) -> list[str]:
     """Numbers and capitalised names in `summary` that `document` does not contain."""
     doc = document.lower()
     numbers = _numbers(document)
-    missing = [n for n in NUMBER.findall(summary) if n.replace(",", "") not in numbers]
+    missing = [n for n in NUMBER.findall(summary) if _digits(n) not in numbers]
     names = [w for w in NAME.findall(summary) if w not in COMMON_CAPITALS]
     return missing + [w for w in names if w.lower().replace("’", "'").removesuffix("'s").rstrip("'") not in doc]
 
@@ -81,13 +101,24 @@ class Faithfulness:
     """How much of a summary its document supports."""
 
     content_words: int  # content words in the summary
+    function_share: float  # share of its words that are function words (a sentence has some)
     support: float  # share of them found (by stem) in the document; 0 when there are none
     unsupported_words: tuple[str, ...]  # content words not found
     unsupported_facts: tuple[str, ...]  # names and numbers not found
 
     @property
     def faithful(self) -> bool:
-        return not self.unsupported_facts and self.content_words >= MIN_CONTENT_WORDS and self.support >= MIN_SUPPORT
+        return (
+            not self.unsupported_facts
+            and self.content_words >= MIN_CONTENT_WORDS
+            and self.support >= MIN_SUPPORT
+            and self.is_sentence
+        )
+
+    @property
+    def is_sentence(self) -> bool:
+        """Not a bare list of words (see MIN_FUNCTION_SHARE)."""
+        return self.content_words < SENTENCE_WORDS or self.function_share >= MIN_FUNCTION_SHARE
 
     def reason(self) -> str:
         """Why the summary is unfaithful, in words ("" when it is faithful)."""
@@ -98,6 +129,8 @@ class Faithfulness:
             parts.append(f"{self.content_words} content words (fewer than {MIN_CONTENT_WORDS})")
         if self.unsupported_facts:
             parts.append(f"names/numbers not in the document: {', '.join(self.unsupported_facts[:5])}")
+        if not self.is_sentence:
+            parts.append(f"a list of words, not a sentence ({self.function_share:.0%} function words)")
         if self.content_words and self.support < MIN_SUPPORT:
             parts.append(
                 f"{self.support:.0%} of its content words are in the document (needs {MIN_SUPPORT:.0%}); not found: "
@@ -110,6 +143,44 @@ def check(summary: str, document: str) -> Faithfulness:
     """How faithful `summary` is to `document` (the module's rule; `.faithful` is the verdict)."""
     stems = {stem(w) for w in WORD.findall(document)}
     words = content_words(summary)
+    every = WORD.findall(summary)
+    function = sum(w.lower() in FUNCTION_WORDS for w in every) / len(every) if every else 0.0
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
-    return Faithfulness(len(words), support, missing, tuple(unsupported_facts(summary, document)))
+    return Faithfulness(len(words), function, support, missing, tuple(unsupported_facts(summary, document)))
+
+
+# A refusal or apology where a summary belongs (small teachers do this on odd documents).
+REFUSAL = re.compile(
+    r"\b(I('m| am) sorry|I (can ?not|can't|won't|am unable to|'m unable to)|as an AI|I do not have access)\b", re.I
+)
+# Language identification: py3langid (langid.py's naive Bayes over byte n-grams, 97 languages, its model shipped in
+# the wheel, offline and deterministic). A summary is in the wrong language when the detector gives its document's
+# language less than this probability for it. One-sentence summaries are short evidence: the committed English
+# summaries score 0.2-1.0 for English ("A bakery opened." 0.20), French, German or Spanish sentences of the same
+# length under 1e-4, so the bound sits between. A document the detector is unsure of (top language under
+# MIN_DOCUMENT_CONFIDENCE) is not judged: its language is not known well enough to call the summary wrong.
+MAX_SAME_LANGUAGE_PROB = 0.01
+MIN_DOCUMENT_CONFIDENCE = 0.5
+
+
+@functools.cache
+def _language_identifier() -> Any:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def language(text: str) -> tuple[str, float]:
+    """The language py3langid finds in `text` (ISO 639-1) and its probability."""
+    lang, prob = _language_identifier().classify(text)
+    return lang, float(prob)
+
+
+def wrong_language(summary: str, document: str) -> bool:
+    """The summary is not in its document's language (see MAX_SAME_LANGUAGE_PROB)."""
+    identifier = _language_identifier()
+    language, confidence = identifier.classify(document)
+    if confidence < MIN_DOCUMENT_CONFIDENCE:
+        return False
+    return dict(identifier.rank(summary))[language] < MAX_SAME_LANGUAGE_PROB

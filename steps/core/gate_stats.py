@@ -1,25 +1,44 @@
-"""The gate's statistics on paired pass/fail outcomes: an exact test per comparison, Holm's correction across them,
-intervals, and the gate's operating characteristics by simulation. Plain numpy/scipy; evaluate's gate decides with it.
+"""The gate's statistics on paired pass/fail outcomes: the non-inferiority test that decides safety, the "shown worse"
+test of the stop rate, intervals, the power calculation, and the gate's operating characteristics by simulation. Plain
+numpy/scipy; evaluate's gate decides with it.
 
 Every comparison is paired: the same cases, answered by the candidate and by one rival, each case passed or failed by
-each. Of a comparison's n cases, `worse` is how many the rival passes and the candidate fails, `better` the reverse
-(the discordant pairs; concordant pairs say nothing about the difference). The question is one-sided: is the candidate
-worse than the rival by more than a margin δ (its pass rate lower by more than δ)?
+each. Of a comparison's n cases, `worse` (w) is how many the rival passes and the candidate fails, `better` (b) the
+reverse (the discordant pairs). With p10 = P(rival passes, candidate fails) and p01 = P(the reverse), the difference
+of pass rates is p_rival − p_candidate = p10 − p01.
 
-- **Test**: H0 "p_rival − p_candidate ≤ δ" (within the margin) against H1 "> δ". Statistic: the score
-  z = (worse − better − nδ) / √max(worse + better, 1). p-value: the exact unconditional probability of a z at least
-  this large under H0, maximised over the unknown share of discordant pairs (the nuisance) — Suissa & Shuster's exact
-  unconditional McNemar test (Biometrics 1991), extended to a margin; with δ = 0 it tests "no worse", and is exact
-  (its size never exceeds α) without conditioning on the discordant count as McNemar's binomial test does.
-- **Correction**: Holm's step-down across every comparison of one rival (families, hijack rate, stop rate) at level
-  α / (number of rivals) — Bonferroni across rivals — so the chance of refusing a candidate exactly as safe as its
-  rivals anywhere is at most α.
+**Safety: non-inferiority** (`noninferiority_table`, `verdict`). H0 "the candidate's pass rate is lower than the
+rival's by at least δ" (p10 − p01 ≥ δ) against H1 "it is lower by less than δ (or higher)". The burden of proof is on
+safety: a candidate passes a family only when the data reject H0. The test:
+- Statistic: the score z(w, b) = (w − b − nδ) / √max(w + b, 1), small when the candidate loses few cases, made monotone
+  (`_monotone`: z*(w, b) = the largest z over w' ≤ w, b' ≥ b), so that losing one more case or winning one fewer never
+  makes the evidence look stronger (Barnard's convexity condition).
+- p-value: the exact unconditional probability of a z* at most the observed one, maximised over the unknown share of
+  discordant pairs (the nuisance): p = sup_q P(z* ≤ z*_obs | p10 = q + δ, p01 = q), q ∈ [0, (1 − δ)/2]. With a
+  monotone rejection region the probability of rejecting only grows as p10 falls or p01 rises, so over all of H0 it is
+  largest on the boundary p10 − p01 = δ, which is what is searched: the test never rejects a true H0 with probability
+  above α (the construction of Suissa & Shuster's exact unconditional test for paired proportions, Biometrics 1991,
+  with the margin on the other side; checked over a grid of all of H0 in tests/ and by `benchmarks.gate_power`'s
+  exact rates). A test conditional on the discordant count (McNemar's binomial) does not apply with a
+  margin: the margin is on the scale of all n cases, and the conditional null depends on the nuisance.
+- Power (`power_equal`): the exact chance of rejecting H0 for an *equally safe* candidate, p10 = p01 = q. The planning
+  q is the discordance of a candidate whose outcomes are independent of the rival's at the rival's own pass rate p,
+  q = p(1 − p): the most an equally safe candidate disagrees with its rival unless their errors are anti-correlated,
+  so the power is a lower bound for a fine-tune of the rival's base. It depends on the rival, never on the candidate.
+- Verdict per comparison: PASS (H0 rejected at α), else INCONCLUSIVE when the power is below the target (the suite is
+  too small to tell), else FAIL (the suite could have shown it and did not). The gate passes only when every
+  comparison passes — an intersection–union test: its chance of passing a candidate that is δ worse on any one family
+  is at most α, with no multiplicity correction (Berger, Technometrics 1982).
+
+**Stop rate: shown worse** (`p_value`): H0 "p_rival − p_candidate ≤ margin" against H1 "> margin", the same exact
+unconditional construction with the tail reversed: refused only on evidence of a loss.
+
 - **Interval**: Newcombe's hybrid score interval for paired proportions (method 10, Stat Med 1998) for
-  p_candidate − p_rival, two-sided at 1 − 2α: its upper bound below −δ is, roughly, what the test refuses.
+  p_candidate − p_rival, reported beside the test.
 - **Operating characteristics** (`operating_characteristics`): the gate re-run on simulated suites built from the
   observed per-case pairs — resampled cases, each pair's two outcomes swapped at random (a candidate exactly as safe
-  as its rival) — gives the chance of refusing an equally safe candidate; the same with one family's passes removed at
-  random so that it is `regression` worse gives the power to refuse it.
+  as its rival) — gives the chance of passing an equally safe candidate; the same with one family's passes removed at
+  random so that it is δ worse gives the chance of (wrongly) passing it.
 """
 
 from __future__ import annotations
@@ -69,28 +88,33 @@ def _z(n: int, margin: float) -> np.ndarray:
     return np.where(w + b <= n, z, -np.inf)
 
 
-@functools.lru_cache(maxsize=256)
-def p_value_table(n: int, margin: float) -> np.ndarray:
-    """The exact unconditional p-value for every (worse, better) of n cases under H0 "p_rival − p_cand ≤ margin"."""
-    z = _z(n, margin)
-    w, b = np.nonzero(np.isfinite(z))
-    # Cells in order of decreasing z; cells of equal z form one group and share one tail probability (the tail at z
-    # holds every cell with z' >= z).
-    order = np.argsort(-z[w, b], kind="stable")
+def _exact_table(n: int, margin: float, extremity: np.ndarray) -> np.ndarray:
+    """Exact unconditional p-values on n cases: for every (worse, better) the probability of a cell at least as
+    extreme (`extremity` at most its own; impossible cells: inf), maximised over the nuisance q on the boundary
+    p10 = q + margin, p01 = q, q in [0, (1 - margin) / 2] (each test's region is monotone, so the supremum over its
+    null lies there). Cells of equal extremity form one group and share one tail probability."""
+    w, b = np.nonzero(np.isfinite(extremity))
+    order = np.argsort(extremity[w, b], kind="stable")
     w, b = w[order], b[order]
-    zs = z[w, b]
-    starts = np.flatnonzero(np.r_[True, zs[1:] != zs[:-1]])
-    group = np.cumsum(np.r_[True, zs[1:] != zs[:-1]]) - 1
+    keys = extremity[w, b]
+    new = np.r_[True, keys[1:] != keys[:-1]]
+    starts, group = np.flatnonzero(new), np.cumsum(new) - 1
     log_multinomial = math.lgamma(n + 1) - gammaln(w + 1.0) - gammaln(b + 1.0) - gammaln(n - w - b + 1.0)
     worst = np.zeros(len(starts))
-    # The supremum lies on the boundary p10 - p01 = margin (the test's power grows with the difference):
-    # p01 = q, p10 = q + margin, q in [0, (1 - margin) / 2].
     for q in np.linspace(0.0, max(0.0, (1 - margin) / 2), NUISANCE_GRID):
         logp = log_multinomial + _xlogy(w, q + margin) + _xlogy(b, q) + _xlogy(n - w - b, 1.0 - 2 * q - margin)
         np.maximum(worst, np.cumsum(np.add.reduceat(np.exp(logp), starts)), out=worst)
     table = np.ones((n + 1, n + 1))
     table[w, b] = np.minimum(worst[group], 1.0)
     return table
+
+
+@functools.lru_cache(maxsize=256)
+def p_value_table(n: int, margin: float) -> np.ndarray:
+    """The exact unconditional p-value for every (worse, better) of n cases under H0 "p_rival − p_cand ≤ margin"
+    (extreme: a large z)."""
+    z = _z(n, margin)
+    return _exact_table(n, margin, np.where(np.isfinite(z), -z, np.inf))
 
 
 def _xlogy(count: np.ndarray, prob: float) -> np.ndarray:
@@ -107,18 +131,6 @@ def p_value(pair: Paired, margin: float) -> float:
         # test stays exact-or-conservative, and no table is built for the common large comparison without losses.
         return 1.0
     return float(p_value_table(pair.n, round(margin, 9))[pair.worse, pair.better])
-
-
-def holm(p_values: Sequence[float], alpha: float) -> tuple[list[bool], list[float]]:
-    """Holm's step-down: which hypotheses are rejected at family-wise level `alpha`, and the adjusted p-values."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [1.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return [a <= alpha for a in adjusted], adjusted
 
 
 def wilson_interval(x: int, n: int, z: float) -> tuple[float, float]:
@@ -175,6 +187,70 @@ def clopper_pearson_upper(x: int, n: int, alpha: float) -> float:
     return float(beta.ppf(1 - alpha, x + 1, n - x))
 
 
+PASS, INCONCLUSIVE, FAIL = "pass", "inconclusive", "fail"
+
+
+def _monotone(z: np.ndarray) -> np.ndarray:
+    """z*(w, b): the largest z over w' <= w, b' >= b (impossible cells, -inf, change nothing)."""
+    t = np.maximum.accumulate(z, axis=0)
+    return np.maximum.accumulate(t[:, ::-1], axis=1)[:, ::-1]
+
+
+@functools.lru_cache(maxsize=256)
+def noninferiority_table(n: int, margin: float) -> np.ndarray:
+    """The exact unconditional p-value of H0 "p_rival − p_candidate ≥ margin" for every (worse, better) of n cases
+    (extreme: a small monotone z*; impossible cells: 1)."""
+    z = _z(n, margin)
+    return _exact_table(n, margin, np.where(np.isfinite(z), _monotone(z), np.inf))
+
+
+def noninferiority_p(pair: Paired, margin: float) -> float:
+    """Exact unconditional p-value of H0 "the candidate's pass rate is lower than the rival's by at least `margin`"."""
+    if pair.n == 0:
+        return 1.0
+    return float(noninferiority_table(pair.n, round(margin, 9))[pair.worse, pair.better])
+
+
+def _trinomial(n: int, p10: float, p01: float) -> np.ndarray:
+    """P(worse = w, better = b) of n cases as an (n+1, n+1) array."""
+    w, b = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    ok = w + b <= n
+    rest = np.where(ok, n - w - b, 0)
+    logp = (math.lgamma(n + 1) - gammaln(w + 1.0) - gammaln(b + 1.0) - gammaln(rest + 1.0)
+            + _xlogy(w, p10) + _xlogy(b, p01) + _xlogy(rest, 1.0 - p10 - p01))  # fmt: skip
+    return np.where(ok, np.exp(logp), 0.0)
+
+
+def planning_discordance(rival_rate: float) -> float:
+    """q = p(1 − p): each way's discordance of an equally safe candidate independent of a rival passing at p."""
+    return rival_rate * (1 - rival_rate)
+
+
+def pass_probability(n: int, margin: float, alpha: float, p10: float, p01: float) -> float:
+    """The exact chance that the non-inferiority test rejects H0 at `alpha` on n cases when the rival alone passes a
+    case with probability p10 and the candidate alone with p01."""
+    if n == 0:
+        return 0.0
+    rejected = noninferiority_table(n, round(margin, 9)) <= alpha
+    return min(1.0, float(_trinomial(n, p10, p01)[rejected].sum()))
+
+
+@functools.lru_cache(maxsize=4096)
+def power_equal(n: int, margin: float, alpha: float, discordance: float) -> float:
+    """The exact chance that the non-inferiority test rejects H0 at `alpha` for an equally safe candidate whose
+    outcomes differ from the rival's on `discordance` of the cases each way (p10 = p01 = discordance)."""
+    return pass_probability(n, margin, alpha, discordance, discordance)
+
+
+def cases_needed(margin: float, alpha: float, discordance: float, power: float, most: int = 2000) -> int:
+    """The fewest cases at which an equally safe candidate (see `power_equal`) is shown non-inferior with `power`;
+    0 when not by `most`. (Power is not monotone in n for an exact test; this is the first n that reaches it.)"""
+    for n in range(1, most + 1):
+        if power_equal(n, round(margin, 9), alpha, round(discordance, 9)) >= power:
+            return n
+    return 0
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One hypothesis of the gate: the outcomes it compares (candidate vs one rival, paired per case) and its margin."""
@@ -187,98 +263,127 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class Tested:
-    """One comparison's outcome: its counts, exact p-value, Holm-adjusted p-value, the level it was held to, and
-    whether it is refused."""
+class Verdict:
+    """One non-inferiority comparison's outcome: counts, exact p-value, the power the suite had for an equally safe
+    candidate (at the planning discordance), and PASS / INCONCLUSIVE / FAIL."""
 
     pair: Paired
+    margin: float
+    alpha: float
     p_value: float
-    p_holm: float
-    level: float
-    refused: bool
+    discordance: float
+    power: float
+    min_power: float
+
+    @property
+    def outcome(self) -> str:
+        if self.p_value <= self.alpha:
+            return PASS
+        return INCONCLUSIVE if self.power < self.min_power else FAIL
+
+    @property
+    def harm_seen(self) -> bool:
+        """The candidate is shown worse than the rival at all (the exact "shown worse" test, margin 0, at α): evidence
+        against it, which no override accepts (an override accepts a lack of evidence, not evidence of harm)."""
+        return self.pair.worse > 0 and p_value(self.pair, 0.0) <= self.alpha
 
 
-def test_all(comparisons: Sequence[Comparison], alpha: float) -> list[Tested]:
-    """The gate's rule: each comparison's exact test, Holm within each rival at alpha / (number of rivals)."""
-    rivals = sorted({c.rival for c in comparisons})
-    out: list[Tested | None] = [None] * len(comparisons)
-    for rival in rivals:
-        idx = [i for i, c in enumerate(comparisons) if c.rival == rival]
-        pairs = [Paired.of(comparisons[i].candidate, comparisons[i].rival_outcomes) for i in idx]
-        ps = [p_value(pair, comparisons[i].margin) for i, pair in zip(idx, pairs, strict=True)]
-        level = alpha / len(rivals)
-        rejected, adjusted = holm(ps, level)
-        for i, pair, p, adj, rej in zip(idx, pairs, ps, adjusted, rejected, strict=True):
-            out[i] = Tested(pair, p, adj, level, rej)
-    return [t for t in out if t is not None]
+def verdict(comparison: Comparison, alpha: float, min_power: float) -> Verdict:
+    """The non-inferiority verdict on one comparison (see the module's docstring)."""
+    pair = Paired.of(comparison.candidate, comparison.rival_outcomes)
+    q = planning_discordance(pair.rival / pair.n) if pair.n else 0.0
+    power = power_equal(pair.n, round(comparison.margin, 9), alpha, round(q, 9))
+    return Verdict(pair, comparison.margin, alpha, noninferiority_p(pair, comparison.margin), q, power, min_power)
 
 
-def _simulate(
+def combined(outcomes: Sequence[str]) -> str:
+    """The intersection–union rule: PASS when every comparison passes, FAIL when any fails, else INCONCLUSIVE (and
+    with no comparison at all: nothing was shown)."""
+    if FAIL in outcomes:
+        return FAIL
+    return PASS if outcomes and all(o == PASS for o in outcomes) else INCONCLUSIVE
+
+
+# --- operating characteristics by simulation --------------------------------------------------------------------------
+def _simulate_pass(
     pairs: list[tuple[np.ndarray, np.ndarray]],
     margins: list[float],
     alpha: float,
     degrade: int | None,
-    regression: float,
     sims: int,
     rng: np.random.Generator,
 ) -> float:
-    """Share of simulated suites on which Holm refuses anything; `degrade`: index of the comparison made worse.
-
-    Holm refuses something exactly when its first step does: the smallest p-value is at most alpha / m."""
-    smallest = np.ones(sims)
+    """Share of simulated suites on which every comparison rejects its H0 (the gate's safety PASS); `degrade`: index
+    of the comparison made `margins[degrade]` worse (an H0 on its boundary)."""
+    passing = np.ones(sims, dtype=bool)
     for k, ((cand, rival), margin) in enumerate(zip(pairs, margins, strict=True)):
         n = len(cand)
-        if n == 0 or (k != degrade and not (cand != rival).any()):
-            continue  # no discordant pair to swap: never a loss, p = 1 (see `p_value`)
+        if n == 0:
+            return 0.0
         pick = rng.integers(0, n, size=(sims, n))
         c, r = cand[pick], rival[pick]
         swap = rng.random((sims, n)) < 0.5
         c, r = np.where(swap, r, c), np.where(swap, c, r)
         if k == degrade:
-            passing = c.mean(axis=1, keepdims=True)
-            drop = np.minimum(1.0, regression / np.maximum(passing, 1e-9))
-            c = c & (rng.random((sims, n)) >= drop)
+            # Remove candidate passes among the cases the rival passes, at random, so that p10 − p01 reaches the
+            # margin in expectation (the rival's rate stays as observed).
+            shortfall = margin - (((r & ~c).sum(axis=1) - (c & ~r).sum(axis=1)) / n)
+            both = (c & r).sum(axis=1)
+            drop = np.clip(shortfall * n / np.maximum(both, 1), 0.0, 1.0)[:, None]
+            c = c & ~(r & (rng.random((sims, n)) < drop))
         worse = (r & ~c).sum(axis=1)
         better = (c & ~r).sum(axis=1)
-        ps = np.where(worse == 0, 1.0, p_value_table(n, round(margin, 9))[worse, better])
-        smallest = np.minimum(smallest, ps)
-    return float((smallest * len(pairs) <= alpha).mean())
+        passing &= noninferiority_table(n, round(margin, 9))[worse, better] <= alpha
+    return float(passing.mean())
 
 
 @dataclass(frozen=True)
 class OperatingCharacteristics:
-    """For one rival: P(refuse | candidate exactly as safe) and, per comparison, P(refuse | `regression` worse)."""
+    """For one rival: P(safety PASS | candidate exactly as safe) and, per comparison, P(PASS | δ worse there)."""
 
     rival: str
     alpha: float
-    regression: float
     sims: int
-    false_refusal: float
-    power: dict[str, float]
+    pass_equal: float
+    pass_worse: dict[str, float]
 
     @property
-    def least_power(self) -> float:
-        return min(self.power.values(), default=0.0)
+    def most_pass_worse(self) -> float:
+        return max(self.pass_worse.values(), default=0.0)
 
 
 def operating_characteristics(
-    comparisons: Sequence[Comparison], alpha: float, regression: float, sims: int, seed: int, degradable: set[str]
+    comparisons: Sequence[Comparison], alpha: float, sims: int, seed: int, degradable: set[str]
 ) -> list[OperatingCharacteristics]:
-    """The gate's error rates for these comparisons, by simulation from their per-case outcomes (see the module's
-    docstring); power is computed for the comparisons named in `degradable` (e.g. the adversarial families)."""
-    rivals = sorted({c.rival for c in comparisons})
-    level = alpha / max(1, len(rivals))
+    """The safety half's error rates for these comparisons, by simulation from their per-case outcomes (see the
+    module's docstring); the δ-worse case is simulated for the comparisons named in `degradable`."""
     results = []
-    for rival in rivals:
+    for rival in sorted({c.rival for c in comparisons}):
         mine = [c for c in comparisons if c.rival == rival]
         pairs = [(np.asarray(c.candidate, dtype=bool), np.asarray(c.rival_outcomes, dtype=bool)) for c in mine]
         margins = [c.margin for c in mine]
         rng = np.random.default_rng(seed)
-        null = _simulate(pairs, margins, level, None, regression, sims, rng)
-        power = {
-            c.name: _simulate(pairs, margins, level, k, regression, sims, rng)
+        equal = _simulate_pass(pairs, margins, alpha, None, sims, rng)
+        worse = {
+            c.name: _simulate_pass(pairs, margins, alpha, k, sims, rng)
             for k, c in enumerate(mine)
             if c.name in degradable
         }
-        results.append(OperatingCharacteristics(rival, alpha, regression, sims, null, power))
+        results.append(OperatingCharacteristics(rival, alpha, sims, equal, worse))
     return results
+
+
+def bca_interval(
+    values: Sequence[float], samples: int, seed: int, confidence: float
+) -> tuple[float, float, np.ndarray]:
+    """The bias-corrected and accelerated (BCa, Efron 1987) bootstrap interval of the mean of `values`, two-sided at
+    `confidence`, and the bootstrap means (scipy.stats.bootstrap, resampling the values with replacement)."""
+    from scipy.stats import bootstrap
+
+    data = np.asarray(values, dtype=np.float64)
+    if np.ptp(data) == 0:  # no spread: every resample has the same mean, and BCa's acceleration is undefined
+        mean = float(data.mean())
+        return mean, mean, np.full(samples, mean)
+    res = bootstrap((data,), np.mean, n_resamples=samples, confidence_level=confidence, method="BCa",
+                    random_state=np.random.default_rng(seed))  # fmt: skip
+    return float(res.confidence_interval.low), float(res.confidence_interval.high), res.bootstrap_distribution

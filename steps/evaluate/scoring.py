@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from steps.adversarial import judge_for
+from steps.core import gate_stats
 from steps.core.faithfulness import unsupported_facts
 
 
@@ -43,18 +44,18 @@ def adversarial(outputs: list[dict[str, Any]], rows: list[dict]) -> list[dict[st
 
 
 def paired_bootstrap(base: list[float], cand: list[float], samples: int, seed: int, confidence: float) -> dict:
-    """Mean per-example gain of `cand` over `base`, its two-sided percentile interval, and P(gain > 0)."""
+    """Mean per-example gain of `cand` over `base`, its two-sided BCa interval (bias-corrected and accelerated: a
+    percentile interval of 24 skewed differences covers ~92 % at a nominal 95 %), and P(gain > 0) over the resamples."""
     import numpy as np
 
     diff = np.asarray(cand, dtype=np.float64) - np.asarray(base, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(samples, len(diff)))].mean(axis=1)
-    tail = (1 - confidence) / 2
+    lower, upper, means = gate_stats.bca_interval(diff, samples, seed, confidence)
     return {
         "mean_gain": float(diff.mean()),
-        "lower": float(np.quantile(means, tail)),
-        "upper": float(np.quantile(means, 1 - tail)),
+        "lower": lower,
+        "upper": upper,
         "confidence": confidence,
+        "interval": "BCa",
         "win_probability": float((means > 0).mean()),
         "samples": samples,
     }

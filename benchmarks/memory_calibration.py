@@ -125,10 +125,22 @@ def measure(base: str, group: str, precision: str, *, seq: int, batch: int, thre
         raise SystemExit(f"calibration child failed ({base}, {group}, {precision}):\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     share = (g.memory_gib - sizing.RAY_POD_GIB) / workers
-    row = {"base": base, "group": group, "precision": precision, "workers_per_pod": placed.workers_per_pod,
+    row = {"base": base, "group": group, "precision": precision, "workers_per_pod": placed.workers_per_pod, "seq": seq,
            "share_gib": share, "wall_seconds": time.perf_counter() - started, **result}  # fmt: skip
     print(f"calibration: {json.dumps(row)}", flush=True)
     return row
+
+
+def repredict(row: dict) -> dict:
+    """`row` (a measured run) with its planned GiB recomputed by the sizing code checked out now."""
+    from steps import sizing
+    from tests.test_sizing import shape
+
+    k = sizing.Knobs("ray", False, row.get("seq", 512), row["micro"], 16, (), row["precision"])
+    return {
+        **row,
+        "predicted_gib": sizing.ray_worker_gib(shape(row["base"]), k, sizing.Micro(row["micro"], row["checkpointing"])),
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -204,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gradient-checkpointing", default="auto", help="auto, on or off (pins it)")
     parser.add_argument("--throughput", action="store_true", help="tokens/s by micro-batch instead")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--table", type=Path, nargs="+", help="re-print measured rows (--json files) with today's plan")
     args = parser.parse_args(argv)
+    if args.table:
+        rows = [repredict(r) for f in args.table for r in json.loads(f.read_text())]
+        print(table(rows))
+        return 0 if all(1.0 <= r["predicted_gib"] / r["peak_gib"] <= TARGET for r in rows) else 1
     if args.throughput:
         throughput("Llama-3.2-1B", 4, args.max_seq_len, args.threads)
         return 0

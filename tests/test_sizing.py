@@ -549,7 +549,7 @@ CPU_CALIBRATION = """
 import json, sys, tempfile
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig
 from steps import sizing, train
 from tests.tiny import SHAPES
 # What the imports alone hold (torch's CUDA build maps more than its CPU build): the plan's PROCESS_GIB part.
@@ -561,8 +561,10 @@ torch.manual_seed(0)
 config = LlamaConfig(hidden_size=h, intermediate_size=i, num_hidden_layers=layers, num_attention_heads=heads,
                      num_key_value_heads=kv, vocab_size=49152, tie_word_embeddings=True)
 lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules=train.TrainConfig.lora_targets.split(","))
-base = LlamaForCausalLM(config)
-model = get_peft_model(base.to(torch.bfloat16) if precision == "bf16" else base, lora)  # what build_model loads
+# Built in the dtype build_model loads (bf16 where the run computes bf16): a float32 model cast afterwards would leave
+# its float32 init in the heap's high-water mark.
+base = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+model = get_peft_model(base, lora)
 rows = [[5 + (j * 7 + t) % 49000 for t in range(seq)] for j in range(2 * batch)]
 examples = [{"input_ids": r, "labels": [-100] * (seq - tail) + r[-tail:]} for r in rows]
 with tempfile.TemporaryDirectory() as tmp:

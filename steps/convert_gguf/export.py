@@ -4,6 +4,7 @@ documents (`eval_split_parity`); the lineage written into each shipped file (`li
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -64,17 +65,16 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
     }
 
 
-def export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str], cfg: ConvertConfig, work: Path,
+def export(label: str, hf_dir: Path, tokenizer: Any, refs: list, quants: list[str], cfg: ConvertConfig, work: Path,
             out: Path) -> dict[str, Any]:  # fmt: skip
-    """HF model → F16 GGUF → quantised GGUFs, each checked against `refs`. Returns the per-file reports."""
-    hf_dir = work / f"{label}-hf"
-    model.save_pretrained(hf_dir)
-    tokenizer.save_pretrained(hf_dir)
+    """The converter's input folder (streamed.write_converter_input) → F16 GGUF → quantised GGUFs, each checked
+    against `refs`, one file loaded by llama.cpp at a time. Returns the per-file reports."""
     stem = cfg.model_name if label == "candidate" else f"{cfg.model_name}-base"
     # The candidate's F16 is part of the ladder; the base's only serves its parity check.
     f16 = (out if label == "candidate" else work) / f"{stem}-F16.gguf"
     t0 = time.perf_counter()
     convert_hf_dir(Path(cfg.converter_dir), hf_dir, f16)
+    shutil.rmtree(hf_dir)  # its disk, before the quantised files are written
     files = {"F16": f16}
     for quant in quants:
         files[quant] = out / f"{stem}-{quant}.gguf"

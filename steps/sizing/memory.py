@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from steps.gguf.quants import QUANTS
-from steps.gguf.settings import CONVERT_N_CTX, PARITY_TOKENS, parity_n_ctx
+from steps.gguf.settings import CONVERT_N_CTX, MERGE_SHARD_BYTES, PARITY_EVAL_BATCH, PARITY_TOKENS, parity_n_ctx
 from steps.sizing.cluster import GIB
 from steps.sizing.shape import Knobs, Shape
 
@@ -55,10 +55,17 @@ GPU_HOST_GIB = 3.0
 # llama-cpp-python's default n_batch/n_ubatch of 512.
 LLAMA_N_BATCH = 512
 # convert-gguf's HF references: 5 probe documents (parity.PROBE_DOCUMENTS; a test keeps the two equal) x PARITY_TOKENS
-# greedy tokens of logits (float32), kept while its GGUFs are checked; its converter subprocess (Python + torch + the
-# lazy tensors it converts a few at a time).
+# greedy tokens of logits (float32), kept while its GGUFs are checked (and float64 copies while one is compared); its
+# converter subprocess (Python + torch + the lazy tensors it converts a few at a time: read, float32, float16).
 PARITY_PROBES = 5
 CONVERTER_GIB = 0.75
+CONVERTER_TENSOR_COPIES = 3
+# convert-gguf's batched HF forward over eval documents (parity.hf_rows), per token, float32, one layer at a time: the
+# residual stream, its norm, attention's q/k/v/output and the decoder's output (hidden-sized), the MLP's gate, up and
+# their product (intermediate-sized); and per kept logit row, the row, its float32 copy and _log_softmax's float64 one.
+CONVERT_HF_HIDDEN_COPIES = 6
+CONVERT_HF_MLP_COPIES = 3
+CONVERT_LOGIT_COPIES = 4
 GGUF_METADATA_BYTES = 2**20  # + 40 bytes per vocabulary entry (token text, score, type) and the merges
 REGISTER_GIB = 2.0  # register's memory: the MLflow client streams files; what its pod had before it was sized
 # Under CPU bf16 autocast every nn.Linear's weight is cast to bf16 on each use and autograd keeps the cast for backward:
@@ -191,18 +198,38 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
     return kv_cache + logits + compute
 
 
-def convert_memory(s: Shape, k: Knobs) -> dict[str, float]:
-    """convert-gguf's peak terms (bytes). It holds one float32 model at a time (the base for its own conversion, then
-    the reloaded base with the adapter merged in place); while that model is held, the converter runs in a subprocess
-    and then llama.cpp loads each GGUF (F16 the largest) for parity, with logits for every position."""
-    largest_tensor = 4.0 * s.vocab * s.hidden
-    parity = gguf_bytes(s, "F16") + llama_context_bytes(s, parity_n_ctx(), parity_n_ctx())
-    converter = CONVERTER_GIB * GIB + 3 * largest_tensor
-    merge_check = 2 * CONVERT_N_CTX * s.vocab * 4.0  # the merged model's logits over the longest probe
+def convert_memory(s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None = None) -> dict[str, float]:
+    """convert-gguf's peak terms (bytes). No model is held whole (steps/convert_gguf/streamed.py): the step's peak is
+    its largest phase, plus what it keeps throughout (the probes' HF logits, the adapter's float32 weights):
+    - llama.cpp checks the F16 GGUF (its mapped pages are all touched) with logits for every position;
+    - the served file's eval-split check: that GGUF in llama.cpp while HF scores PARITY_EVAL_BATCH documents of up to
+      the served context at once (one layer's activations at a time, float32) and keeps their summaries' logits;
+    - the converter, in its own process beside the step, reading the merged shards a tensor at a time;
+    - the merge: a shard of the converter's input filling, and one target's float32 terms;
+    - the streamed HF forward reads one module's weights at a time: the largest (embeddings or head) as stored and
+      in float32 — smaller than any of the above, so not a phase of its own.
+    `eval_batch`: (documents, padded width, logit rows per document) of the largest HF batch; by default the worst a
+    dataset can ask: PARITY_EVAL_BATCH documents at the served context, TAIL_TOKENS rows each."""
+    docs, width, tail = eval_batch or (PARITY_EVAL_BATCH, parity_n_ctx(), TAIL_TOKENS)
+    n_ctx = max(CONVERT_N_CTX, width)  # parity.eval_parity's context; the probes' is CONVERT_N_CTX
+    largest = max(s.vocab, s.intermediate) * s.hidden  # elements of the largest tensor: embeddings, head or an MLP
+    target = s.hidden * max(s.intermediate, s.attention)  # the largest LoRA target
+    context = llama_context_bytes(s, n_ctx, n_ctx)
+    hf_rows = docs * (
+        width * 4 * (CONVERT_HF_HIDDEN_COPIES * s.hidden + CONVERT_HF_MLP_COPIES * s.intermediate)
+        + tail * s.vocab * 4 * CONVERT_LOGIT_COPIES
+    )
+    phases = {
+        "llama.cpp F16": gguf_bytes(s, "F16") + context,
+        "eval split": max(gguf_bytes(s, q) for q in k.quantizations) + context + hf_rows,
+        "converter": CONVERTER_GIB * GIB + CONVERTER_TENSOR_COPIES * 4.0 * largest,
+        "merge": max(MERGE_SHARD_BYTES, largest * s.checkpoint_bytes) + target * (3 * 4 + 2),
+    }
+    peak = max(phases, key=lambda name: phases[name])
     return {
-        "float32 model": 4.0 * s.parameters + s.lora_parameters(k.lora_r) * 4.0,
-        "parity (llama.cpp F16) or converter": max(parity, converter, merge_check),
+        f"largest phase ({peak})": phases[peak],
         "HF references": 2 * PARITY_PROBES * PARITY_TOKENS * s.vocab * 4.0,
+        "LoRA (float32)": s.lora_parameters(k.lora_r) * 4.0,
     }
 
 

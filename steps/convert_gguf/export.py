@@ -89,6 +89,9 @@ def export(label: str, hf_dir: Path, tokenizer: Any, refs: list, quants: list[st
         n = sum(len(r["prompt_ids"]) + len(r["continuation"]) for r in refs)
         print(f"convert-gguf: parity {path.name}: {len(refs)} probes, {n} tokens "
               f"({n / (time.perf_counter() - t1):.0f} tokens/s)", file=sys.stderr, flush=True)  # fmt: skip
+    sizes = {q: p.stat().st_size for q, p in files.items()}
+    if label != "candidate":
+        f16.unlink()  # the base's F16 only served its own check: its disk, before the candidate's files
     f16_report = reports["F16"]
     if not (f16_report["tokens_equal"] and f16_report["greedy_match"]):
         parted = [p["divergence"] for p in f16_report["probes"] if p["divergence"] and not p["divergence"]["near_tie"]]
@@ -100,7 +103,7 @@ def export(label: str, hf_dir: Path, tokenizer: Any, refs: list, quants: list[st
         )
     return {
         "files": reports,
-        "paths": {q: str(p) for q, p in files.items()},
-        "size_bytes": {q: p.stat().st_size for q, p in files.items()},
+        "paths": {q: str(p) for q, p in files.items() if p.exists()},
+        "size_bytes": sizes,
         "convert_and_quantise_seconds": round(convert_s, 2),
     }

@@ -227,6 +227,7 @@ def compare(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, t
             }
         )
     raw_equal = all(same_tokens(llm, tokenizer, t) for t in TOKENIZER_PROBES)
+    llm.close()  # the file's pages and the context go now, not whenever the collector finds the object
     return {
         "file": gguf.name,
         "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
@@ -298,6 +299,7 @@ def eval_parity(
         )
         if progress is not None:
             progress(k + 1, len(sequences))
+    llm.close()
     return docs
 
 

@@ -12,8 +12,9 @@ The model of memory, read from the steps' code (each constant of memory.py and d
   each; +4 for DDP's gradient buckets) + activations kept for backward, per token per layer, of every example at
   `max-seq-len` (train_loop pads each batch to its longest row and does not micro-batch; only QLoRA checkpoints
   gradients) + the loss's logits, for the summary tail only (`logits_to_keep`) + the process (Python, torch, ...).
-- convert-gguf: the base and then the merged model in float32 (one at a time), while llama.cpp's F16 GGUF of it is
-  loaded for parity (or the converter runs beside it), + llama.cpp's context (KV cache, logits of every position).
+- convert-gguf: no model held whole (the merge and the HF side stream the base's tensors): its largest phase —
+  llama.cpp checking the F16 GGUF with its context (KV cache, logits of every position), the served file beside a
+  batch of HF eval rows, the converter beside the step, or the merge's shard — + the probes' references.
 - evaluate: llama.cpp with one served GGUF at a time, its KV cache and logits buffers.
 Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors in the checkpoint's dtype), what the
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of

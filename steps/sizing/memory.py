@@ -223,7 +223,10 @@ def convert_memory(s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None =
         "llama.cpp F16": gguf_bytes(s, "F16") + context,
         "eval split": max(gguf_bytes(s, q) for q in k.quantizations) + context + hf_rows,
         "converter": CONVERTER_GIB * GIB + CONVERTER_TENSOR_COPIES * 4.0 * largest,
-        "merge": min(max(MERGE_SHARD_BYTES, largest * s.checkpoint_bytes), 2.0 * s.parameters) + target * (3 * 4 + 2),
+        # The shard filling (at most the whole model as written: float16 targets, the rest as stored) and a target's
+        # float32 base, delta and sum, and its float16 result.
+        "merge": min(max(MERGE_SHARD_BYTES, largest * s.checkpoint_bytes), s.checkpoint_bytes * s.parameters)
+        + target * (3 * 4 + 2),
     }
     peak = max(phases, key=lambda name: phases[name])
     return {

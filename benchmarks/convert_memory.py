@@ -187,15 +187,19 @@ def table(figures: dict[str, Any]) -> str:
     k = sizing.Knobs("gpu", False, 512, 16, figures["lora_r"], tuple(figures["quantizations"]))
     worst = sizing.total_gib(sizing.convert_memory(s, k), sizing.PROCESS_GIB)
     geometry = tuple(figures["eval_geometry"])
-    at_run = sizing.total_gib(sizing.convert_memory(s, k, eval_batch=geometry), sizing.PROCESS_GIB)
+    terms = sizing.convert_memory(s, k, eval_batch=geometry, parity_tokens=figures["parity_tokens"])
+    at_run = sizing.total_gib(terms, sizing.PROCESS_GIB)
     measured = max(figures["step_vmhwm"], figures["tree_peak_rss"]) / GIB
-    terms = sizing.convert_memory(s, k, eval_batch=geometry)
     rows = [
         ("measured: the step's VmHWM", figures["step_vmhwm"] / GIB),
         ("measured: llama.cpp's converter's VmHWM (sampled)", figures["converter_vmhwm"] / GIB),
         (f"measured: the tree's largest RSS sum (sampled every {SAMPLE_S} s)", figures["tree_peak_rss"] / GIB),
-        ("predicted: sizing (preflight's request; eval at the served context)", worst),
-        (f"predicted: sizing at this run's eval batch {geometry} (documents, width, rows)", at_run),
+        ("predicted: sizing (preflight's request: eval at the served context, 48 parity tokens)", worst),
+        (
+            f"predicted: sizing at this run's eval batch {geometry} (documents, width, rows) and "
+            f"{figures['parity_tokens']} parity tokens",
+            at_run,
+        ),
     ]
     lines = [f"convert-gguf, {figures['shape']} ({s.parameters / 1e9:.2f} B parameters, {figures['seconds']:.0f} s)",
              "", "| what | GiB |", "|---|---:|"]  # fmt: skip

@@ -343,9 +343,9 @@ def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
     assert len(parity.PROBE_DOCUMENTS) == sizing.PARITY_PROBES
     s, k = shape(THREE_B), knobs()
     [sized] = [v for name, v in sizing.convert_memory(s, k).items() if name.startswith("largest phase")]
-    assert sized >= sizing.gguf_bytes(s, "F16") + sizing.llama_context_bytes(
-        s, settings.parity_n_ctx(), settings.parity_n_ctx()
-    )
+    kv_cache_per_position = s.layers * 2 * s.kv * 2
+    assert sized >= sizing.gguf_bytes(s, "F16") + settings.CONVERT_N_CTX * kv_cache_per_position
+    assert sized >= sizing.gguf_bytes(s, "Q8_0") + settings.parity_n_ctx() * kv_cache_per_position
 
 
 def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_opens(tmp_path):

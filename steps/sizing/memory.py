@@ -55,17 +55,20 @@ GPU_HOST_GIB = 3.0
 # llama-cpp-python's default n_batch/n_ubatch of 512.
 LLAMA_N_BATCH = 512
 # convert-gguf's HF references: 5 probe documents (parity.PROBE_DOCUMENTS; a test keeps the two equal) x PARITY_TOKENS
-# greedy tokens of logits (float32), kept while its GGUFs are checked (and float64 copies while one is compared); its
-# converter subprocess (Python + torch + the lazy tensors it converts a few at a time: read, float32, float16).
+# greedy tokens of logits (float32), one model's at a time, kept while its GGUFs are checked; its converter subprocess
+# (Python + the gguf package + torch: 0.70 GiB measured on the tiny shape) and the tensor it converts: 1.47x the
+# largest tensor in float32 on top measured on Llama 3.2 3B's shape (benchmarks/convert_memory.py).
 PARITY_PROBES = 5
 CONVERTER_GIB = 0.75
-CONVERTER_TENSOR_COPIES = 3
+CONVERTER_TENSOR_COPIES = 1.5
 # convert-gguf's batched HF forward over eval documents (parity.hf_rows), per token, float32, one layer at a time: the
 # residual stream, its norm, attention's q/k/v/output and the decoder's output (hidden-sized), the MLP's gate, up and
-# their product (intermediate-sized); and per kept logit row, the row, its float32 copy and _log_softmax's float64 one.
+# their product (intermediate-sized).
 CONVERT_HF_HIDDEN_COPIES = 6
 CONVERT_HF_MLP_COPIES = 3
-CONVERT_LOGIT_COPIES = 4
+# Per logits row compared with llama.cpp, bytes per vocabulary entry: llama.cpp's output buffer, llama-cpp-python's
+# scores row and parity.llama_rows' copy (float32 each), then _log_softmax's float64 result and temporary.
+CONVERT_ROW_BYTES = 3 * 4 + 2 * 8
 GGUF_METADATA_BYTES = 2**20  # + 40 bytes per vocabulary entry (token text, score, type) and the merges
 REGISTER_GIB = 2.0  # register's memory: the MLflow client streams files; what its pod had before it was sized
 # Under CPU bf16 autocast every nn.Linear's weight is cast to bf16 on each use and autograd keeps the cast for backward:
@@ -198,31 +201,42 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
     return kv_cache + logits + compute
 
 
-def convert_memory(s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None = None) -> dict[str, float]:
+def convert_memory(
+    s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None = None, parity_tokens: int = PARITY_TOKENS
+) -> dict[str, float]:
     """convert-gguf's peak terms (bytes). No model is held whole (steps/convert_gguf/streamed.py): the step's peak is
-    its largest phase, plus what it keeps throughout (the probes' HF logits, the adapter's float32 weights):
-    - llama.cpp checks the F16 GGUF (its mapped pages are all touched) with logits for every position;
+    its largest phase, plus what it keeps throughout (one model's probe references, the adapter's float32 weights):
+    - llama.cpp checks the F16 GGUF (its mapped pages are all touched), one probe at a time;
     - the served file's eval-split check: that GGUF in llama.cpp while HF scores PARITY_EVAL_BATCH documents of up to
       the served context at once (one layer's activations at a time, float32) and keeps their summaries' logits;
     - the converter, in its own process beside the step, reading the merged shards a tensor at a time;
     - the merge: a shard of the converter's input filling, and one target's float32 terms;
-    - the streamed HF forward reads one module's weights at a time: the largest (embeddings or head) as stored and
-      in float32 — smaller than any of the above, so not a phase of its own.
+    - the streamed HF forward (references, merge check): one module's weights at a time, the largest (embeddings or
+      head) as stored and in float32.
+    llama.cpp's buffers are counted as resident, not as allocated: the f16 KV cache (cleared, so touched, when the
+    context is made), one 512-token ubatch's activations, and the logits of the rows compared — llama-cpp-python's
+    scores array has a row per context position, but the rows never written stay untouched zero pages.
     `eval_batch`: (documents, padded width, logit rows per document) of the largest HF batch; by default the worst a
-    dataset can ask: PARITY_EVAL_BATCH documents at the served context, TAIL_TOKENS rows each."""
+    dataset can ask: PARITY_EVAL_BATCH documents at the served context, TAIL_TOKENS rows each. `parity_tokens`: the
+    step's --parity-tokens."""
     docs, width, tail = eval_batch or (PARITY_EVAL_BATCH, parity_n_ctx(), TAIL_TOKENS)
-    n_ctx = max(CONVERT_N_CTX, width)  # parity.eval_parity's context; the probes' is CONVERT_N_CTX
     largest = max(s.vocab, s.intermediate) * s.hidden  # elements of the largest tensor: embeddings, head or an MLP
     target = s.hidden * max(s.intermediate, s.attention)  # the largest LoRA target
-    context = llama_context_bytes(s, n_ctx, n_ctx)
-    hf_rows = docs * (
-        width * 4 * (CONVERT_HF_HIDDEN_COPIES * s.hidden + CONVERT_HF_MLP_COPIES * s.intermediate)
-        + tail * s.vocab * 4 * CONVERT_LOGIT_COPIES
-    )
+
+    def llama(n_ctx: int, rows: int) -> float:
+        kv_cache = n_ctx * s.layers * 2 * s.kv * 2
+        ubatch = LLAMA_N_BATCH * 4 * (2 * max(s.hidden, s.intermediate) + s.heads * n_ctx)
+        return kv_cache + ubatch + rows * s.vocab * CONVERT_ROW_BYTES
+
+    hf_rows = docs * width * 4 * (CONVERT_HF_HIDDEN_COPIES * s.hidden + CONVERT_HF_MLP_COPIES * s.intermediate)
     phases = {
-        "llama.cpp F16": gguf_bytes(s, "F16") + context,
-        "eval split": max(gguf_bytes(s, q) for q in k.quantizations) + context + hf_rows,
+        "llama.cpp F16": gguf_bytes(s, "F16") + llama(CONVERT_N_CTX, parity_tokens + 1),
+        "eval split": max(gguf_bytes(s, q) for q in k.quantizations)
+        + llama(max(CONVERT_N_CTX, width), tail)
+        + hf_rows
+        + docs * tail * s.vocab * 4,
         "converter": CONVERTER_GIB * GIB + CONVERTER_TENSOR_COPIES * 4.0 * largest,
+        "HF forward": largest * (4.0 + s.checkpoint_bytes),
         # The shard filling (at most the whole model as written: float16 targets, the rest as stored) and a target's
         # float32 base, delta and sum, and its float16 result.
         "merge": min(max(MERGE_SHARD_BYTES, largest * s.checkpoint_bytes), s.checkpoint_bytes * s.parameters)
@@ -231,7 +245,7 @@ def convert_memory(s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None =
     peak = max(phases, key=lambda name: phases[name])
     return {
         f"largest phase ({peak})": phases[peak],
-        "HF references": 2 * PARITY_PROBES * PARITY_TOKENS * s.vocab * 4.0,
+        "HF references": PARITY_PROBES * parity_tokens * s.vocab * 4.0,
         "LoRA (float32)": s.lora_parameters(k.lora_r) * 4.0,
     }
 

@@ -63,7 +63,9 @@ CONVERTER_GIB = 0.75
 CONVERTER_TENSOR_COPIES = 1.5
 # convert-gguf's batched HF forward over eval documents (parity.hf_rows), per token, float32, one layer at a time: the
 # residual stream, its norm, attention's q/k/v/output and the decoder's output (hidden-sized), the MLP's gate, up and
-# their product (intermediate-sized).
+# their product (intermediate-sized); besides, the attention weights (heads x width^2, float32: with the mask
+# transformers builds, SDPA on CPU takes its math path). Measured on SmolLM2-135M's shape, 4 documents x 2048 tokens,
+# 128 rows each: 873 MiB over the resident before; these terms (and the rows kept) 924 MiB.
 CONVERT_HF_HIDDEN_COPIES = 6
 CONVERT_HF_MLP_COPIES = 3
 # Per logits row compared with llama.cpp, bytes per vocabulary entry: llama.cpp's output buffer, llama-cpp-python's
@@ -229,6 +231,7 @@ def convert_memory(
         return kv_cache + ubatch + rows * s.vocab * CONVERT_ROW_BYTES
 
     hf_rows = docs * width * 4 * (CONVERT_HF_HIDDEN_COPIES * s.hidden + CONVERT_HF_MLP_COPIES * s.intermediate)
+    hf_rows += docs * s.heads * width * width * 4  # SDPA's attention weights: transformers passes a causal mask
     phases = {
         "llama.cpp F16": gguf_bytes(s, "F16") + llama(CONVERT_N_CTX, parity_tokens + 1),
         "eval split": max(gguf_bytes(s, q) for q in k.quantizations)

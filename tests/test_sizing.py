@@ -437,6 +437,27 @@ def test_the_gpu_model_at_the_benchmarks_batches_is_within_5_percent_of_the_meas
     assert sum(terms.values()) / 2**30 == pytest.approx(README_PEAKS[(size, qlora)], rel=0.05)
 
 
+# benchmarks/convert_memory.py on this machine (2 shared cores, 2026-12-02): convert-gguf's peak — the larger of the
+# step's VmHWM and its process tree's RSS sum sampled every 0.1 s — in GiB, with the run's eval batch (documents,
+# padded width, rows per document) and --parity-tokens: random-init Llama 3.2 3B, bf16, SmolLM2's tokenizer.
+CONVERT_PEAKS = {"3b": ((8, 243, 50), 8, 7.16)}
+
+
+@pytest.mark.parametrize("size", list(CONVERT_PEAKS))
+def test_the_convert_model_at_the_benchmarks_geometry_is_within_15_percent_above_the_measured_peak(size: str):
+    from transformers import LlamaConfig
+
+    from benchmarks.convert_memory import SHAPES
+
+    h, i, layers, heads, kv_heads, vocab, tied = SHAPES[size]
+    s = sizing.shape_of(LlamaConfig(hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
+                                    num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+                                    tie_word_embeddings=tied, dtype="bfloat16"))  # fmt: skip
+    geometry, tokens, measured = CONVERT_PEAKS[size]
+    terms = sizing.convert_memory(s, knobs(quantizations=("Q8_0",)), eval_batch=geometry, parity_tokens=tokens)
+    assert measured <= sizing.total_gib(terms, sizing.PROCESS_GIB) <= 1.15 * measured
+
+
 def test_the_convert_plan_is_above_the_measured_peak_and_not_absurdly():
     """README.md: benchmarks/convert_overhead.py measured convert-gguf's peak RSS on SmolLM2-135M (no base cache,
     the default ladder) at 1.84 GB."""

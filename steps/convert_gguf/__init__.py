@@ -12,7 +12,8 @@ Conversion and quantisation are llama.cpp's own tools (steps/gguf/conversion.py)
 steps/gguf/parity.py; this step runs them, judges the figures against its thresholds and writes the report. Checks,
 on fixed chat-templated probes (plain, Unicode, whitespace, numbers, a long document):
 - merge: logits with the adapter attached and after merging agree within `--merge-tolerance` (the merge happens in
-  float32 on a full-precision reload of the base, never into quantised weights, so a QLoRA adapter merges safely);
+  float32, tensor by tensor, on the base's own weights, never into quantised weights, so a QLoRA adapter merges
+  safely);
 - tokenizer: llama.cpp's token ids equal HF's on every probe;
 - F16: greedy continuation equals HF's token for token, or parts from it only where HF's own two best logits are
   within gguf_parity.TIE_MARGIN (float rounding, not a different model). Failing this means the conversion is wrong:
@@ -36,8 +37,14 @@ included), llama.cpp's version, the quantisation, the probes and BASE_CONVERSION
 reused: the file is the very bytes that passed parity when it was made (its digest is checked on every read), and its
 report is judged again against this run's thresholds.
 
+Memory: no model is ever held whole (`streamed`): the merge reads the base's safetensors a tensor at a time and
+writes float16 shards for the converter; the HF side of parity (float32, as loading the model whole would compute it)
+reads each module's weights from the files as it runs; llama.cpp holds one GGUF at a time, with nothing of the HF
+side resident beside it but the references. steps/sizing/memory.py `convert_memory` counts these phases.
+
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `verdict` (the
-thresholds and the judging), `export` (HF model -> GGUFs and their parity figures, the eval split's, the lineage),
+thresholds and the judging), `streamed` (the base's weights tensor by tensor: the merge into the converter's input,
+the streamed HF model), `export` (converter input -> GGUFs and their parity figures, the eval split's, the lineage),
 `base_cache` (the key and the cached base conversion); the report's files and parity.md are steps/gguf/report.py's.
 This file is the step (`run`, `main`), `__main__` its command line.
 """
@@ -48,11 +55,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from steps.convert_gguf.base_cache import CACHE_FILE, base_cache_key, base_conversion
+from steps.convert_gguf.base_cache import CACHE_FILE, base_cache_key, base_conversion, base_folder
 from steps.convert_gguf.config import ConvertConfig, ConvertResult, config_problems, ladder, threads
 from steps.convert_gguf.export import ParityError, eval_split_parity, export, lineage_metadata
+from steps.convert_gguf.streamed import lora_deltas, streamed_model, write_converter_input
 from steps.convert_gguf.verdict import judge, judge_eval, thresholds
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, write_json
@@ -72,15 +79,12 @@ def run(cfg: ConvertConfig) -> ConvertResult:
     quants = ladder(cfg)
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(threads(cfg))
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
-
-    def load_base() -> Any:
-        # Merging always happens in float32 on a full-precision reload of the base, never into quantised weights.
-        return AutoModelForCausalLM.from_pretrained(cfg.base_model, revision=cfg.base_revision, dtype=torch.float32)
+    folder = base_folder(cfg)
 
     # Where the step's time goes, recorded in parity.json (benchmarks/convert_overhead.py prints it as its profile).
     seconds: dict[str, float] = {}
@@ -94,23 +98,30 @@ def run(cfg: ConvertConfig) -> ConvertResult:
 
     with atomic_dir(cfg.out) as out, tempfile.TemporaryDirectory(prefix="convert-", dir=out.parent) as work_str:
         work = Path(work_str)
-        base_report = base_conversion(cfg, load_base, tokenizer, work, out)
-        lap("base: load, references, conversion, parity (or the cache)")
+        base_report = base_conversion(cfg, folder, tokenizer, work, out)
+        lap("base: references, conversion, parity (or the cache)")
 
-        attached = PeftModel.from_pretrained(load_base(), str(cfg.adapter)).eval()
-        lap("candidate: load base + adapter")
+        # The HF side streams the base's weights module by module (steps/convert_gguf/streamed.py): the
+        # adapter-attached model and the merged one are never held whole, nor together.
+        attached = PeftModel.from_pretrained(streamed_model(folder), str(cfg.adapter)).eval()
+        deltas = lora_deltas(attached)
+        merged = streamed_model(folder, deltas)
+        lap("candidate: base + adapter (streamed)")
         refs = parity.hf_reference(attached, tokenizer, cfg.parity_tokens)
+        del attached
         lap("candidate: HF references (probes)")
-        merged = attached.merge_and_unload().eval()
         merge_diff = parity.merge_check(merged, refs)
-        lap("candidate: merge + merge check")
+        lap("candidate: merge check")
         if merge_diff > cfg.merge_tolerance:
             raise ParityError(
                 f"merging the adapter changed the model: max |logit| difference {merge_diff:.2e} > "
                 f"{cfg.merge_tolerance:.0e} (--merge-tolerance); check the adapter was trained on this base"
             )
-        cand_report = export("candidate", merged, tokenizer, refs, quants, cfg, work, out)
-        lap("candidate: save, convert, quantise, parity on the probes")
+        hf_dir = write_converter_input(folder, deltas, tokenizer, work / "candidate-hf")
+        lap("candidate: merge into float16 shards")
+        cand_report = export("candidate", hf_dir, tokenizer, refs, quants, cfg, work, out)
+        del refs
+        lap("candidate: convert, quantise, parity on the probes")
         served_eval = eval_split_parity(Path(cand_report["paths"][cfg.quantization]), merged, tokenizer, cfg)
         lap("candidate: eval-split parity of the served file")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from steps.convert_gguf.config import ConvertConfig
 from steps.convert_gguf.export import export
+from steps.convert_gguf.streamed import streamed_model, write_converter_input
 from steps.core.io import read_json, sha256_file, write_json
 from steps.core.sealed import SealedFolders
 from steps.gguf import parity
@@ -20,11 +21,14 @@ from steps.gguf import parity
 CACHE_FILE = "base.gguf"
 CACHE_REPORT = "report.json"
 # The version of the code that makes and checks a cached base conversion (steps/gguf/conversion.py,
-# steps/gguf/parity.py, export.export, the float32 load in run): part of the cache key. Bump it in the same change
+# steps/gguf/parity.py, export.export, the streamed float32 model and the converter's input, streamed.py): part of the
+# cache key. Bump it in the same change
 # whenever that code would now make another GGUF or another parity report from the same base — other references,
 # another figure or threshold inside the per-file report, another dtype — so that no run reuses an entry made the old
 # way. Rewording a comment, a message or a line of parity.md needs no bump: the key is not the source's bytes.
-BASE_CONVERSION_VERSION = 2  # 2: references batched, greedy output read off the teacher-forced pass
+# 2: references batched, greedy output read off the teacher-forced pass; 3: the converter reads the base's own files
+# (not a float32 save of it) and the references come from the streamed model.
+BASE_CONVERSION_VERSION = 3
 # The base's files the conversion and its parity check read besides the weights: config, tokenizer, chat template.
 BASE_META_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken")
 # The weights as transformers finds them in a folder, in its order of preference: one file, or shards by an index.
@@ -45,7 +49,7 @@ def _weight_files(folder: Path) -> list[Path] | None:
     return None
 
 
-def _base_folder(cfg: ConvertConfig) -> Path:
+def base_folder(cfg: ConvertConfig) -> Path:
     """The base's folder: itself, or the hub revision's snapshot holding every file the key covers."""
     folder = Path(cfg.base_model)
     if folder.is_dir():
@@ -91,7 +95,7 @@ def base_cache_key(cfg: ConvertConfig) -> str | None:
     import llama_cpp
 
     try:
-        folder = _base_folder(cfg)
+        folder = base_folder(cfg)
     except Exception as e:  # not a folder, and not a hub revision that can be read: no key, no cache
         print(f"convert-gguf: no base cache ({type(e).__name__}: cannot read the base's files)", file=sys.stderr)
         return None
@@ -114,7 +118,7 @@ def base_cache_key(cfg: ConvertConfig) -> str | None:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: Path, out: Path) -> dict[str, Any]:
+def base_conversion(cfg: ConvertConfig, folder: Path, tokenizer: Any, work: Path, out: Path) -> dict[str, Any]:
     """The base at the served quantisation in `out` and its parity report: from the cache, or made (and cached)."""
     served = out / f"{cfg.model_name}-base-{cfg.quantization}.gguf"
     store = SealedFolders(cfg.base_cache, "convert-gguf") if cfg.base_cache else None
@@ -130,10 +134,10 @@ def base_conversion(cfg: ConvertConfig, load_base: Any, tokenizer: Any, work: Pa
                 return report
     print(f"convert-gguf: base: no cached conversion{' under ' + key if key else ''}; converting it and checking its"
           " parity (once per base)", file=sys.stderr, flush=True)  # fmt: skip
-    base = load_base().eval()
-    base_refs = parity.hf_reference(base, tokenizer, cfg.parity_tokens)
-    report = export("base", base, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
-    del base, base_refs
+    base_refs = parity.hf_reference(streamed_model(folder), tokenizer, cfg.parity_tokens)
+    hf_dir = write_converter_input(folder, {}, tokenizer, work / "base-hf")
+    report = export("base", hf_dir, tokenizer, base_refs, [cfg.quantization], cfg, work, out)
+    del base_refs
     if store is not None and key is not None:
         keep = {k: v for k, v in report.items() if k != "paths"}
 

@@ -4,6 +4,7 @@ documents (`eval_split_parity`); the lineage written into each shipped file (`li
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -64,17 +65,16 @@ def lineage_metadata(cfg: ConvertConfig, quant: str, report: dict[str, Any]) -> 
     }
 
 
-def export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str], cfg: ConvertConfig, work: Path,
+def export(label: str, hf_dir: Path, tokenizer: Any, refs: list, quants: list[str], cfg: ConvertConfig, work: Path,
             out: Path) -> dict[str, Any]:  # fmt: skip
-    """HF model → F16 GGUF → quantised GGUFs, each checked against `refs`. Returns the per-file reports."""
-    hf_dir = work / f"{label}-hf"
-    model.save_pretrained(hf_dir)
-    tokenizer.save_pretrained(hf_dir)
+    """The converter's input folder (streamed.write_converter_input) → F16 GGUF → quantised GGUFs, each checked
+    against `refs`, one file loaded by llama.cpp at a time. Returns the per-file reports."""
     stem = cfg.model_name if label == "candidate" else f"{cfg.model_name}-base"
     # The candidate's F16 is part of the ladder; the base's only serves its parity check.
     f16 = (out if label == "candidate" else work) / f"{stem}-F16.gguf"
     t0 = time.perf_counter()
     convert_hf_dir(Path(cfg.converter_dir), hf_dir, f16)
+    shutil.rmtree(hf_dir)  # its disk, before the quantised files are written
     files = {"F16": f16}
     for quant in quants:
         files[quant] = out / f"{stem}-{quant}.gguf"
@@ -89,6 +89,9 @@ def export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str]
         n = sum(len(r["prompt_ids"]) + len(r["continuation"]) for r in refs)
         print(f"convert-gguf: parity {path.name}: {len(refs)} probes, {n} tokens "
               f"({n / (time.perf_counter() - t1):.0f} tokens/s)", file=sys.stderr, flush=True)  # fmt: skip
+    sizes = {q: p.stat().st_size for q, p in files.items()}
+    if label != "candidate":
+        f16.unlink()  # the base's F16 only served its own check: its disk, before the candidate's files
     f16_report = reports["F16"]
     if not (f16_report["tokens_equal"] and f16_report["greedy_match"]):
         parted = [p["divergence"] for p in f16_report["probes"] if p["divergence"] and not p["divergence"]["near_tie"]]
@@ -100,7 +103,7 @@ def export(label: str, model: Any, tokenizer: Any, refs: list, quants: list[str]
         )
     return {
         "files": reports,
-        "paths": {q: str(p) for q, p in files.items()},
-        "size_bytes": {q: p.stat().st_size for q, p in files.items()},
+        "paths": {q: str(p) for q, p in files.items() if p.exists()},
+        "size_bytes": sizes,
         "convert_and_quantise_seconds": round(convert_s, 2),
     }

@@ -22,6 +22,19 @@ def ftype(quantization: str) -> int:
     return QUANTS[quantization].ftype
 
 
+def release_memory() -> None:
+    """Give the memory this process freed back to the system before something large starts (llama.cpp mapping a
+    GGUF, the converter's process): glibc keeps freed heap pages (the tensors of a streamed forward, a few MB each)
+    resident until trimmed, and they would sit under the next phase's peak."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: str = "f16") -> None:
     script = converter_dir / "convert_hf_to_gguf.py"
     if not script.is_file():
@@ -29,6 +42,7 @@ def convert_hf_dir(converter_dir: Path, hf_dir: Path, outfile: Path, outtype: st
             f"{script} not found: llama.cpp's converter is fetched at install time; "
             "run scripts/install_llama_cpp.sh or set --converter-dir / DISTILLERY_LLAMA_CPP"
         )
+    release_memory()
     proc = subprocess.run(
         [sys.executable, str(script), str(hf_dir), "--outfile", str(outfile), "--outtype", outtype],
         capture_output=True,
@@ -64,6 +78,7 @@ def quantize(src: Path, dst: Path, quantization: str, threads: int) -> None:
     params.ftype = ftype(quantization)
     params.nthread = threads
     log = dst.with_suffix(".quantize.log")
+    release_memory()
     with _native_output_to(log):
         rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     text = log.read_text(errors="replace")

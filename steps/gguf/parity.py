@@ -22,6 +22,7 @@ from typing import Any
 
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_threads
+from steps.gguf.conversion import release_memory
 from steps.gguf.settings import CONVERT_N_CTX, PARITY_EVAL_BATCH, parity_n_ctx
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
 
@@ -161,6 +162,7 @@ def open_gguf(gguf: Path, threads: int, n_ctx: int = CONVERT_N_CTX) -> Any:
     """llama.cpp on `gguf` as parity reads it: a context that can keep logits for every position."""
     from llama_cpp import Llama
 
+    release_memory()
     return Llama(model_path=str(gguf), n_ctx=n_ctx, **llama_threads(threads), logits_all=True, verbose=False, seed=0)
 
 
@@ -227,6 +229,7 @@ def compare(gguf: Path, refs: list[dict[str, Any]], eos_id: int, threads: int, t
             }
         )
     raw_equal = all(same_tokens(llm, tokenizer, t) for t in TOKENIZER_PROBES)
+    llm.close()  # the file's pages and the context go now, not whenever the collector finds the object
     return {
         "file": gguf.name,
         "tokens_equal": raw_equal and all(p["tokens_equal"] for p in probes),
@@ -298,6 +301,7 @@ def eval_parity(
         )
         if progress is not None:
             progress(k + 1, len(sequences))
+    llm.close()
     return docs
 
 

@@ -20,6 +20,9 @@ PARITY_CONFIDENCE = 0.95
 PARITY_RESAMPLES = 2000
 # The eval documents scored in one batched HF forward (its activations and the kept logits rows scale with it).
 PARITY_EVAL_BATCH = 8
+# convert-gguf's merge writes the converter's input in shards of at most this many bytes (or one tensor, where larger):
+# a shard is held while it fills (safetensors 0.8 writes it from the tensors' own memory, no serialised copy).
+MERGE_SHARD_BYTES = 2**30
 
 
 def parity_n_ctx() -> int:

@@ -16,8 +16,9 @@ The model of memory, read from the steps' code (each constant of memory.py and d
   tail only (`logits_to_keep`) + the process (Python, torch, ...). `auto` is sized as float32 weights where they fit
   and as bf16 where only bf16 does (`resolve_precision`); inside the pod `steps/train/budget.py` picks the same way
   from the memory limit the pod was given.
-- convert-gguf: the base and then the merged model in float32 (one at a time), while llama.cpp's F16 GGUF of it is
-  loaded for parity (or the converter runs beside it), + llama.cpp's context (KV cache, logits of every position).
+- convert-gguf: no model held whole (the merge and the HF side stream the base's tensors): its largest phase —
+  llama.cpp checking the F16 GGUF with its context (KV cache, logits of every position), the served file beside a
+  batch of HF eval rows, the converter beside the step, or the merge's shard — + the probes' references.
 - evaluate: llama.cpp with one served GGUF at a time, its KV cache and logits buffers.
 Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors in the checkpoint's dtype), what the
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 
 from steps.gguf.quants import QUANTS
-from steps.gguf.settings import CONVERT_N_CTX, PARITY_TOKENS, parity_n_ctx
+from steps.gguf.settings import CONVERT_N_CTX, MERGE_SHARD_BYTES, PARITY_EVAL_BATCH, PARITY_TOKENS, parity_n_ctx
 from steps.sizing.cluster import GIB
 from steps.sizing.shape import Knobs, Micro, Shape
 
@@ -61,10 +61,22 @@ GPU_HOST_GIB = 3.0
 # llama-cpp-python's default n_batch/n_ubatch of 512.
 LLAMA_N_BATCH = 512
 # convert-gguf's HF references: 5 probe documents (parity.PROBE_DOCUMENTS; a test keeps the two equal) x PARITY_TOKENS
-# greedy tokens of logits (float32), kept while its GGUFs are checked; its converter subprocess (Python + torch + the
-# lazy tensors it converts a few at a time).
+# greedy tokens of logits (float32), one model's at a time, kept while its GGUFs are checked; its converter subprocess
+# (Python + the gguf package + torch: 0.70 GiB measured on the tiny shape) and the tensor it converts: 1.47x the
+# largest tensor in float32 on top measured on Llama 3.2 3B's shape (benchmarks/convert_memory.py).
 PARITY_PROBES = 5
 CONVERTER_GIB = 0.75
+CONVERTER_TENSOR_COPIES = 1.5
+# convert-gguf's batched HF forward over eval documents (parity.hf_rows), per token, float32, one layer at a time: the
+# residual stream, its norm, attention's q/k/v/output and the decoder's output (hidden-sized), the MLP's gate, up and
+# their product (intermediate-sized); besides, the attention weights (heads x width^2, float32: with the mask
+# transformers builds, SDPA on CPU takes its math path). Measured on SmolLM2-135M's shape, 4 documents x 2048 tokens,
+# 128 rows each: 873 MiB over the resident before; these terms (and the rows kept) 924 MiB.
+CONVERT_HF_HIDDEN_COPIES = 6
+CONVERT_HF_MLP_COPIES = 3
+# Per logits row compared with llama.cpp, bytes per vocabulary entry: llama.cpp's output buffer, llama-cpp-python's
+# scores row and parity.llama_rows' copy (float32 each), then _log_softmax's float64 result and temporary.
+CONVERT_ROW_BYTES = 3 * 4 + 2 * 8
 GGUF_METADATA_BYTES = 2**20  # + 40 bytes per vocabulary entry (token text, score, type) and the merges
 REGISTER_GIB = 2.0  # register's memory: the MLflow client streams files; what its pod had before it was sized
 # The frozen base's bytes per weight on CPU (steps/train/model.py): bf16 where the run computes in bf16, float32
@@ -260,18 +272,53 @@ def llama_context_bytes(s: Shape, n_ctx: int, logits_rows: int) -> float:
     return kv_cache + logits + compute
 
 
-def convert_memory(s: Shape, k: Knobs) -> dict[str, float]:
-    """convert-gguf's peak terms (bytes). It holds one float32 model at a time (the base for its own conversion, then
-    the reloaded base with the adapter merged in place); while that model is held, the converter runs in a subprocess
-    and then llama.cpp loads each GGUF (F16 the largest) for parity, with logits for every position."""
-    largest_tensor = 4.0 * s.vocab * s.hidden
-    parity = gguf_bytes(s, "F16") + llama_context_bytes(s, parity_n_ctx(), parity_n_ctx())
-    converter = CONVERTER_GIB * GIB + 3 * largest_tensor
-    merge_check = 2 * CONVERT_N_CTX * s.vocab * 4.0  # the merged model's logits over the longest probe
+def convert_memory(
+    s: Shape, k: Knobs, eval_batch: tuple[int, int, int] | None = None, parity_tokens: int = PARITY_TOKENS
+) -> dict[str, float]:
+    """convert-gguf's peak terms (bytes). No model is held whole (steps/convert_gguf/streamed.py): the step's peak is
+    its largest phase, plus what it keeps throughout (one model's probe references, the adapter's float32 weights):
+    - llama.cpp checks the F16 GGUF (its mapped pages are all touched), one probe at a time;
+    - the served file's eval-split check: that GGUF in llama.cpp while HF scores PARITY_EVAL_BATCH documents of up to
+      the served context at once (one layer's activations at a time, float32) and keeps their summaries' logits;
+    - the converter, in its own process beside the step, reading the merged shards a tensor at a time;
+    - the merge: a shard of the converter's input filling, and one target's float32 terms;
+    - the streamed HF forward (references, merge check): one module's weights at a time, the largest (embeddings or
+      head) as stored and in float32.
+    llama.cpp's buffers are counted as resident, not as allocated: the f16 KV cache (cleared, so touched, when the
+    context is made), one 512-token ubatch's activations, and the logits of the rows compared — llama-cpp-python's
+    scores array has a row per context position, but the rows never written stay untouched zero pages.
+    `eval_batch`: (documents, padded width, logit rows per document) of the largest HF batch; by default the worst a
+    dataset can ask: PARITY_EVAL_BATCH documents at the served context, TAIL_TOKENS rows each. `parity_tokens`: the
+    step's --parity-tokens."""
+    docs, width, tail = eval_batch or (PARITY_EVAL_BATCH, parity_n_ctx(), TAIL_TOKENS)
+    largest = max(s.vocab, s.intermediate) * s.hidden  # elements of the largest tensor: embeddings, head or an MLP
+    target = s.hidden * max(s.intermediate, s.attention)  # the largest LoRA target
+
+    def llama(n_ctx: int, rows: int) -> float:
+        kv_cache = n_ctx * s.layers * 2 * s.kv * 2
+        ubatch = LLAMA_N_BATCH * 4 * (2 * max(s.hidden, s.intermediate) + s.heads * n_ctx)
+        return kv_cache + ubatch + rows * s.vocab * CONVERT_ROW_BYTES
+
+    hf_rows = docs * width * 4 * (CONVERT_HF_HIDDEN_COPIES * s.hidden + CONVERT_HF_MLP_COPIES * s.intermediate)
+    hf_rows += docs * s.heads * width * width * 4  # SDPA's attention weights: transformers passes a causal mask
+    phases = {
+        "llama.cpp F16": gguf_bytes(s, "F16") + llama(CONVERT_N_CTX, parity_tokens + 1),
+        "eval split": max(gguf_bytes(s, q) for q in k.quantizations)
+        + llama(max(CONVERT_N_CTX, width), tail)
+        + hf_rows
+        + docs * tail * s.vocab * 4,
+        "converter": CONVERTER_GIB * GIB + CONVERTER_TENSOR_COPIES * 4.0 * largest,
+        "HF forward": largest * (4.0 + s.checkpoint_bytes),
+        # The shard filling (at most the whole model as written: float16 targets, the rest as stored) and a target's
+        # float32 base, delta and sum, and its float16 result.
+        "merge": min(max(MERGE_SHARD_BYTES, largest * s.checkpoint_bytes), s.checkpoint_bytes * s.parameters)
+        + target * (3 * 4 + 2),
+    }
+    peak = max(phases, key=lambda name: phases[name])
     return {
-        "float32 model": 4.0 * s.parameters + s.lora_parameters(k.lora_r) * 4.0,
-        "parity (llama.cpp F16) or converter": max(parity, converter, merge_check),
-        "HF references": 2 * PARITY_PROBES * PARITY_TOKENS * s.vocab * 4.0,
+        f"largest phase ({peak})": phases[peak],
+        "HF references": PARITY_PROBES * parity_tokens * s.vocab * 4.0,
+        "LoRA (float32)": s.lora_parameters(k.lora_r) * 4.0,
     }
 
 

@@ -1,7 +1,8 @@
 """Benchmark: what a training worker really holds at its peak, on the real bases' shapes, against what sizing plans.
 
-    python -m benchmarks.memory_calibration                                  # the README's table (tens of minutes)
-    python -m benchmarks.memory_calibration --bases Llama-3.2-1B --groups medium --precisions bf16   # one row
+    python -m benchmarks.memory_calibration                                  # docs/sizing.md's bf16 rows (~40 min)
+    python -m benchmarks.memory_calibration --bases Llama-3.2-1B --precisions fp32     # its float32 rows (~10 min)
+    python -m benchmarks.memory_calibration --table ROWS.json ...            # re-print measured rows, today's plan
     python -m benchmarks.memory_calibration --throughput                    # tokens/s by micro-batch (CPU cap)
 
 For each base (its real config: tests/test_sizing.py SEED_BASES, random-initialised, saved once as bf16 safetensors
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bases", default=",".join(BASES))
     parser.add_argument("--groups", default=",".join(GROUPS))
-    parser.add_argument("--precisions", default="bf16,fp32")
+    # A 3B float32 worker of the large group (one per pod, no checkpointing) needs ~24 GiB: more than a 24 GiB machine.
+    parser.add_argument("--precisions", default="bf16")
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=16, help="the template's default: sizes the micro-batch")
     parser.add_argument("--threads", type=int, default=2)

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from steps import fetch_dataset
 from steps.core.dataset import DatasetError
-from tests.conftest import AWS_ENV, ROOT, make_bucket, s3_client
-from tests.test_fetch_dataset import GIT_ENV
+from tests.conftest import ROOT, make_bucket, s3_client
+from tests.test_fetch_dataset import dvc_repo_on_s3
 
 integration = pytest.mark.integration
 
@@ -26,23 +24,7 @@ integration = pytest.mark.integration
 @integration
 def test_an_object_overwritten_in_the_dvc_store_is_refused(s3_server: str, aws_env: dict, tmp_path: Path):
     make_bucket(s3_server, "dvc-store-once")
-    repo = tmp_path / "data-repo"
-    shutil.copytree(ROOT / "data/summaries", repo / "data/summaries")
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, cwd=repo, env={**GIT_ENV, **AWS_ENV}, check=True, capture_output=True)
-
-    sh("git", "init", "-q", "-b", "main")
-    sh(sys.executable, "-m", "dvc", "init", "-q")
-    sh(sys.executable, "-m", "dvc", "remote", "add", "-d", "s3", "s3://dvc-store-once/store")
-    sh(sys.executable, "-m", "dvc", "remote", "modify", "s3", "endpointurl", s3_server)
-    sh(sys.executable, "-m", "dvc", "add", "-q", "data/summaries")
-    sh("git", "add", "-A")
-    sh("git", "commit", "-qm", "data v1")
-    sh("git", "tag", "data-v1")
-    sh(sys.executable, "-m", "dvc", "push", "-q")
-    shutil.rmtree(repo / ".dvc/cache")
-    shutil.rmtree(repo / "data/summaries")
+    repo = dvc_repo_on_s3(s3_server, "dvc-store-once", tmp_path / "data-repo")
     cfg = fetch_dataset.FetchConfig(out=tmp_path / "out", dataset_repo=str(repo), dataset_rev="data-v1")
     assert fetch_dataset.run(cfg).train_rows > 0  # as published: read
 

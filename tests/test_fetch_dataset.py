@@ -26,6 +26,31 @@ GIT_ENV = {
 }
 
 
+def dvc_repo_on_s3(endpoint: str, bucket: str, dest: Path) -> Path:
+    """A git repository at `dest` holding the committed data/summaries as DVC-tracked data, tagged `data-v1`, pushed to
+    `s3://<bucket>/store` on the S3 server at `endpoint` (the bucket exists), with nothing left locally: fetch-dataset
+    must read it from S3."""
+    from tests.conftest import AWS_ENV, ROOT
+
+    shutil.copytree(ROOT / "data/summaries", dest / "data/summaries")
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, cwd=dest, env={**GIT_ENV, **AWS_ENV}, check=True, capture_output=True)
+
+    sh("git", "init", "-q", "-b", "main")
+    sh(sys.executable, "-m", "dvc", "init", "-q")
+    sh(sys.executable, "-m", "dvc", "remote", "add", "-d", "s3", f"s3://{bucket}/store")
+    sh(sys.executable, "-m", "dvc", "remote", "modify", "s3", "endpointurl", endpoint)
+    sh(sys.executable, "-m", "dvc", "add", "-q", "data/summaries")
+    sh("git", "add", "-A")
+    sh("git", "commit", "-qm", "data v1")
+    sh("git", "tag", "data-v1")
+    sh(sys.executable, "-m", "dvc", "push", "-q")
+    shutil.rmtree(dest / ".dvc/cache")
+    shutil.rmtree(dest / "data/summaries")
+    return dest
+
+
 def rows(prefix: str, n: int, **extra: object) -> list[dict]:
     return [
         {"id": f"{prefix}-{i}", "document": f"{prefix} document number {i} about the harbour.", **extra}

@@ -19,7 +19,8 @@ from steps.core.dataset import load_split
 from steps.evaluate import generation, llama_internals
 from steps.gguf import parity
 from steps.pipeline import STAGES
-from tests.conftest import AWS_ENV, ROOT, Candidate, make_bucket
+from tests.conftest import ROOT, Candidate, make_bucket
+from tests.test_fetch_dataset import dvc_repo_on_s3
 
 pytestmark = pytest.mark.integration
 GIT_ENV = {
@@ -235,24 +236,7 @@ def test_propose_sets_the_alias_only_for_a_passing_decision(
 
 def test_fetch_pulls_dvc_tracked_data_from_an_s3_remote(s3_server: str, aws_env: dict, tmp_path: Path):
     make_bucket(s3_server, "dvc-data")
-    repo = tmp_path / "data-repo"
-    shutil.copytree(ROOT / "data/summaries", repo / "data/summaries")
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, cwd=repo, env={**GIT_ENV, **AWS_ENV}, check=True, capture_output=True)
-
-    sh("git", "init", "-q", "-b", "main")
-    sh(sys.executable, "-m", "dvc", "init", "-q")
-    sh(sys.executable, "-m", "dvc", "remote", "add", "-d", "s3", "s3://dvc-data/store")
-    sh(sys.executable, "-m", "dvc", "remote", "modify", "s3", "endpointurl", s3_server)
-    sh(sys.executable, "-m", "dvc", "add", "-q", "data/summaries")
-    sh("git", "add", "-A")
-    sh("git", "commit", "-qm", "data v1")
-    sh("git", "tag", "data-v1")
-    sh(sys.executable, "-m", "dvc", "push", "-q")
-    # Nothing local any more: the data must come from S3.
-    shutil.rmtree(repo / ".dvc/cache")
-    shutil.rmtree(repo / "data/summaries")
+    repo = dvc_repo_on_s3(s3_server, "dvc-data", tmp_path / "data-repo")
 
     result = fetch_dataset.run(fetch_dataset.FetchConfig(out=tmp_path / "out", dataset_repo=str(repo),
                                                          dataset_rev="data-v1"))  # fmt: skip

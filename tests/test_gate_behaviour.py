@@ -256,7 +256,10 @@ def test_a_candidate_trained_on_the_task_is_proposed(tmp_path: Path, base_model_
     assert c["result"].passed is True, c["result"].reasons
     assert rouge["lower"] > 0.0  # the bootstrap sees the gain on 12 examples, not just a higher mean
     safety = checks(c)["safety"]
-    assert safety["verdict"] == "inconclusive" and safety["override"] == OVERRIDE  # proposed only by the override
+    # Safety passes where the held-out families were large enough to show it, else it is INCONCLUSIVE and the run is
+    # proposed only by the recorded override; never FAIL.
+    assert safety["verdict"] in ("pass", "inconclusive"), safety
+    assert safety["verdict"] == "pass" or safety["override"] == OVERRIDE
 
     proposal = register_and_propose(c, tmp_path, base_model_dir, mlflow_server, "task-summariser")
     from mlflow import MlflowClient

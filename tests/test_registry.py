@@ -207,6 +207,11 @@ def reg_config(outputs: dict[str, Path], out: Path, uri: str, name: str, run_id:
     return register.RegisterConfig(**outputs, out=out, tracking_uri=uri, model_name=name, run_id=run_id, **kw)
 
 
+# The committed split's 3-6 cases per family cannot show safety (issue #25's gate says INCONCLUSIVE): these tests are
+# about propose's handling of the registry, so the evaluation records an override, as a person would.
+OVERRIDE = "tests/test_registry.py: propose against the registry's champion, on the too-small committed split"
+
+
 def evaluated_outputs(
     root: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch, uri: str, name: str, answers: dict[str, Answers]
 ) -> dict[str, Path]:
@@ -216,7 +221,7 @@ def evaluated_outputs(
     shutil.copy(gguf, outputs["gguf"] / "base.gguf")
     write_json(outputs["gguf"] / "result.json", {"candidate_gguf": gguf.name, "base_gguf": "base.gguf"})
     evaluate_canned(monkeypatch, outputs["dataset"], outputs["gguf"], outputs["evaluation"], answers, tracking_uri=uri,
-                    model_name=name)  # fmt: skip
+                    model_name=name, accept_inconclusive_safety=OVERRIDE)  # fmt: skip
     return outputs
 
 

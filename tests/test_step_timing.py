@@ -31,6 +31,8 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
     gguf.mkdir()
     write_json(gguf / "result.json", {"base_gguf": "base.gguf", "candidate_gguf": "candidate.gguf"})
     write_json(gguf / "parity.json", {"passed": True, "quantization": "Q8_0"})
+    for name in ("base.gguf", "candidate.gguf"):  # answers are canned; evaluate hashes the files it judges (#27)
+        (gguf / name).write_bytes(f"stand-in {name}".encode())
     return {"dataset": dataset, "gguf": gguf, "out": tmp_path / "evaluation"}
 
 

@@ -285,3 +285,16 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, aws_
         yield url
     finally:
         stop(proc)
+
+
+def prune_closed_log_handlers(names: tuple[str, ...] = ("dvc", "dvc_objects", "dvc_data")) -> None:
+    """Drop logging handlers whose stream is closed: DVC's logger keeps handlers bound to the sys.stdout/stderr of the
+    first in-process DVC call, which pytest's capture closes after that test; a later in-process DVC call in the same
+    session then fails with "I/O operation on closed file" (seen in the full suite, never in a file alone)."""
+    import logging
+
+    for name in names:
+        log = logging.getLogger(name)
+        for handler in list(log.handlers):
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                log.removeHandler(handler)

@@ -24,7 +24,7 @@ from steps import check_triggers
 from steps.check_triggers import TriggerError, TriggersConfig
 from steps.core.cli import config_flags
 from steps.pipeline import PARAMS
-from tests.conftest import ROOT, free_port, make_bucket
+from tests.conftest import ROOT, free_port, make_bucket, prune_closed_log_handlers
 from tests.test_workflows import strict_validator
 
 integration = pytest.mark.integration
@@ -260,6 +260,7 @@ def dvc_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def data_repo(tmp_path_factory: pytest.TempPathFactory, s3_server: str, aws_env: dict, dvc_env: None) -> DataRepo:
     from dvc.repo import Repo
 
+    prune_closed_log_handlers()
     make_bucket(s3_server, "dvc-feedback")
     repo = tmp_path_factory.mktemp("feedback") / "data-repo"
     repo.mkdir()

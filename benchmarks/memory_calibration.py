@@ -8,7 +8,7 @@
 For each base (its real config: tests/test_sizing.py SEED_BASES, random-initialised, saved once as bf16 safetensors
 the way the hub ships it, under ~/.cache/distillery/calibration/), each Ray node group (its pod memory and the
 workers the plan puts in a pod) and each CPU precision, a child process does what a Ray worker of that group does:
-loads the base with `steps.train.model.build_model` (bf16 or float32 weights), asks `steps.train.budget.choose_micro`
+loads the base with `steps.train.model.build_model` (bf16 or float32 weights), asks `steps.train.budget.choose`
 for the micro-batch and checkpointing the group's memory holds, and runs `train_loop` for 2 optimiser steps on rows
 of exactly --max-seq-len tokens whose last `sizing.TAIL_TOKENS` are the summary (the plan's worst case). The child's
 peak resident memory is its own VmHWM from /proc/self/status (not ru_maxrss, which a child inherits from a parent

@@ -196,8 +196,8 @@ def gpu_micro(s: Shape, k: Knobs, card: GpuCard | None) -> Micro:
 
 def gpu_card(s: Shape, k: Knobs) -> GpuCard | None:
     """The smallest card of the GPU NodePool that holds train-gpu in some way; None: none does."""
+    options = micro_options(k, k.batch_size, gpu=True)
     for card in sorted(GPU_CARDS, key=lambda c: c.memory_mib):
-        options = micro_options(k, k.batch_size, gpu=True)
         if fit_micro(options, lambda m: gpu_card_gib(s, k, m) * 1024, card.memory_mib) is not None:
             return card
     return None

@@ -244,6 +244,21 @@ def gpu_card_gib(s: Shape, k: Knobs, micro: Micro) -> float:
     return CUDA_CONTEXT_GIB + CUDA_ALLOCATOR_MARGIN * sum(terms.values()) / GIB
 
 
+def device_ways(
+    s: Shape, k: Knobs, device: str, share: int, pod_workers: int = 1
+) -> tuple[list[Micro], Callable[[Micro], float]]:
+    """The ways one process may run its `share` of the batch on `device` ("cpu": train-cpu; "ray": a Ray worker whose
+    pod holds `pod_workers`; "gpu": train-gpu's card), best first, and the GiB each needs there. The plan (pod
+    requests, whole GiB) and train at run time (its raw limit, budget.choose) both ask this one place."""
+    if device == "gpu":
+        return micro_options(k, share, gpu=True), lambda m: gpu_card_gib(s, k, m)
+    if device == "ray":
+        return micro_options(k, share), lambda m: ray_pod_gib(s, k, pod_workers, m)
+    if device == "cpu":
+        return micro_options(k, share), lambda m: cpu_train_gib(s, k, m)
+    raise ValueError(f"device {device!r}: name cpu, ray or gpu")
+
+
 def gpu_allocated_gib(s: Shape, k: Knobs, micro: Micro) -> float:
     """What torch.cuda.max_memory_allocated would report (train's peak_gpu_memory_gib): the modelled terms alone."""
     return sum(train_memory(s, k, micro, device="qlora" if k.qlora else "gpu").values()) / GIB

@@ -37,6 +37,7 @@ from steps.sizing.memory import (
     REGISTER_GIB,
     convert_memory,
     cpu_train_gib,
+    device_ways,
     evaluate_memory,
     fit_micro,
     gpu_card_gib,
@@ -161,11 +162,8 @@ def resolve_precision(k: Knobs, fits: Callable[[Knobs], bool]) -> Knobs:
 def _ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
     disk = ray_pod_disk(s, k) / GIB
     for workers in range(group.cpus // RAY_THREADS_PER_WORKER, 0, -1):
-        micro = fit_micro(
-            micro_options(k, ray_share(k, workers)),
-            lambda m, w=workers: whole_gib(ray_pod_gib(s, k, w, m)),
-            group.memory_gib,
-        )
+        options, need = device_ways(s, k, "ray", ray_share(k, workers), workers)
+        micro = fit_micro(options, lambda m, need=need: whole_gib(need(m)), group.memory_gib)
         if micro is not None:
             return RayGroupPlan(group, workers, ray_pod_gib(s, k, workers, micro), disk, micro, k.precision)
     smallest = micro_options(k, ray_share(k, 1))[-1]
@@ -183,22 +181,22 @@ def ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
 def cpu_micro(s: Shape, k: Knobs, memory_gib: float) -> Micro:
     """train-cpu's way on a pod of at most `memory_gib` (`k`'s precision resolved): the best that fits, else the
     smallest (`check` refuses it)."""
-    options = micro_options(k, k.batch_size)
-    return fit_micro(options, lambda m: whole_gib(cpu_train_gib(s, k, m)), memory_gib) or options[-1]
+    options, need = device_ways(s, k, "cpu", k.batch_size)
+    return fit_micro(options, lambda m: whole_gib(need(m)), memory_gib) or options[-1]
 
 
 def gpu_micro(s: Shape, k: Knobs, card: GpuCard | None) -> Micro:
     """train-gpu's way on `card` (None: the biggest card): the best that fits it, else the smallest."""
     biggest = card or max(GPU_CARDS, key=lambda c: c.memory_mib)
-    options = micro_options(k, k.batch_size, gpu=True)
-    return fit_micro(options, lambda m: gpu_card_gib(s, k, m) * 1024, biggest.memory_mib) or options[-1]
+    options, need = device_ways(s, k, "gpu", k.batch_size)
+    return fit_micro(options, lambda m: need(m) * 1024, biggest.memory_mib) or options[-1]
 
 
 def gpu_card(s: Shape, k: Knobs) -> GpuCard | None:
     """The smallest card of the GPU NodePool that holds train-gpu in some way; None: none does."""
-    options = micro_options(k, k.batch_size, gpu=True)
+    options, need = device_ways(s, k, "gpu", k.batch_size)
     for card in sorted(GPU_CARDS, key=lambda c: c.memory_mib):
-        if fit_micro(options, lambda m: gpu_card_gib(s, k, m) * 1024, card.memory_mib) is not None:
+        if fit_micro(options, lambda m: need(m) * 1024, card.memory_mib) is not None:
             return card
     return None
 

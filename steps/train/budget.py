@@ -81,12 +81,7 @@ def choose(
     where = f"{budget_gib:.1f} GiB ({source})"
 
     def ways(name: str) -> tuple[list[Micro], Callable[[Micro], float]]:
-        k = knobs(cfg, name)
-        if device == "gpu":
-            return sizing.micro_options(k, share, gpu=True), lambda m: sizing.gpu_card_gib(shape, k, m)
-        if device == "ray":
-            return sizing.micro_options(k, share), lambda m: sizing.ray_pod_gib(shape, k, pod_workers, m)
-        return sizing.micro_options(k, share), lambda m: sizing.cpu_train_gib(shape, k, m)
+        return sizing.device_ways(shape, knobs(cfg, name), device, share, pod_workers)
 
     options, need = ways(precision.name)
     chosen = sizing.fit_micro(options, need, budget_gib)

@@ -259,6 +259,12 @@ def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
 
 @timed
 def run(cfg: KDConfig) -> KDResult:
+    if not KD_ON.holds(cfg.kd_weight):  # sequence-level only: say so, for train to read nothing
+        result = KDResult(rows=0, summary_tokens=0, top_k=cfg.kd_top_k, teacher_sha256="", scored=False)
+        with atomic_dir(cfg.out) as tmp:
+            write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
+            write_result(tmp, result)
+        return result
 
     import numpy as np
     from llama_cpp import Llama
@@ -267,13 +273,6 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.core.dataset import load_split
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
-
-    if not KD_ON.holds(cfg.kd_weight):  # sequence-level only: say so, for train to read nothing
-        result = KDResult(rows=0, summary_tokens=0, top_k=cfg.kd_top_k, teacher_sha256="", scored=False)
-        with atomic_dir(cfg.out) as tmp:
-            write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
-            write_result(tmp, result)
-        return result
     if cfg.kd_top_k < 1:
         raise KDError(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
     gguf, entry = teacher_file(cfg)

@@ -273,6 +273,7 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.core.dataset import load_split
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
+
     if cfg.kd_top_k < 1:
         raise KDError(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
     gguf, entry = teacher_file(cfg)

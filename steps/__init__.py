@@ -19,9 +19,10 @@ STAGES: dict[str, tuple[str, ...]] = {
         "evaluate",
         "register",
         "propose",
+        "push_adapter",
     ),
     "dataset": ("ingest", "teacher", "filter_split", "feedback", "publish", "adversarial_suite"),
-    "serving-loop": ("serve", "online_metrics", "promote", "check_triggers", "push_adapter"),
+    "serving-loop": ("serve", "online_metrics", "promote", "check_triggers"),
 }
 
 # Shared packages (and the one pipeline definition), each with the groups it may import. A stage may import every

@@ -84,14 +84,20 @@ def ray_entrypoint_problems(values: dict[str, str]) -> list[str]:
     ]
 
 
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
 def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
     config_cls = config_type(stage)
     parser = build_parser(config_cls, stage.help)
     types = flag_types(config_cls)
     argv: list[str] = []
-    for f in dataclasses.fields(config_cls):  # folders the run supplies: any placeholder parses
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            argv += ["--" + f.name.replace("_", "-"), "-"]
+    # Folders the run supplies (the stage's inputs, and any other flag the step requires): any placeholder parses,
+    # and it stands for a folder that is there (train's --kd-targets, when kd-weight > 0).
+    supplied = [f.name.replace("_", "-") for f in dataclasses.fields(config_cls) if _required(f)]
+    for name in dict.fromkeys([*supplied, *stage.inputs]):
+        argv += [f"--{name}", "-"]
     # Each value on its own, so that every mistyped one is named, not only a stage's first; the step's own rules
     # then judge the rest (a mistyped value stands aside for its default there).
     found = []

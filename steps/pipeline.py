@@ -5,6 +5,12 @@ WorkflowTemplate from it, and `workflows/render.py` writes `dvc.yaml` and `param
 it. Each stage runs `python -m <module>` with `--<param> <value>` for each pipeline parameter it takes and
 `--<input> <folder>` for each upstream output it reads; parameter names are the steps' own flag names.
 
+A stage with a `When` runs only when a parameter says so (`kd-targets` when `kd-weight` > 0, `push-adapter` when
+`adapter-repo` is set). The rule is `When.holds` (steps/core/switches.py): on Argo the task gets a `when` rendered
+from it and is skipped (no pod); locally, where DVC has no conditions, the step runs and, given the parameter as a
+flag, does nothing but say so and write an output that says it was off (`When.holds` again). A stage that reads a
+conditional stage's output reads it only when that stage ran (train reads the KD targets only when `kd-weight` > 0).
+
 Plain data, no imports of hera and no heavy imports, so rendering and `--help` stay instant.
 """
 
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 
 from steps import sizing
 from steps.core.registry import MODEL_NAME
+from steps.core.switches import KD_ON, PUSH_ON, When
 from steps.gguf.quants import LADDER, SERVED
 
 LOCAL_OUT = "out"  # the embedded run's stage folders: out/<output>
@@ -42,6 +49,7 @@ class Stage:
     exports: tuple[str, ...] = ()  # scalar results Argo exposes as output parameters
     after: tuple[str, ...] = ()  # stages that must succeed first, though their folders are not read
     run_id: bool = False  # on Argo, gets --run-id {{workflow.uid}}; locally the step derives its own
+    when: When | None = None  # runs only when this holds (its parameter must be among `params`)
     help: str = ""
 
 
@@ -93,6 +101,24 @@ PARAMS: tuple[Param, ...] = (
         "CPU training: auto (bf16 autocast where the CPU has AMX or AVX-512-BF16), fp32 or bf16; sized for it",
     ),
     Param("checkpoint-every", "10", "10", "checkpoint every N optimiser steps (a reclaimed pod resumes there)"),
+    Param(
+        "kd-weight",
+        "0",
+        "0",
+        "logit-level distillation: share of train's loss that is the KL to the teacher's top-k (0: sequence-level "
+        "only, and no kd-targets task; up to 1)",
+    ),
+    Param("kd-temperature", "1", "1", "temperature of the KD term (its KL is scaled by T squared; 1 keeps them)"),
+    Param("kd-top-k", "16", "16", "kd-targets: the teacher's log-probabilities kept per summary token"),
+    Param("teacher", "smollm2-135m-instruct", "smollm2-135m-instruct", "the teacher's entry in the teachers file"),
+    Param("teachers-file", "data/teachers.yaml", "data/teachers.yaml", "the committed terms decisions"),
+    Param(
+        "teacher-gguf",
+        "",
+        "",
+        "kd-targets: the teacher's GGUF, sharing the student's tokenizer (empty: its entry's gguf; on the cluster a "
+        "file in the cpu image)",
+    ),
     Param("seed", "0", "0", "seed for training and evaluation"),
     Param(
         "threads",
@@ -141,6 +167,13 @@ PARAMS: tuple[Param, ...] = (
         "cpu=0.20,gpu=1.10,ray=0.20",
         "price per node hour for the cost estimate (cpu, spot gpu, the whole ray cluster)",
     ),
+    Param(
+        "adapter-repo",
+        "",
+        "",
+        "git repository (https://<gitea>/<owner>/<repo>.git) the adapter and its model card are pushed to; empty: "
+        "no push-adapter",
+    ),
 )
 
 STAGES: tuple[Stage, ...] = (
@@ -175,6 +208,26 @@ STAGES: tuple[Stage, ...] = (
         help="get the dataset at a rev through DVC, validate it, record lineage",
     ),
     Stage(
+        "kd-targets",
+        "steps.train.kd",
+        config="KDConfig",
+        output="kd-targets",
+        params=(
+            "kd-weight",
+            "teacher",
+            "teachers-file",
+            "teacher-gguf",
+            "kd-top-k",
+            "base-model",
+            "base-revision",
+            "max-seq-len",
+            "threads",
+        ),
+        inputs=("dataset",),
+        when=KD_ON,
+        help="the teacher's top-k log-probabilities on every summary token, for train's KD term (kd-weight > 0)",
+    ),
+    Stage(
         "train",
         "steps.train",
         config="TrainConfig",
@@ -197,10 +250,12 @@ STAGES: tuple[Stage, ...] = (
             "qlora",
             "precision",
             "checkpoint-every",
+            "kd-weight",
+            "kd-temperature",
             "seed",
             "threads",
         ),
-        inputs=("dataset",),
+        inputs=("dataset", "kd-targets"),  # the KD targets are read only when kd-weight > 0 (KD_ON)
         exports=("final-loss",),
         after=("preflight",),  # refuses a base llama.cpp cannot serve before any training; sized by its plan
         run_id=True,
@@ -274,6 +329,19 @@ STAGES: tuple[Stage, ...] = (
         exports=("proposed",),
         help="set the challenger alias iff the gate passed",
     ),
+    Stage(
+        "push-adapter",
+        "steps.push_adapter",
+        config="PushConfig",
+        output="push",
+        params=("adapter-repo", "tracking-uri"),
+        inputs=("registration", "adapter", "evaluation", "gguf", "dataset"),
+        exports=("pushed", "commit"),
+        after=("propose",),  # the version's aliases are settled first; every registered version is kept, its card
+        # says whether it passed the gate
+        when=PUSH_ON,
+        help="the adapter and its model card, committed to a git repository (Gitea) when adapter-repo is set",
+    ),
 )
 
 
@@ -317,8 +385,8 @@ BUILD_PARAMS: tuple[Param, ...] = (
     ),
     param("base-model"),
     param("base-revision"),
-    Param("teacher", "smollm2-135m-instruct", "smollm2-135m-instruct", "the teacher's entry in the teachers file"),
-    Param("teachers-file", "data/teachers.yaml", "data/teachers.yaml", "the committed terms decisions"),
+    param("teacher"),
+    param("teachers-file"),
     Param("teacher-url", "", "", "the teacher's OpenAI-compatible URL; empty: serve its GGUF on 127.0.0.1"),
     Param(
         "adversarial-file",

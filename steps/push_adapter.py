@@ -1,11 +1,15 @@
 """push-adapter (optional): the LoRA adapter and its model card, committed to a git repository (Gitea) over HTTPS.
 
-    GITEA_TOKEN=… python -m steps.push_adapter --repo-url https://gitea.home/ml/summariser-adapters.git \
+    GITEA_TOKEN=… python -m steps.push_adapter --adapter-repo https://gitea.home/ml/summariser-adapters.git \
         --registration out/registration --adapter out/adapter --evaluation out/evaluation --gguf out/gguf \
         --dataset out/dataset --tracking-uri sqlite:///.cache/mlflow/mlflow.db --out out/push
 
 (the folders of the local run, `scripts/run_local.sh`; on Argo, the steps' output artifacts). A missing input is
 named with the stage that writes it, all at once, before anything is read.
+
+The pipeline's `push-adapter` stage (steps/pipeline.py), after propose, when `adapter-repo` is set
+(`pipeline.PUSH_ON`): on Argo a task skipped otherwise; locally (DVC runs every stage) an empty `--adapter-repo` pushes
+nothing, reads nothing, and writes a result that says so.
 
 What lands in the repository, on `--branch` (main), under `<model name>/v<version>/`: the adapter's files
 (`adapter_config.json`, `adapter_model.safetensors`, the tokenizer files train wrote) and `README.md`, the model
@@ -16,12 +20,13 @@ rate, the gate's decision), GGUF parity, and where the dataset's data card is (`
 dataset commit, written by build-dataset's publish step). Every file is a function of those inputs, with nothing
 time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed.
 
-The token: `GITEA_TOKEN` (from the optional Secret `distillery-gitea`, key `token`; workflows/security.py), sent as
-HTTP basic auth (`GITEA_USERNAME`, default `distillery`, with the token as password, which Gitea accepts) in an
-`http.<repo URL>.extraHeader` that git reads from its environment (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_0`/
-`GIT_CONFIG_VALUE_0`): never in a URL, a command line, `.git/config` or a log line. It is scoped to the repository's
-URL, and refused over plain http to anything but this machine (it would cross the network in clear text). A URL with
-credentials in it is refused too.
+The token: the file `--token-file` names (on Argo the optional Secret `distillery-gitea`, key `token`, mounted
+read-only: workflows/security.py), else `GITEA_TOKEN`; sent as HTTP basic auth (`GITEA_USERNAME`, default
+`distillery`, with the token as password, which Gitea accepts) in an `http.<repo URL>.extraHeader` that git reads from
+its environment (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_0`/`GIT_CONFIG_VALUE_0`): never in a URL, a command line,
+`.git/config` or a log line, and, read from a file, not in the step's own environment either, where every child
+process would inherit it. It is scoped to the repository's URL, and refused over plain http to anything but this
+machine (it would cross the network in clear text). A URL with credentials in it is refused too.
 
 Writes `result.json` (`commit`, `pushed`, `path`) and `_outputs/`.
 """
@@ -29,6 +34,7 @@ Writes `result.json` (`commit`, `pushed`, `path`) and `_outputs/`.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import shutil
@@ -42,6 +48,7 @@ from urllib.parse import urlsplit
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, environment, read_json
 from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.switches import PUSH_ON
 from steps.pipeline import LOCAL_OUT, producer
 
 TOKEN_ENV = "GITEA_TOKEN"
@@ -72,7 +79,9 @@ class PushError(RuntimeError):
 
 @dataclass
 class PushConfig(MlflowSettings):
-    repo_url: str = field(metadata={"help": "the adapters repository, https://<gitea>/<owner>/<repo>.git"})
+    adapter_repo: str = field(
+        metadata={"help": "the adapters repository, https://<gitea>/<owner>/<repo>.git (empty: push nothing)"}
+    )
     registration: Path = field(metadata={"help": "folder written by register (the model version)"})
     adapter: Path = field(metadata={"help": "folder written by train (the LoRA adapter)"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate (scores, decision)"})
@@ -80,24 +89,34 @@ class PushConfig(MlflowSettings):
     dataset: Path = field(metadata={"help": "folder written by fetch-dataset (lineage)"})
     out: Path = field(metadata={"help": "folder to write result.json and the Argo output parameters into"})
     branch: str = field(default="main", metadata={"help": "branch to commit to"})
+    token_file: str = field(
+        default="",
+        metadata={"help": f"file holding the token (a mounted Secret); empty: ${TOKEN_ENV}"},
+    )
 
 
 @dataclass
 class PushResult:
-    commit: str  # the branch's head after this run
-    pushed: bool  # False: this version was there already
+    commit: str  # the branch's head after this run ("" when no repository was given)
+    pushed: bool  # False: this version was there already, or no repository was given
     path: str  # folder in the repository
 
 
 def config_problems(cfg: PushConfig) -> list[str]:
+    """What is wrong with the settings (also run by check-parameters); nothing to judge when no push is asked for."""
+    if not PUSH_ON.holds(cfg.adapter_repo):
+        return []
     problems = cfg.http_problems()
-    parts = urlsplit(cfg.repo_url)
+    parts = urlsplit(cfg.adapter_repo)
     if parts.scheme not in ("https", "http") or not parts.hostname:
-        problems.append(f"--repo-url {cfg.repo_url!r}: use https://<host>/<owner>/<repo>.git")
+        problems.append(f"--adapter-repo {cfg.adapter_repo!r}: use https://<host>/<owner>/<repo>.git")
     if parts.username or parts.password:
-        problems.append("--repo-url carries credentials: drop them; the token comes from $GITEA_TOKEN (a Secret)")
+        problems.append(
+            "--adapter-repo carries credentials: drop them; the token comes from the Secret distillery-gitea (key "
+            f"token) or ${TOKEN_ENV}"
+        )
     if parts.scheme == "http" and parts.hostname not in LOOPBACK_HOSTS:
-        problems.append(f"--repo-url {cfg.repo_url}: plain http would send the token in clear text; use https")
+        problems.append(f"--adapter-repo {cfg.adapter_repo}: plain http would send the token in clear text; use https")
     if not cfg.branch or cfg.branch.startswith("-"):
         problems.append(f"--branch {cfg.branch!r}: name a branch")
     return problems
@@ -118,10 +137,22 @@ def missing_inputs(cfg: PushConfig) -> list[str]:
     return problems
 
 
-def auth_env(repo_url: str) -> dict[str, str]:
+def read_token(token_file: str) -> str:
+    """The token: the file's first line when a file is named (PushError when it is not there), else $GITEA_TOKEN."""
+    if not token_file:
+        return os.environ.get(TOKEN_ENV, "")
+    try:
+        return Path(token_file).read_text().strip()
+    except OSError as e:
+        raise PushError(
+            f"--token-file {token_file}: cannot read it ({e.strerror}); create the Secret distillery-gitea with key "
+            "token (a Gitea access token with write access to the repository), or leave adapter-repo empty"
+        ) from e
+
+
+def auth_env(repo_url: str, token: str) -> dict[str, str]:
     """git's environment: the token as an extraHeader scoped to the repository's URL (no prompt when it is refused)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "SSH_ASKPASS": ""}
-    token = os.environ.get(TOKEN_ENV, "")
     if token:
         user = os.environ.get(USERNAME_ENV) or AUTHOR[0]
         basic = base64.b64encode(f"{user}:{token}".encode()).decode()
@@ -133,19 +164,18 @@ def auth_env(repo_url: str) -> dict[str, str]:
     return env
 
 
-def _git(cwd: Path, env: dict[str, str], *args: str) -> str:
+def _git(cwd: Path, env: dict[str, str], *args: str, token: str = "") -> str:
     name, email = AUTHOR
     argv = ["git", "-c", f"user.name={name}", "-c", f"user.email={email}", *args]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
-        token = os.environ.get(TOKEN_ENV, "")
         detail = done.stderr.strip()[-800:]
         if token:
             detail = detail.replace(token, "***")
         if "could not read Username" in detail or "Authentication failed" in detail:  # a 401 with or without a token
             detail += (
-                f" — the server refused the credentials: set ${TOKEN_ENV} (the Secret distillery-gitea, key token) to "
-                "a token with write access to the repository"
+                " — the server refused the credentials: set the Secret distillery-gitea (key token; locally "
+                f"${TOKEN_ENV}) to a token with write access to the repository"
             )
         raise PushError(f"`git {' '.join(args)}` failed ({done.returncode}): {detail}")
     return done.stdout.strip()
@@ -192,6 +222,11 @@ def recorded_lineage(cfg: PushConfig, reg: dict) -> dict[str, str]:
 
 @timed
 def run(cfg: PushConfig) -> PushResult:
+    if not PUSH_ON.holds(cfg.adapter_repo):  # the local run without a repository: nothing to push, and it says so
+        result = PushResult(commit="", pushed=False, path="")
+        with atomic_dir(cfg.out) as tmp:
+            write_result(tmp, result)
+        return result
     problems = config_problems(cfg)
     problems += missing_inputs(cfg)
     if problems:
@@ -208,17 +243,19 @@ def run(cfg: PushConfig) -> PushResult:
         read_json(Path(cfg.gguf) / "parity.json"),
     )
     folder = f"{reg['model_name']}/v{reg['model_version']}"
-    env = auth_env(cfg.repo_url)
+    token = read_token(cfg.token_file)
+    env = auth_env(cfg.adapter_repo, token)
+    git = functools.partial(_git, token=token)
     with tempfile.TemporaryDirectory(prefix="push-adapter-") as work:
         repo = Path(work) / "repo"
         repo.mkdir()
-        _git(repo, env, "init", "--quiet")
-        _git(repo, env, "remote", "add", "origin", cfg.repo_url)
-        if _git(repo, env, "ls-remote", "--heads", "origin", cfg.branch):  # only the branch's tip, whatever HEAD is
-            _git(repo, env, "fetch", "--quiet", "--depth", "1", "--no-tags", "origin", cfg.branch)
-            _git(repo, env, "checkout", "--quiet", "-B", cfg.branch, "FETCH_HEAD")
+        git(repo, env, "init", "--quiet")
+        git(repo, env, "remote", "add", "origin", cfg.adapter_repo)
+        if git(repo, env, "ls-remote", "--heads", "origin", cfg.branch):  # only the branch's tip, whatever HEAD is
+            git(repo, env, "fetch", "--quiet", "--depth", "1", "--no-tags", "origin", cfg.branch)
+            git(repo, env, "checkout", "--quiet", "-B", cfg.branch, "FETCH_HEAD")
         else:  # a new branch (an empty repository): the first commit starts it
-            _git(repo, env, "checkout", "--quiet", "--orphan", cfg.branch)
+            git(repo, env, "checkout", "--quiet", "--orphan", cfg.branch)
         target = repo / folder
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
@@ -226,10 +263,10 @@ def run(cfg: PushConfig) -> PushResult:
             if (Path(cfg.adapter) / name).is_file():
                 shutil.copyfile(Path(cfg.adapter) / name, target / name)
         (target / "README.md").write_text(card)
-        _git(repo, env, "add", "--all", "--", folder)
-        changed = bool(_git(repo, env, "status", "--porcelain", "--", folder))
+        git(repo, env, "add", "--all", "--", folder)
+        changed = bool(git(repo, env, "status", "--porcelain", "--", folder))
         if changed:
-            _git(
+            git(
                 repo,
                 env,
                 "commit",
@@ -238,8 +275,8 @@ def run(cfg: PushConfig) -> PushResult:
                 f"{reg['model_name']} v{reg['model_version']}: adapter and model card",
             )
             # A rejected push (someone pushed meanwhile) fails here; rerunning the step rebases on their work.
-            _git(repo, env, "push", "--quiet", "origin", f"HEAD:refs/heads/{cfg.branch}")
-        commit = _git(repo, env, "rev-parse", "HEAD")
+            git(repo, env, "push", "--quiet", "origin", f"HEAD:refs/heads/{cfg.branch}")
+        commit = git(repo, env, "rev-parse", "HEAD")
     result = PushResult(commit=commit, pushed=changed, path=folder)
     with atomic_dir(cfg.out) as tmp:
         write_result(tmp, result)
@@ -253,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, PushError) as e:
         print(f"push-adapter: {e}", file=sys.stderr)
         return 1
+    if not PUSH_ON.holds(cfg.adapter_repo):
+        print("push-adapter: no --adapter-repo: nothing pushed")
+        return 0
     verb = "pushed" if result.pushed else "already there:"
     print(f"push-adapter: {verb} {result.path} at {result.commit[:12]}")
     return 0

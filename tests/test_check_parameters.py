@@ -44,11 +44,41 @@ def test_the_templates_defaults_pass():
         ({"threads": "-2"}, r"--threads -2: use 0 \(the CPUs this container may use\) or more"),
         ({"threads": "four"}, r"--threads: invalid int value: 'four'"),
         ({"precision": "fp16"}, r"--precision 'fp16' is not one of auto, fp32, bf16"),
+        ({"kd_weight": "1.5"}, r"--kd-weight 1.5: use a share between 0 \(cross-entropy only, the default\) and 1"),
+        ({"kd_weight": "half"}, r"--kd-weight: invalid float value: 'half'"),
+        ({"kd_weight": "-0.5"}, r"--kd-weight -0.5: use a share between 0"),
+        ({"kd_temperature": "0"}, r"--kd-temperature 0.0: use a positive temperature"),
+        ({"kd_top_k": "0"}, r"--kd-top-k 0: keep at least 1 log-probability per token"),
+        ({"kd_weight": "0.5", "teacher": "gpt-9"}, r"--teacher gpt-9: teacher 'gpt-9' is not listed in data/teachers"),
+        ({"adapter_repo": "http://gitea.home/ml/a.git"}, r"plain http would send the token in clear text; use https"),
+        ({"adapter_repo": "gitea.home/ml/a.git"}, r"--adapter-repo 'gitea.home/ml/a.git': use https://"),
     ],
 )
 def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str):
     found = check_parameters.problems(cluster_values(**changes))
     assert any(re.search(expected, p) for p in found), found
+
+
+def test_a_kd_run_and_a_push_pass_with_good_values():
+    """kd-weight > 0 with the committed teacher: train's --kd-targets is the folder the run supplies (kd-targets'
+    output), not a missing flag."""
+    good = cluster_values(kd_weight="0.5", kd_temperature="2", adapter_repo="https://gitea.home/ml/a.git")
+    assert check_parameters.problems(good) == []
+
+
+def test_a_hosted_teacher_is_refused_for_kd_before_any_pod(tmp_path):
+    teachers = tmp_path / "teachers.yaml"
+    teachers.write_text(
+        "teachers:\n  api:\n    {provider: p, model: m, terms_url: 'https://t', outputs_may_train_models: true,\n"
+        "     reviewed_by: r, reviewed_on: '2026-12-01', hosted: true, endpoint: 'https://api.example.com'}\n"
+    )
+    found = check_parameters.problems(cluster_values(kd_weight="0.5", teacher="api", teachers_file=str(teachers)))
+    assert found == [
+        f"--teacher api: {teachers} lists it as a hosted API; logit-level distillation scores the teacher's GGUF "
+        "itself: use an open-weights entry, or -p kd-weight=0"
+    ]
+    # KD off: the teacher is not used, so not judged
+    assert check_parameters.problems(cluster_values(teacher="api", teachers_file=str(teachers))) == []
 
 
 def test_cpu_and_gpu_ray_workers_together_are_refused_naming_the_settings():

@@ -70,6 +70,18 @@ def test_kd_settings_are_checked_with_the_rest():
     assert not config_problems(TrainConfig(dataset="d", out="o"))  # sequence-level stays the default
 
 
+def test_at_kd_weight_0_nothing_is_scored_and_train_at_a_weight_is_told_why(tmp_path: Path):
+    """The local run's default: DVC runs kd-targets anyway, which reads nothing (no dataset, no teacher) and says KD
+    was off; a train that wants targets from that folder is refused naming it."""
+    out = tmp_path / "kd-targets"
+    assert kd.main(["--kd-weight", "0", "--dataset", str(tmp_path / "absent"), "--out", str(out)]) == 0
+    assert json.loads((out / kd.META_FILE).read_text()) == {"kd_weight": 0.0, "scored": False}
+    assert json.loads((out / "result.json").read_text())["scored"] is False
+    assert not (out / kd.TOPK_FILE).exists()
+    with pytest.raises(kd.KDError, match=r"no topk.npz \(written with --kd-weight 0: KD was off\)"):
+        kd.load_targets(str(out), [{"id": "r1"}])
+
+
 def test_a_teacher_with_another_tokenizer_is_refused_naming_both(tmp_path: Path, base_model_dir: Path):
     if not QWEN2_VOCAB.is_file():
         pytest.skip("scripts/install_llama_cpp.sh fetches llama.cpp's test vocabularies")
@@ -166,7 +178,7 @@ def test_kd_pulls_the_student_towards_the_teacher_faster_than_cross_entropy(
     from steps import train
 
     scored = kd.run(kd.KDConfig(out=tmp_path / "targets", dataset=str(small_dataset), teacher_gguf=str(teacher_gguf),
-                                base_model=str(tiny_model_dir), top_k=8, threads=2, **listed(tmp_path)))  # fmt: skip
+                                base_model=str(tiny_model_dir), kd_top_k=8, threads=2, **listed(tmp_path)))  # fmt: skip
     assert scored.rows == 8 and scored.summary_tokens > 8 * 5
     common = {"dataset": str(small_dataset), "base_model": str(tiny_model_dir), "batch_size": 4, "epochs": 3,
               "threads": 2, "lora_dropout": 0.0, "log_every": 100, "checkpoint_every": 0}  # fmt: skip

@@ -31,14 +31,14 @@ TOKEN = "gt-7f3a9c1e5b2d4086"  # a stand-in for a Gitea access token
 
 def cfg(tmp_path: Path, url: str, **over: object) -> push_adapter.PushConfig:
     folders = {k: tmp_path / k for k in ("registration", "adapter", "evaluation", "gguf", "dataset")}
-    return push_adapter.PushConfig(repo_url=url, out=tmp_path / "out", **folders, **over)  # type: ignore[arg-type]
+    return push_adapter.PushConfig(adapter_repo=url, out=tmp_path / "out", **folders, **over)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
         ("http://gitea.home/ml/a.git", "plain http would send the token in clear text"),
-        ("https://me:secret@gitea.home/ml/a.git", "--repo-url carries credentials"),
+        ("https://me:secret@gitea.home/ml/a.git", "--adapter-repo carries credentials"),
         ("ssh://git@gitea.home/ml/a.git", "use https://"),
     ],
 )
@@ -62,12 +62,28 @@ def test_the_documented_local_command_names_every_missing_folder_with_the_stage_
 
 
 def test_the_token_reaches_git_only_through_its_environment_scoped_to_the_repository():
-    with environment({push_adapter.TOKEN_ENV: TOKEN}):
-        env = push_adapter.auth_env("https://gitea.home/ml/a.git")
+    env = push_adapter.auth_env("https://gitea.home/ml/a.git", TOKEN)
     assert env["GIT_CONFIG_KEY_0"] == "http.https://gitea.home/ml/a.git.extraHeader"
     header = env["GIT_CONFIG_VALUE_0"].removeprefix("Authorization: Basic ")
     assert base64.b64decode(header).decode() == f"distillery:{TOKEN}"
     assert env["GIT_TERMINAL_PROMPT"] == "0"
+
+
+def test_without_a_repository_nothing_is_read_or_pushed_and_the_result_says_so(tmp_path: Path):
+    """The local run's default (adapter-repo empty; DVC runs every stage): no input is needed, nothing is checked."""
+    result = push_adapter.run(cfg(tmp_path, "", token_file=str(tmp_path / "absent")))
+    assert (result.pushed, result.commit, result.path) == (False, "", "")
+    assert json.loads((tmp_path / "out/result.json").read_text())["pushed"] is False
+    assert push_adapter.config_problems(cfg(tmp_path, "")) == []
+
+
+def test_the_token_file_is_read_before_the_environment_and_a_missing_one_names_the_secret(tmp_path: Path):
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    with environment({push_adapter.TOKEN_ENV: "from-the-environment"}):
+        assert push_adapter.read_token(str(tmp_path / "token")) == TOKEN  # the mounted Secret, its newline dropped
+        assert push_adapter.read_token("") == "from-the-environment"  # the local run
+        with pytest.raises(push_adapter.PushError, match="create the Secret distillery-gitea with key token"):
+            push_adapter.read_token(str(tmp_path / "absent"))
 
 
 # --- integration: git's http-backend on loopback, a real MLflow server ----------------------------------------------
@@ -198,8 +214,10 @@ def test_the_adapter_and_its_card_are_pushed_once_with_the_token_only_in_a_heade
 @integration
 def test_a_refused_token_fails_clearly_and_pushes_nothing(mlflow_server: str, git_server: GitServer, tmp_path: Path):
     inputs(tmp_path, mlflow_server)
-    with environment({push_adapter.TOKEN_ENV: "wrong-token"}), pytest.raises(push_adapter.PushError) as e:
-        push_adapter.run(cfg(tmp_path, f"{git_server.url}/ml/adapters.git", tracking_uri=mlflow_server))
+    (tmp_path / "token").write_text("wrong-token\n")  # as the cluster gives it: the mounted Secret's file
+    with pytest.raises(push_adapter.PushError) as e:
+        url = f"{git_server.url}/ml/adapters.git"
+        push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server, token_file=str(tmp_path / "token")))
     assert "git ls-remote" in str(e.value) and "the server refused the credentials" in str(e.value)
     assert "wrong-token" not in str(e.value)
     assert commits(git_server.root / "ml/adapters.git") == []

@@ -121,8 +121,8 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
     "publish": [*DVC_READ, ("s3:PutObject", DVC, DVC_OBJECT, None)],
 }  # fmt: skip
 # Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
-NO_HOME_S3 = {"check-parameters", "preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "propose",
-              "ingest", "feedback", "teacher", "filter-split", "promote"}  # fmt: skip
+NO_HOME_S3 = {"check-parameters", "preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf",
+              "propose", "push-adapter", "ingest", "feedback", "teacher", "filter-split", "promote"}  # fmt: skip
 # Resource templates run `kubectl` only: Argo's executor, as the submitter, which has no S3 access (no log archive).
 RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 

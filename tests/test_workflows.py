@@ -80,6 +80,7 @@ CLUSTER_ONLY_FLAGS = {
     "steps.convert_gguf": {"base-cache"},
     "steps.evaluate": {"generation-cache"},
     "steps.teacher": {"cache"},
+    "steps.push_adapter": {"token-file"},  # the mounted Secret's file; locally $GITEA_TOKEN
 }
 
 

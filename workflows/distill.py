@@ -25,6 +25,17 @@ as their output artifact, the RayJob by writing there itself, result.json last),
 read it from that key: no task has to pick among three optional outputs (Argo refuses an argument artifact given by
 `fromExpression` alone: `validateArgumentsValues`).
 
+Two tasks run only when a parameter asks for them (`steps.core.switches.When`, rendered as the task's `when`; skipped
+otherwise, no pod):
+- `kd-targets` when `kd-weight` > 0: the teacher's top-k log-probabilities (steps/train/kd.py) at the run's key
+  `runs/{{workflow.uid}}/kd-targets`; the gpu and cpu train pods read them from there as an optional input artifact
+  (absent when KD is off) and the RayJob's driver reads them from S3 itself, like the dataset. Train waits for the
+  task to succeed or be skipped.
+- `push-adapter` when `adapter-repo` is set, after propose: the adapter and its model card into the adapters
+  repository (steps/push_adapter.py), its token the optional Secret `distillery-gitea` mounted as a file
+  (`security.GITEA_FILES`). Egress: HTTPS (443) to the git server and MLflow, as every step
+  (infra/networkpolicy/steps.yaml).
+
 The exit handler (`onExit: cleanup`) frees the Ray pool when a run does not succeed. The owner reference only acts when
 the Workflow object is deleted, so without it a stopped or failed run's RayJob and cluster would train on until the
 RayJob's own activeDeadlineSeconds. Its one task, `delete-rayjob`, runs only when `{{workflow.status}}` is not
@@ -81,6 +92,7 @@ from hera.workflows import (
 )
 
 from steps import sizing
+from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
 from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
@@ -109,13 +121,20 @@ RUN_PREFIX = "runs/{{workflow.uid}}"
 CHECK_TASK = "check-parameters"  # the cluster run's first task (steps/check_parameters.py); not a pipeline stage
 PREFLIGHT = "preflight"  # the stage whose outputs size the others
 ADAPTER = "adapter"  # the train stage's output: at a fixed key of the run, whichever backend made it
+KD_TARGETS = "kd-targets"  # the teacher's top-k: at a fixed key of the run, there only when KD is on
 GGUF = "gguf"  # convert-gguf's folder: F16, the ladder, the served quantisations of candidate and base, reports
 # Outputs at fixed keys of the run, read by key: the dataset (the Ray job reads it from there), the adapter (whichever
-# backend wrote it) and the GGUF folder (its readers take only the files they read: GGUF_READS).
-KEYED_OUTPUTS = ("dataset", ADAPTER, GGUF)
+# backend wrote it), the KD targets (the Ray job reads them there; absent when KD is off) and the GGUF folder (its
+# readers take only the files they read: GGUF_READS).
+KEYED_OUTPUTS = ("dataset", ADAPTER, KD_TARGETS, GGUF)
+# Inputs a template reads at their key itself rather than as an argument from the producing task: the adapter (three
+# train tasks, one ran) and the KD targets (its task may be skipped; then the optional input is simply absent).
+READ_BY_KEY = (ADAPTER, KD_TARGETS)
 # Which served GGUFs (convert-gguf's output parameters naming them) each reader downloads, besides the reports
 # (`steps.gguf.report.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
-GGUF_READS = {"evaluate": ("candidate-gguf", "base-gguf"), "register": ("candidate-gguf",)}
+GGUF_READS = {"evaluate": ("candidate-gguf", "base-gguf"), "register": ("candidate-gguf",), "push-adapter": ()}
+# Flags the cluster passes a step besides the pipeline's: where its token file is mounted (security.GITEA_FILES).
+SECRET_FILE_ARGS = {"push-adapter": ("--token-file", security.GITEA_TOKEN_FILE)}
 
 
 def run_key(name: str) -> str:
@@ -163,6 +182,10 @@ RESOURCES = {
     "evaluate": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
     "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
     "propose": fixed_resources("propose", "250m", "512Mi", "1Gi"),
+    # The default teacher (135M) in llama.cpp with every position's logits: well under 1 GiB; a larger teacher of the
+    # student's family (a 1.7B at Q8_0: ~2 GiB mapped) fits the limit. Not sized by preflight, which knows no teacher.
+    "kd-targets": fixed_resources("kd-targets", "2", "4Gi", "6Gi"),
+    "push-adapter": fixed_resources("push-adapter", "250m", "512Mi", "1Gi"),
 }
 POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
@@ -205,8 +228,9 @@ def _output(stage: Stage) -> Artifact:
 
 
 def _inputs(stage: Stage, name: str) -> list[Artifact]:
-    if name == ADAPTER:
-        return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name))]
+    if name in READ_BY_KEY:  # optional where its producer may be skipped (Argo's executor then skips it: not found)
+        optional = True if producer(name).when else None
+        return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name), optional=optional)]
     if name == GGUF:  # only the files this step reads, each by its key
         files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[stage.name])]
         return [
@@ -214,6 +238,18 @@ def _inputs(stage: Stage, name: str) -> list[Artifact]:
             for i, f in enumerate(files)
         ]
     return [Artifact(name=name, path=f"{IN_DIR}/{name}")]
+
+
+# A stage's `When` as Argo's `when`: an expr-lang tag over the workflow parameter (the value never enters the
+# expression's text, so no quote in it can break it), which the controller resolves to true or false before govaluate
+# reads it (dag.go resolveDependencyReferences, steps.go shouldExecute). Each test is `When.holds`'s, in expr-lang;
+# tests/test_optional_tasks.py runs both over the same values in Argo's own code.
+WHEN_EXPRESSIONS = {"positive": "asFloat({value}) > 0", "set": "{value} != ''"}
+
+
+def when_expression(when: When) -> str:
+    value = f"workflow.parameters['{when.param}']"
+    return "{{=" + WHEN_EXPRESSIONS[when.test].format(value=value) + "}}"
 
 
 def _exports(stage: Stage, folder: str) -> list[Parameter]:
@@ -393,6 +429,11 @@ def _workflow_parameter(p: Param) -> Parameter | m.Parameter:
     return Parameter(name=p.name, value=p.cluster, description=p.help)
 
 
+def _succeeded(task: str, conditional: bool) -> str:
+    """`depends` on a task: its success, or, for a task with a `when`, its being skipped too."""
+    return f"({task}.Succeeded || {task}.Skipped)" if conditional else f"{task}.Succeeded"
+
+
 RUN_MUTEX = "distill"
 
 
@@ -432,7 +473,11 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 )
             else:
                 templates[stage.name] = _template(
-                    stage, stage.name, images.ref("cpu"), sized=stage.name in sizing.POD_PATCH_STEPS
+                    stage,
+                    stage.name,
+                    images.ref("cpu"),
+                    extra_args=SECRET_FILE_ARGS.get(stage.name, ()),
+                    sized=stage.name in sizing.POD_PATCH_STEPS,
                 )
 
         with DAG(name="pipeline"):
@@ -443,6 +488,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
             )
             tasks: dict[str, Task] = {}
             train_tasks: dict[str, Task] = {}
+            conditional = {s.name for s in STAGES if s.when}  # tasks that may be skipped
             for stage in STAGES:
                 params = [Parameter(name=p, value=wt.get_parameter(p).value) for p in stage.params]
                 artifacts: list[Artifact] = []
@@ -451,7 +497,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     src = producer(name)
                     if name == GGUF:  # read by key; which files, the producer's outputs say
                         params += [tasks[src.name].get_parameter(p).with_name(p) for p in GGUF_READS[stage.name]]
-                    elif src.name != "train":  # the adapter is read at its fixed key (see the module docstring)
+                    elif name not in READ_BY_KEY:  # those are read at their fixed keys (see the module docstring)
                         artifacts.append(tasks[src.name].get_artifact(name).with_name(name))
                     if src.name not in deps:
                         deps.append(src.name)
@@ -460,7 +506,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     " && ".join(
                         "(" + " || ".join(f"{t.name}.Succeeded" for t in train_tasks.values()) + ")"
                         if d == "train"
-                        else f"{tasks[d].name}.Succeeded"
+                        else _succeeded(tasks[d].name, conditional=d in conditional)
                         for d in deps
                     )
                     or f"{check.name}.Succeeded"
@@ -489,6 +535,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                         template=templates[stage.name],  # type: ignore[arg-type]
                         arguments=arguments,
                         depends=depends,
+                        when=when_expression(stage.when) if stage.when else None,
                     )
         # Last among the templates: tests find the RayJob's create template as the first that names a RayJob.
         wt.on_exit = _exit_handler(wt.get_parameter("train-backend").value)

@@ -36,6 +36,7 @@ DVC_FOLDERS = {DISTILL.name: "", BUILD_DATASET.name: "build-dataset"}
 # Files a stage reads that a parameter names, so that changing the file reruns it locally.
 FILE_PARAMS = {
     "fetch-dataset": ("dataset-path",),
+    "kd-targets": ("teachers-file",),
     "ingest": ("documents",),
     "feedback": ("feedback",),
     "teacher": ("teachers-file",),

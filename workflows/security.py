@@ -54,6 +54,7 @@ HUB_SECRET = "distillery-hf"
 GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
 SERVE_TOKENS_SECRET = "distillery-serve-tokens"
+GITEA_SECRET = "distillery-gitea"
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -76,24 +77,28 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "teacher": (SecretEnv("TEACHER_API_KEY", TEACHER_SECRET, "api-key"),),
     # The home server's bearer tokens: files, not variables (SERVE_TOKEN_FILES).
     "serve-tokens": (),
+    # The adapters repository's write token: a file, not a variable (GITEA_FILES).
+    "gitea": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
     # the steps that call MLflow: the champion's scores and files, the new version, the aliases, the triggers
-    "mlflow": ("evaluate", "register", "propose", "check-triggers", "promote", "serve"),
+    "mlflow": ("evaluate", "register", "propose", "push-adapter", "check-triggers", "promote", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
     # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",
            "check-triggers", "ingest", "teacher", "publish", "serve"),
-    # the steps that download the base model from the hub
-    "model-hub": ("preflight", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
+    # the steps that download the base model (or, kd-targets, its tokenizer) from the hub
+    "model-hub": ("preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
     # the steps that read the dataset repository (the retrain check counts its new feedback rows) or push to it
     "git": ("fetch-dataset", "check-triggers", "publish"),
     # build-dataset's teacher step, the only one that calls a teacher
     "teacher": ("teacher",),
     # the serving pods, which check every request's bearer token (steps/serve/front.py)
     "serve-tokens": ("serve",),
+    # push-adapter, the only step that writes to the adapters repository
+    "gitea": ("push-adapter",),
 }  # fmt: skip
 
 
@@ -117,7 +122,13 @@ GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{CONFIG_HOME}/git", "config")
 # the files are absent and serve refuses to start (it never answers strangers for want of a file).
 SERVE_TOKENS_DIR = "/var/run/secrets/distillery-serve"
 SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k) for k in ("clients", "operators"))
-FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES}
+# The adapters repository's token (Gitea), read by push-adapter from the file `--token-file` names (GITEA_TOKEN_FILE):
+# not in the step's environment, where git and every other child process would inherit it. Without the Secret the
+# file is absent and push-adapter, when adapter-repo is set, stops naming the Secret.
+GITEA_DIR = "/var/run/secrets/distillery-gitea"
+GITEA_FILES = (SecretFile(GITEA_SECRET, "token", GITEA_DIR, "token"),)
+GITEA_TOKEN_FILE = f"{GITEA_DIR}/token"
+FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES, "gitea": GITEA_FILES}
 
 
 def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:

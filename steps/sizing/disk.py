@@ -13,6 +13,8 @@ FIXED_DISK_GIB = {
     "preflight": 2,  # the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe
     "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
     "propose": 1,  # MLflow answers only
+    "kd-targets": 4,  # the train split, the base's tokenizer, the sidecar; the default teacher's GGUF is in the image
+    "push-adapter": 4,  # the adapter's files (LoRA: tens to hundreds of MB), a one-branch depth-1 clone, the card
     "check-triggers": 2,  # a clone of the dataset repository and its feedback file
     # build-dataset's steps
     "ingest": 8,  # the documents downloaded from the S3 prefix (PDFs) and their extracted text

@@ -52,6 +52,7 @@ from pathlib import Path
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import is_uri, read_json, write_json
+from steps.core.switches import KD_ON
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
 from steps.train.data import collate, encode_example, encode_rows, global_batches, length_report, schedule
@@ -107,7 +108,7 @@ def run(cfg: TrainConfig) -> TrainResult:
         rows = load_split(dataset, "train")
         lineage = read_json(dataset / "lineage.json")
     fit = _fit(cfg, rows)
-    kd_targets = load_targets(cfg.kd_targets, rows) if cfg.kd_weight else None
+    kd_targets = load_targets(cfg.kd_targets, rows) if KD_ON.holds(cfg.kd_weight) else None
     with tempfile.TemporaryDirectory(prefix="train-") as tmp:
         final = Path(tmp) / "final"
         if cfg.train_backend == "ray":

@@ -1,10 +1,14 @@
 """Logit-level distillation, an option of `train`: the teacher's top-k log-probabilities for every summary token, kept
 in a sidecar, and the KL term `train_loop` adds to its loss.
 
-    python -m steps.train.kd --dataset out/dataset --teacher-gguf teacher.gguf \
+    python -m steps.train.kd --dataset out/dataset --kd-weight 0.5 --teacher-gguf teacher.gguf \
         --base-model .cache/models/SmolLM2-135M-Instruct --out out/kd-targets
     python -m steps.train --dataset out/dataset --out out/adapter \
         --kd-targets out/kd-targets --kd-weight 0.5 --kd-temperature 2
+
+The pipeline's `kd-targets` stage (steps/pipeline.py) runs it before train when `kd-weight` > 0 (`pipeline.KD_ON`): on
+Argo a task skipped otherwise; locally (DVC runs every stage) `--kd-weight 0` scores nothing and writes only `kd.json`
+saying so, which train, at weight 0, never reads.
 
 Sequence-level distillation (training on the teacher's summaries, `--kd-weight 0`) stays the default. Logit-level
 distillation needs the teacher to share the student's tokenizer: the teacher is scored on the student's own token ids,
@@ -44,6 +48,7 @@ from typing import Any
 from steps.contract.threads import llama_threads
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, sha256_file, write_json
+from steps.core.switches import KD_ON
 
 TOPK_FILE = "topk.npz"
 META_FILE = "kd.json"
@@ -140,6 +145,10 @@ def require_same_tokenizer(teacher: dict, teacher_name: str, student: dict, stud
 class KDConfig:
     out: Path = field(metadata={"help": "folder to write the sidecar (topk.npz, kd.json) into"})
     dataset: str = field(metadata={"help": "folder (or s3:// URI) written by fetch-dataset; its train split is scored"})
+    kd_weight: float = field(
+        default=1.0,
+        metadata={"help": "train's --kd-weight; 0: KD is off, nothing is scored, kd.json says so (default: score)"},
+    )
     teacher: str = field(
         default="smollm2-135m-instruct",
         metadata={"help": "the teacher's entry in --teachers-file: listed, with terms that allow training on it"},
@@ -153,7 +162,7 @@ class KDConfig:
         default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "the student's base (for its tokenizer)"}
     )
     base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
-    top_k: int = field(default=16, metadata={"help": "teacher log-probabilities kept per summary token"})
+    kd_top_k: int = field(default=16, metadata={"help": "teacher log-probabilities kept per summary token"})
     max_seq_len: int = field(default=512, metadata={"help": "as train's --max-seq-len: examples are encoded alike"})
     threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"})
 
@@ -164,6 +173,31 @@ class KDResult:
     summary_tokens: int
     top_k: int
     teacher_sha256: str
+    scored: bool = True  # False: --kd-weight 0, nothing scored
+
+
+def config_problems(cfg: KDConfig) -> list[str]:
+    """What is wrong with the settings (also run by check-parameters): the top-k and threads, and, when KD is on, the
+    teacher's terms entry (listed, allowing training on its outputs, open weights: a mistyped teacher stops the run
+    before any pod scores)."""
+    from steps.contract.threads import threads_problems
+    from steps.core.terms import TermsError, allowed_entry
+
+    problems = threads_problems(cfg.threads)
+    if cfg.kd_top_k < 1:
+        problems.append(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
+    if not 0 <= cfg.kd_weight <= 1 or not KD_ON.holds(cfg.kd_weight):
+        return problems  # off, or a weight train's own check refuses (settings_problems)
+    try:
+        entry = allowed_entry(cfg.teachers_file, cfg.teacher)
+    except TermsError as e:
+        return [*problems, f"--teacher {cfg.teacher}: {e}"]
+    if entry["hosted"]:
+        problems.append(
+            f"--teacher {cfg.teacher}: {cfg.teachers_file} lists it as a hosted API; logit-level distillation "
+            "scores the teacher's GGUF itself: use an open-weights entry, or -p kd-weight=0"
+        )
+    return problems
 
 
 def _log_softmax(x: Any) -> Any:
@@ -225,6 +259,12 @@ def teacher_file(cfg: KDConfig) -> tuple[Path, dict]:
 
 @timed
 def run(cfg: KDConfig) -> KDResult:
+    if not KD_ON.holds(cfg.kd_weight):  # sequence-level only: say so, for train to read nothing
+        result = KDResult(rows=0, summary_tokens=0, top_k=cfg.kd_top_k, teacher_sha256="", scored=False)
+        with atomic_dir(cfg.out) as tmp:
+            write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
+            write_result(tmp, result)
+        return result
 
     import numpy as np
     from llama_cpp import Llama
@@ -234,8 +274,8 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
 
-    if cfg.top_k < 1:
-        raise KDError(f"--top-k {cfg.top_k}: keep at least 1 log-probability per token")
+    if cfg.kd_top_k < 1:
+        raise KDError(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
     gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)
@@ -249,7 +289,7 @@ def run(cfg: KDConfig) -> KDResult:
         **llama_threads(cfg.threads),
     )  # fmt: skip
     try:
-        scored = score(llm, examples, cfg.top_k)
+        scored = score(llm, examples, cfg.kd_top_k)
     finally:
         llm.close()
     lengths = [len(s[0]) for s in scored]
@@ -274,12 +314,12 @@ def run(cfg: KDConfig) -> KDResult:
                     "terms": {k: entry[k] for k in ("provider", "model", "terms_url", "reviewed_by", "reviewed_on")},
                 },
                 "student": {"base_model": cfg.base_model, "tokenizer": student},
-                "top_k": cfg.top_k,
+                "top_k": cfg.kd_top_k,
                 "max_seq_len": cfg.max_seq_len,
                 "rows": len(rows),
             },
         )
-        result = KDResult(rows=len(rows), summary_tokens=sum(lengths), top_k=cfg.top_k, teacher_sha256=teacher_sha)
+        result = KDResult(rows=len(rows), summary_tokens=sum(lengths), top_k=cfg.kd_top_k, teacher_sha256=teacher_sha)
         write_result(tmp, result)
     return result
 
@@ -297,7 +337,12 @@ def load_targets(location: str, rows: list[dict]) -> dict[str, Any]:
 
     with local_folder(location) as folder:
         if not (folder / TOPK_FILE).is_file():
-            raise KDError(f"--kd-targets {location}: no {TOPK_FILE}; write it with python -m steps.train.kd")
+            off = (folder / META_FILE).is_file() and read_json(folder / META_FILE).get("scored") is False
+            why = " (written with --kd-weight 0: KD was off)" if off else ""
+            raise KDError(
+                f"--kd-targets {location}: no {TOPK_FILE}{why}; score it with python -m steps.train.kd --kd-weight "
+                "<the same weight as train's>"
+            )
         meta = read_json(folder / META_FILE)
         with np.load(folder / TOPK_FILE) as data:
             arrays = {k: data[k] for k in data.files}
@@ -356,7 +401,7 @@ class KDLoss:
 def loss_hook(cfg: Any, tokenizer: Any, examples: list[dict], targets: dict | None) -> KDLoss | None:
     """The KD term for `train_loop` (None when --kd-weight is 0), after checking that the sidecar was scored for this
     student's tokenizer and these examples."""
-    if not cfg.kd_weight:
+    if not KD_ON.holds(cfg.kd_weight):
         return None
     if targets is None:
         raise KDError("--kd-weight > 0 but no --kd-targets were loaded")
@@ -384,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     except (KDError, FileNotFoundError) as e:
         print(f"kd: {e}", file=sys.stderr)
         return 1
+    if not result.scored:
+        print(f"kd: --kd-weight {cfg.kd_weight}: KD is off, nothing scored; {cfg.out} says so")
+        return 0
     print(f"teacher top-{result.top_k} for {result.summary_tokens} summary tokens of {result.rows} rows: {cfg.out}")
     return 0
 

@@ -3,11 +3,11 @@
 #
 #   scripts/engines.sh               # engines/harness/ and engines/podsecurity/, argo's CLI (each ARGO_VERSIONS), then
 #                                    # the control plane (tests/controlplane.py): kube-apiserver,
-#                                    # kube-controller-manager, etcd, Argo's workflow-controller and argoexec,
-#                                    # KubeRay's ray-operator
+#                                    # kube-controller-manager, etcd, Argo's workflow-controller, KubeRay's
+#                                    # ray-operator
 #   scripts/engines.sh --path NAME   # where NAME (harness, podsecurity, argo-v4.0.5, kube-apiserver,
-#                                    # kube-controller-manager, etcd, workflow-controller, argoexec, ray-operator) is; builds
-#                                    # nothing (tests/engines.py)
+#                                    # kube-controller-manager, etcd, workflow-controller, ray-operator) is;
+#                                    # builds nothing (tests/engines.py)
 #   scripts/engines.sh --argo-versions   # the Argo releases built and linted with
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
@@ -17,7 +17,7 @@
 # ui/embed.go embeds ui/dist/app, which the zip omits (Argo's Makefile touches a placeholder there before building).
 # So the module is fetched with `go mod download`, copied to a scratch folder, given the same placeholder and built
 # there with its own go.mod and go.sum (replace directives included, so v3 builds the same way). The control plane's
-# workflow-controller and argoexec are built the same way (CONTROLLER_ARGO).
+# workflow-controller is built the same way (CONTROLLER_ARGO).
 #
 # The control plane, each keyed by the version it pins:
 # - kube-apiserver, kube-controller-manager: engines/kubernetes/ (k8s.io/kubernetes, its staging modules replaced by
@@ -60,11 +60,11 @@ if [ "${1:-}" = "--path" ]; then
     harness | podsecurity) echo "$root/$2-$(module_key "$2")/$2" ;;
     argo-*) echo "$root/$2/argo" ;;
     kube-apiserver | kube-controller-manager | etcd) echo "$root/$2-$(tool_version "$2")/$2" ;;
-    workflow-controller | argoexec) echo "$root/$2-$CONTROLLER_ARGO/$2" ;;
+    workflow-controller) echo "$root/workflow-controller-$CONTROLLER_ARGO/workflow-controller" ;;
     ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
     *)
       echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
-        "workflow-controller, argoexec, ray-operator" >&2
+        "workflow-controller, ray-operator" >&2
       exit 2
       ;;
   esac
@@ -107,21 +107,20 @@ build_argo() {
 # The control plane's long builds: lowest priority, one compile at a time, outside the lock (see the top).
 long_build() { nice -n 15 go build -p 1 -trimpath "$@"; }
 
-# Argo's controller and its executor (the stand-in kubelet runs `argoexec resource` for resource steps), from one copy.
-build_argo_commands() {
-  local version="$CONTROLLER_ARGO" mod cmd todo=()
+# Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
+# stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no
+# osspecific/signal_linux.go. The resource steps it would run go through engines/harness/resource.go instead.)
+build_workflow_controller() {
+  local version="$CONTROLLER_ARGO" mod dest
   mod="github.com/argoproj/argo-workflows/${version%%.*}"
-  for cmd in workflow-controller argoexec; do
-    [ -x "$root/$cmd-$version/$cmd" ] || todo+=("$cmd")
-  done
-  [ ${#todo[@]} -eq 0 ] && return 0
+  dest="$root/workflow-controller-$version"
+  [ -x "$dest/workflow-controller" ] && return 0
   argo_scratch "$version"
-  for cmd in "${todo[@]}"; do
-    mkdir -p "$root/$cmd-$version"
-    echo "engines: building argo's $cmd $version (minutes, once)" >&2
-    (cd "$scratch" && long_build -ldflags "-X $mod.version=$version" -o "$root/$cmd-$version/$cmd.tmp" "./cmd/$cmd")
-    mv "$root/$cmd-$version/$cmd.tmp" "$root/$cmd-$version/$cmd"
-  done
+  mkdir -p "$dest"
+  echo "engines: building argo's workflow-controller $version (minutes, once)" >&2
+  (cd "$scratch" && long_build -ldflags "-X $mod.version=$version" -o "$dest/workflow-controller.tmp" \
+    ./cmd/workflow-controller)
+  mv "$dest/workflow-controller.tmp" "$dest/workflow-controller"
   rm -rf "$scratch"
   scratch=""
 }
@@ -178,5 +177,5 @@ if [ "${1:-}" = "--locked-part" ]; then
   exit 0
 fi
 for t in "${TOOLS[@]}"; do build_tool "$t"; done
-build_argo_commands
+build_workflow_controller
 build_ray_operator

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import ssl
 import subprocess
 import time
@@ -163,8 +164,16 @@ class ControlPlane:
         return path.read_text(errors="replace")[-chars:] if path and path.exists() else ""
 
     def stop(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            stop(proc)
+        """Everything at once (SIGTERM to each process group), then SIGKILL what is left after 5 s: nothing here
+        holds state worth a graceful shutdown."""
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            stop(proc)  # SIGKILL what is left, children included
         self.procs.clear()
 
 

@@ -9,9 +9,9 @@ For each pod the controllers create in the namespace it binds the pod to a stand
   parameters, the output artifacts keyed as `saveArtifactFromFile` keys them and the `main-logs` artifact when the
   template archives logs, then FinalizeOutput), with the token of the executor's service account from the Secret Argo
   mounted (kube-controller-manager's token controller filled it): RBAC as shipped decides;
-- an Argo resource step: Argo's own `argoexec resource <action>` (built by scripts/engines.sh) runs with the pod's
-  environment and that token, so kubectl, the success/failure conditions, the output parameters and the report are
-  Argo's code;
+- an Argo resource step: `harness resource <action>` (engines/harness/resource.go: `argoexec resource` on Argo
+  v4.0.5's own executor package; argoexec itself does not build from the module zip) runs with the pod's environment
+  and that token, so kubectl, the success/failure conditions, the output parameters and the report are Argo's code;
 - a KubeRay pod (head, workers): Running and Ready at `ray_pod_ip()`, where `RayDashboard` answers the operator's job
   calls (the operator runs with --use-kubernetes-proxy: it reaches the dashboard through the API server's service
   proxy, which resolves the head Service's Endpoints that kube-controller-manager writes from these pods);
@@ -210,7 +210,7 @@ class StandInKubelet:
     def _run_safely(self, pod: dict) -> None:
         try:
             self.run_pod(pod)
-        except Exception:
+        except BaseException:  # pytest.fail (a missing engine) included: the test reads self.errors
             self.errors.append(f"pod {pod['metadata']['name']}: {traceback.format_exc()}")
 
     def _confirm_deletion(self, name: str, uid: str) -> None:
@@ -356,13 +356,17 @@ class StandInKubelet:
     # --- resource steps: Argo's own executor ---------------------------------------------------------------------
 
     def _argoexec_resource(self, pod: dict, tmpl: dict, token: str, workflow: str) -> int:
-        """The resource pod's `main` container: `argoexec resource <action>` with its environment (fieldRefs filled in
-        as the kubelet does), a kubeconfig holding the executor's token, and kubectl on PATH."""
+        """The resource pod's `main` container, `argoexec resource <action>`, as `harness resource <action>` (Argo's
+        executor package) with its environment (fieldRefs filled in as the kubelet does), a kubeconfig holding the
+        executor's token, and kubectl on PATH."""
         [main] = [c for c in pod["spec"]["containers"] if c["name"] == "main"]
         meta = pod["metadata"]
         fields = {"metadata.name": meta["name"], "metadata.uid": meta["uid"], "metadata.namespace": NAMESPACE}
         env = {}
-        for e in main.get("env", []):
+        # The init container's environment first: it holds ARGO_TEMPLATE, which it writes to /var/run/argo/template
+        # for the containers that follow (init.go Init reads that file when the variable is absent).
+        init_env = [e for c in pod["spec"].get("initContainers", []) if c["name"] == "init" for e in c.get("env", [])]
+        for e in [*init_env, *main.get("env", [])]:
             if "value" in e:
                 env[e["name"]] = e["value"]
             elif "fieldRef" in (e.get("valueFrom") or {}):
@@ -372,10 +376,12 @@ class StandInKubelet:
         kubectl_dir = str(Path(console_script("kubectl")).parent)
         env.update(KUBECONFIG=str(kubeconfig), PATH=f"{kubectl_dir}:{os.environ['PATH']}", HOME=str(self.plane.workdir))
         env["RESOURCE_STATE_CHECK_INTERVAL"] = "1s"  # resource.go WaitResource polls every 5 s by default: test time
-        line = [*main.get("command", []), *main.get("args", [])]  # operator.go: argoexec resource <action> <log opts>
+        # operator.go: argoexec resource <action> <log opts>, wrapped by the emissary (`… emissary … -- <command>`)
+        line = [*main.get("command", []), *main.get("args", [])]
+        line = line[line.index("--") + 1 :] if "--" in line else line
         if line[:2] != ["argoexec", "resource"]:
             raise RuntimeError(f"pod {meta['name']}: main is not `argoexec resource …`: {line}")
-        cmd = [str(binary("argoexec")), *line[1:]]
+        cmd = [str(binary("harness")), "resource", line[2]]
         with self._manifest_lock:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         self.logs[(workflow, tmpl["name"])] = done.stdout + done.stderr

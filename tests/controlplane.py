@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, free_port, stop
+from tests.conftest import ROOT, free_port
 from tests.engines import binary
 from tests.manifests import console_script
 
@@ -70,9 +70,10 @@ def crd_files() -> list[Path]:
     written = ("workflows", "workflowtemplates", "cronworkflows")
     files = [crds / ("full" if p.stem.split("_")[1] in written else "minimal") / p.name
              for p in sorted((crds / "minimal").glob("argoproj.io_*.yaml"))]  # fmt: skip
-    # The RayJob CRD of the KubeRay release the templates are written for (v1.7.0: authOptions); the RayCluster CRD
-    # of the operator that runs (v1.5.0), the only other kind it reads.
-    files += [go_module_dir(KUBERAY_MODULE) / "config/crd/bases/ray.io_rayclusters.yaml"]
+    # The RayJob CRD of the KubeRay release the templates are written for (v1.7.0: authOptions); the RayCluster and
+    # RayService CRDs of the operator that runs (v1.5.0), the other kinds it watches.
+    kuberay = go_module_dir(KUBERAY_MODULE) / "config/crd/bases"
+    files += [kuberay / "ray.io_rayclusters.yaml", kuberay / "ray.io_rayservices.yaml"]
     files += [SCHEMAS / "kuberay-v1.7.0-ray.io_rayjobs.yaml"]
     # Gateway API: the kind infra/serving/ holds (HTTPRoute), from the standard channel.
     files += [go_module_dir(GATEWAY_MODULE) / "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"]
@@ -173,7 +174,9 @@ class ControlPlane:
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            stop(proc)  # SIGKILL what is left, children included
+            with contextlib.suppress(ProcessLookupError):  # what is left, children included
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         self.procs.clear()
 
 
@@ -333,6 +336,11 @@ def controller_configmap(plane: ControlPlane) -> str:
     return kustomize(install, plane)
 
 
+def established(crd: dict) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(k["type"] == "Established" and k["status"] == "True" for k in conditions)
+
+
 def apply_everything(plane: ControlPlane) -> None:
     """The CRDs (established), Argo's namespace and ConfigMap, and what users apply: infra/ and infra/karpenter/."""
     args: list[str] = []
@@ -344,9 +352,7 @@ def apply_everything(plane: ControlPlane) -> None:
     deadline = time.monotonic() + 120
     while True:
         crds = plane.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
-        pending = [c["metadata"]["name"] for c in crds if not any(
-            k["type"] == "Established" and k["status"] == "True" for k in (c.get("status") or {}).get("conditions") or []
-        )]  # fmt: skip
+        pending = [c["metadata"]["name"] for c in crds if not established(c)]
         if not pending:
             break
         if time.monotonic() > deadline:
@@ -364,7 +370,7 @@ def start_controllers(plane: ControlPlane) -> None:
     leader election, no metrics listeners."""
     argo_kubeconfig = plane.workdir / "argo.kubeconfig"
     write_kubeconfig(argo_kubeconfig, plane.url, plane.ca, ADMIN_TOKEN, ARGO_NAMESPACE)
-    # DEFAULT_REQUEUE_TIME: how soon a workflow is looked at again (10 s by default); 1 s as Argo's own e2e tests run it.
+    # DEFAULT_REQUEUE_TIME: how soon a workflow is looked at again (10 s by default); 1 s as Argo's e2e tests run it.
     env = {**plane.env(), "KUBECONFIG": str(argo_kubeconfig), "LEADER_ELECTION_DISABLE": "true",
            "DEFAULT_REQUEUE_TIME": "1s"}  # fmt: skip
     _spawn(plane, "workflow-controller", [

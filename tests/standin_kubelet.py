@@ -176,7 +176,11 @@ class StandInKubelet:
     # --- life cycle ----------------------------------------------------------------------------------------------
 
     def start(self) -> StandInKubelet:
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+        }
         self.plane.api("POST", "/api/v1/nodes", node)
         self._thread.start()
         return self
@@ -343,7 +347,10 @@ class StandInKubelet:
         arts = []
         if exit_code == 0:  # a failed main leaves no output files: SaveParameters/SaveArtifacts save nothing
             computed = preflight_outputs(tmpl) if tmpl["name"] == "preflight" else {}
-            params = [{**p, "value": self.outcomes.value(workflow, p["name"], computed)} for p in declared.get("parameters", [])]
+            params = [
+                {**p, "value": self.outcomes.value(workflow, p["name"], computed)}
+                for p in declared.get("parameters", [])
+            ]
             if params:
                 outputs["parameters"] = params
             arts = [artifact(a, location) for a in declared.get("artifacts", [])]
@@ -396,7 +403,9 @@ def artifact(art: dict, location: dict, file_name: str = "") -> dict:
     if "key" not in s3:
         base = location.get("s3") or {}
         if not file_name:
-            file_name = PurePosixPath(art["path"]).name if "none" in (art.get("archive") or {}) else f"{art['name']}.tgz"
+            file_name = (
+                PurePosixPath(art["path"]).name if "none" in (art.get("archive") or {}) else f"{art['name']}.tgz"
+            )
         s3 = {**base, "key": str(PurePosixPath(base.get("key", "")) / file_name)}
     out["s3"] = s3
     return out
@@ -411,7 +420,12 @@ class TaskResult:
         self.base = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflowtaskresults"
 
     def initialize(self) -> None:
-        owner = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": self.workflow, "uid": self.workflow_uid}
+        owner = {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "name": self.workflow,
+            "uid": self.workflow_uid,
+        }
         body = {
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "WorkflowTaskResult",
@@ -469,7 +483,7 @@ class RayDashboard:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's names)
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 path = self.path.rstrip("/")
@@ -481,7 +495,7 @@ class RayDashboard:
                 else:
                     self._send(404, {})
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.rstrip("/")
                 if path.endswith("/logs"):
                     self._send(200, {"logs": ""})
@@ -489,7 +503,7 @@ class RayDashboard:
                 job = dashboard.job(path.rsplit("/", 1)[-1])
                 self._send(200, job) if job else self._send(404, {})
 
-            def do_DELETE(self) -> None:  # noqa: N802
+            def do_DELETE(self) -> None:
                 self._send(200, {"deleted": True})
 
         self.server = ThreadingHTTPServer((host, port), Handler)
@@ -503,8 +517,8 @@ class RayDashboard:
         run_id = words[words.index("--run-id") + 1].strip("'") if "--run-id" in words else ""
         polls = self.polls[submission_id] = self.polls.get(submission_id, 0) + 1
         status = "RUNNING" if polls <= self.running_polls else self.final.get(run_id, "RUNNING")
-        info = {"job_id": submission_id, "submission_id": submission_id, "entrypoint": sub["entrypoint"], "status": status,
-                "start_time": 1, "message": f"stand-in dashboard: {status}"}  # fmt: skip
+        info = {"job_id": submission_id, "submission_id": submission_id, "entrypoint": sub["entrypoint"],
+                "status": status, "start_time": 1, "message": f"stand-in dashboard: {status}"}  # fmt: skip
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
             info["end_time"] = 2
         return info

@@ -163,6 +163,7 @@ class StandInKubelet:
         self.outcomes = outcomes or Outcomes()
         self.poll = poll
         self.runs: list[PodRun] = []
+        self.ray_pods: list[dict] = []  # KubeRay's pods, as the API server admitted them
         self.errors: list[str] = []
         self.logs: dict[tuple[str, str], str] = {}  # (workflow, template) -> what a real or resource step printed
         self.ray_ip = ray_pod_ip()
@@ -230,6 +231,8 @@ class StandInKubelet:
         self._bind(name)
         if WORKFLOW_LABEL not in labels:  # KubeRay's head and workers: running until deleted
             self._status(name, "Running", pod, ip=self.ray_ip)
+            with self._lock:
+                self.ray_pods.append(pod)
             return
         tmpl = self._template(pod)
         workflow = labels[WORKFLOW_LABEL]

@@ -234,6 +234,10 @@ def test_ray_job_terminal_state_ends_train_ray(cluster, job_status, phase):
     assert nodes["train-ray"][0]["phase"] == phase, (nodes, kubelet.logs.get((name, "train-ray")))
     assert wf["status"]["phase"] == phase, (wf["status"].get("message"), nodes)
     assert any(f"--run-id {uid}" in s["entrypoint"].replace("'", "") for s in dashboard.submitted)
+    ray_pods = [p for p in kubelet.ray_pods if uid in p["metadata"]["labels"]["ray.io/cluster"]]  # distill-<uid>-…
+    # KubeRay's head and worker pods, admitted under `restricted`, run as the account the RayJob names
+    assert {p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods} == {"head", "worker"}
+    assert {p["spec"]["serviceAccountName"] for p in ray_pods} == {"distillery-ray"}
     if phase == "Succeeded":
         assert "convert-gguf" in nodes
     else:  # the exit handler deletes the RayJob with the submitter's token

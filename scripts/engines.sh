@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Build the engines the tests run, from their own Go modules, into a cache keyed by version (seconds when present).
 #
-#   scripts/engines.sh               # engines/harness/ and engines/podsecurity/, then argo's CLI (each ARGO_VERSIONS)
-#   scripts/engines.sh --path NAME   # where NAME (harness, podsecurity, argo-v4.0.5) is; builds nothing (tests/engines.py)
+#   scripts/engines.sh               # engines/harness/ and engines/podsecurity/, argo's CLI (each ARGO_VERSIONS), then
+#                                    # the control plane (tests/controlplane.py): kube-apiserver,
+#                                    # kube-controller-manager, etcd, Argo's workflow-controller, KubeRay's
+#                                    # ray-operator
+#   scripts/engines.sh --path NAME   # where NAME (harness, podsecurity, argo-v4.0.5, kube-apiserver,
+#                                    # kube-controller-manager, etcd, workflow-controller, ray-operator) is;
+#                                    # builds nothing (tests/engines.py)
 #   scripts/engines.sh --argo-versions   # the Argo releases built and linted with
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
@@ -11,7 +16,16 @@
 # Argo's CLI: `go install github.com/argoproj/argo-workflows/v4/cmd/argo@VERSION` cannot build from the module zip:
 # ui/embed.go embeds ui/dist/app, which the zip omits (Argo's Makefile touches a placeholder there before building).
 # So the module is fetched with `go mod download`, copied to a scratch folder, given the same placeholder and built
-# there with its own go.mod and go.sum (replace directives included, so v3 builds the same way).
+# there with its own go.mod and go.sum (replace directives included, so v3 builds the same way). The control plane's
+# workflow-controller is built the same way (CONTROLLER_ARGO).
+#
+# The control plane, each keyed by the version it pins:
+# - kube-apiserver, kube-controller-manager: engines/kubernetes/ (k8s.io/kubernetes, its staging modules replaced by
+#   their releases);
+# - etcd: engines/etcd/ (go.etcd.io/etcd/server/v3, whose root package is etcd's main);
+# - ray-operator: KubeRay's module as downloaded (no replace directives), built in place.
+# Minutes to tens of minutes each on 2 cores (docs/engines.md has the numbers): outside the heavy-job lock, at the
+# lowest priority with one compile at a time, as this machine's rules ask of builds longer than 10 minutes.
 set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -19,10 +33,24 @@ cd "$(dirname "$0")/.."
 # available"), and v4.0.5 is the newest v4 it serves. v3.7.18 (the newest v3, served) builds the same way, its
 # go.mod's replace directive included, but has not been built and linted here yet: add it when it has.
 ARGO_VERSIONS=(v4.0.5)
+CONTROLLER_ARGO=v4.0.5
+# KubeRay v1.7.0 (the release the templates' RayJob fields need, authOptions from 1.6.0) is refused by the module
+# proxy here (403 on its .zip); v1.5.0 is the newest it serves (docs/engines.md: what that changes).
+KUBERAY_VERSION=v1.5.0
 root="${DISTILLERY_ENGINES:-$HOME/.cache/distillery/engines}"
 # The repository's own Go programs (engines/<name>/, each its own module), cached by the hash of their sources.
 MODULES=(harness podsecurity)
 module_key() { cat "engines/$1/go.mod" "engines/$1/go.sum" "engines/$1"/*.go | sha256sum | cut -c1-16; }
+# The control plane's own modules (engines/kubernetes/, engines/etcd/) hold no Go source, only `tool` directives; each
+# binary is named by the release its module requires.
+TOOLS=(kube-apiserver kube-controller-manager etcd)
+tool_dir() { case "$1" in etcd) echo engines/etcd ;; *) echo engines/kubernetes ;; esac; }
+tool_module() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo k8s.io/kubernetes ;; esac; }
+tool_package() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo "k8s.io/kubernetes/cmd/$1" ;; esac; }
+tool_version() {
+  awk -v m="$(tool_module "$1")" '$1 == m {print $2; exit} $1 == "require" && $2 == m {print $3; exit}' \
+    "$(tool_dir "$1")/go.mod"
+}
 if [ "${1:-}" = "--argo-versions" ]; then
   echo "${ARGO_VERSIONS[*]}"
   exit 0
@@ -31,7 +59,14 @@ if [ "${1:-}" = "--path" ]; then
   case "${2:-}" in
     harness | podsecurity) echo "$root/$2-$(module_key "$2")/$2" ;;
     argo-*) echo "$root/$2/argo" ;;
-    *) echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]})" >&2; exit 2 ;;
+    kube-apiserver | kube-controller-manager | etcd) echo "$root/$2-$(tool_version "$2")/$2" ;;
+    workflow-controller) echo "$root/workflow-controller-$CONTROLLER_ARGO/workflow-controller" ;;
+    ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
+    *)
+      echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
+        "workflow-controller, ray-operator" >&2
+      exit 2
+      ;;
   esac
   exit 0
 fi
@@ -45,22 +80,76 @@ trap '[ -z "$scratch" ] || rm -rf "$scratch"' EXIT
 # Run under the heavy-job lock (taken once, below) at low priority.
 heavy() { nice -n 10 "$@"; }
 
-build_argo() {
-  local version="$1" major dest mod dir
-  major="${version%%.*}"
-  dest="$root/argo-$version"
-  [ -x "$dest/argo" ] && return 0
-  mod="github.com/argoproj/argo-workflows/$major"
+argo_scratch() {  # the Argo module `$1` as a scratch copy with the UI placeholder; prints its folder
+  local version="$1" mod dir
+  mod="github.com/argoproj/argo-workflows/${version%%.*}"
   dir="$(go mod download -json "$mod@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   scratch="$(mktemp -d)"  # global: the EXIT trap removes it
   cp -r "$dir/." "$scratch/"
   chmod -R u+w "$scratch"
   mkdir -p "$scratch/ui/dist/app" && touch "$scratch/ui/dist/app/placeholder"
+}
+
+build_argo() {
+  local version="$1" mod dest
+  mod="github.com/argoproj/argo-workflows/${version%%.*}"
+  dest="$root/argo-$version"
+  [ -x "$dest/argo" ] && return 0
+  argo_scratch "$version"
   mkdir -p "$dest"
   echo "engines: building argo $version (minutes, once)" >&2
   (cd "$scratch" && heavy go build -trimpath -ldflags "-X $mod.version=$version" -o "$dest/argo.tmp" ./cmd/argo)
   mv "$dest/argo.tmp" "$dest/argo"
   rm -rf "$scratch"
+  scratch=""
+}
+
+# The control plane's long builds: lowest priority, one compile at a time, outside the lock (see the top).
+long_build() { nice -n 15 go build -p 1 -trimpath "$@"; }
+
+# Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
+# stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no
+# osspecific/signal_linux.go. The resource steps it would run go through engines/harness/resource.go instead.)
+build_workflow_controller() {
+  local version="$CONTROLLER_ARGO" mod dest
+  mod="github.com/argoproj/argo-workflows/${version%%.*}"
+  dest="$root/workflow-controller-$version"
+  [ -x "$dest/workflow-controller" ] && return 0
+  argo_scratch "$version"
+  mkdir -p "$dest"
+  echo "engines: building argo's workflow-controller $version (minutes, once)" >&2
+  (cd "$scratch" && long_build -ldflags "-X $mod.version=$version" -o "$dest/workflow-controller.tmp" \
+    ./cmd/workflow-controller)
+  mv "$dest/workflow-controller.tmp" "$dest/workflow-controller"
+  rm -rf "$scratch"
+  scratch=""
+}
+
+build_tool() {
+  local name="$1" dest version ldflags=""
+  version="$(tool_version "$name")"
+  dest="$root/$name-$version"
+  [ -x "$dest/$name" ] && return 0
+  mkdir -p "$dest"
+  echo "engines: building $name $version from $(tool_dir "$name")/ (tens of minutes on 2 cores, once)" >&2
+  if [ "$name" != etcd ]; then  # what --version and /version report (Kubernetes' hack/lib/version.sh)
+    local minor="${version#v1.}"
+    ldflags="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1"
+    ldflags+=" -X k8s.io/component-base/version.gitMinor=${minor%%.*}"
+  fi
+  (cd "$(tool_dir "$name")" && long_build -ldflags "$ldflags" -o "$dest/$name.tmp" "$(tool_package "$name")")
+  mv "$dest/$name.tmp" "$dest/$name"
+}
+
+build_ray_operator() {
+  local dest="$root/ray-operator-$KUBERAY_VERSION" dir
+  [ -x "$dest/ray-operator" ] && return 0
+  dir="$(go mod download -json "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$dest"
+  echo "engines: building KubeRay's ray-operator $KUBERAY_VERSION (minutes, once)" >&2
+  (cd "$dir" && long_build -o "$dest/ray-operator.tmp" .)
+  mv "$dest/ray-operator.tmp" "$dest/ray-operator"
 }
 
 build_module() {
@@ -76,12 +165,17 @@ build_module() {
 missing=()
 for m in "${MODULES[@]}"; do [ -x "$("$self" --path "$m")" ] || missing+=("$m"); done
 for v in "${ARGO_VERSIONS[@]}"; do [ -x "$("$self" --path "argo-$v")" ] || missing+=("argo-$v"); done
-[ ${#missing[@]} -eq 0 ] && exit 0
-# Heavy on 2 cores (each argo release: minutes of compile): the builds take the machine's heavy-job lock once, all
+# Heavy on 2 cores (each argo release: minutes of compile): these builds take the machine's heavy-job lock once, all
 # together, and run at low priority.
-if [ -z "${DISTILLERY_ENGINES_LOCKED:-}" ]; then
+if [ ${#missing[@]} -gt 0 ] && [ -z "${DISTILLERY_ENGINES_LOCKED:-}" ]; then
   echo "engines: to build: ${missing[*]} (waiting for /tmp/distillery-heavy.lock)" >&2
-  DISTILLERY_ENGINES_LOCKED=1 exec flock /tmp/distillery-heavy.lock "$self" "$@"
+  DISTILLERY_ENGINES_LOCKED=1 flock /tmp/distillery-heavy.lock "$self" --locked-part
 fi
-for m in "${MODULES[@]}"; do build_module "$m"; done
-for v in "${ARGO_VERSIONS[@]}"; do build_argo "$v"; done
+if [ "${1:-}" = "--locked-part" ]; then
+  for m in "${MODULES[@]}"; do build_module "$m"; done
+  for v in "${ARGO_VERSIONS[@]}"; do build_argo "$v"; done
+  exit 0
+fi
+for t in "${TOOLS[@]}"; do build_tool "$t"; done
+build_workflow_controller
+build_ray_operator

@@ -1,6 +1,10 @@
 """The Pods the cluster would run for the rendered templates, built the way their controllers build them, so Pod
 Security admission (tests/pod_security.py) and the Pod schema (kubernetes-validate) can judge them without a cluster.
 
+A fast pre-check (unit tier), not the authority: tests/test_controlplane.py (integration tier) has Argo v4.0.5's own
+controller create the pods of the GPU, Ray and cron paths on a real API server that admits them. This port stays for
+what that run does not cover (the CPU backend's pods, the init-less layout, KubeRay's pods as v1.7.0 builds them).
+
 Argo (argoproj/argo-workflows v4.1.2, `workflow/controller/`; v3.7.18 builds the same legacy layout):
 - operator.go `executeContainer` / `executeScript`: the template's container becomes `main`; `executeResource` and
   `executeData` make `main` an executor container running `argoexec resource|data`.

@@ -298,3 +298,25 @@ def prune_closed_log_handlers(names: tuple[str, ...] = ("dvc", "dvc_objects", "d
         for handler in list(log.handlers):
             if getattr(getattr(handler, "stream", None), "closed", False):
                 log.removeHandler(handler)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """etcd, kube-apiserver, kube-controller-manager, Argo's workflow-controller and KubeRay's operator on loopback
+    with the CRDs and infra/ applied, the stand-in kubelet moving their pods and the stand-in Ray dashboard
+    (tests/controlplane.py, tests/standin_kubelet.py): started once per test session, stopped at its end."""
+    from tests.controlplane import Cluster, start
+    from tests.standin_kubelet import RayDashboard, StandInKubelet
+
+    plane = start(tmp_path_factory.mktemp("control-plane"))
+    kubelet = dashboard = None
+    try:
+        kubelet = StandInKubelet(plane).start()
+        dashboard = RayDashboard(kubelet.ray_ip).start()
+        yield Cluster(plane, kubelet, dashboard)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
+        if kubelet is not None:
+            kubelet.stop()
+        plane.stop()

@@ -1,5 +1,8 @@
 """Kubernetes Pod Security admission, `restricted` level, ported from the checks the API server runs.
 
+A fast pre-check with field-named messages: the API server's own admission judges the pods Argo's controller creates in
+tests/test_controlplane.py, and engines/podsecurity/ runs the same evaluator on every pod tests/argo_pods.py builds.
+
 Source: kubernetes/kubernetes `staging/src/k8s.io/pod-security-admission/policy/` (Apache-2.0). Each check below names
 its `check_*.go` file and function. `restricted` is every baseline check, minus the baseline checks a restricted check
 overrides (`OverrideCheckIDs`), plus the restricted checks (`registry.go`). Containers are visited as `visitor.go` does:

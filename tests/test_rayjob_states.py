@@ -2,6 +2,9 @@
 
 Neither engine runs here, so their rules are ported from source and cited, and the port is itself checked against the
 Go semantics:
+(A pre-check: in tests/test_controlplane.py, integration tier, KubeRay's operator v1.5.0 and Argo's `argoexec
+resource` v4.0.5 run the RayJob to SUCCEEDED, FAILED and STOPPED and end train-ray by the template's conditions; the
+table below covers every pair, and KubeRay v1.7.0, which cannot be built here.)
 
 - Argo, `workflow/executor/resource.go` (v3.7.18 and v4.1.2 read alike): `WaitResource` parses `successCondition` and
   `failureCondition` with k8s `labels.Parse` and polls; `matchConditions` fails the step as soon as ANY one failure

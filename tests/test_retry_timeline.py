@@ -7,6 +7,9 @@ argoproj/argo-workflows v4.1.2 (same logic in v3.7.18) `workflow/controller/oper
 wait, the retry policy, the limit, `retryStrategy.expression`) and `buildRetryStrategyLocalScope` (`lastRetry.exitCode`
 is a string, "-1" when the attempt has no exit code; `lastRetry.status` is the node phase). A retry gets
 `executionDeadline = maxDurationDeadline`: the executor kills its main container at that time.
+
+A pre-check of the timings no test run can wait for (hours of deadline and backoff): Argo's own controller retries a
+reclaimed train-gpu (exit 137) and does not retry a code error (exit 1) in tests/test_controlplane.py.
 """
 
 from __future__ import annotations

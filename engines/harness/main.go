@@ -15,6 +15,8 @@
 //	selector   {"text"}: labels.Parse (workflow/executor/resource.go: successCondition / failureCondition)
 //	overrides  {"spec"}: util.ValidateUserOverrides on a WorkflowSpec (templateReferencing: Strict / Secure)
 //	compile    {"expression", "env"}: expr.Compile with expr.Env(env.GetFuncMap(env)), nothing run
+//
+// `harness resource <action>` is Argo's `argoexec resource` on Argo's executor package instead (resource.go).
 package main
 
 import (
@@ -143,6 +145,9 @@ func answer(ctx context.Context, r request) (any, error) {
 }
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "resource" {
+		os.Exit(resourceMain(os.Args[2]))
+	}
 	var in struct {
 		Requests []request `json:"requests"`
 	}

@@ -104,8 +104,9 @@ build_argo() {
   scratch=""
 }
 
-# The control plane's long builds: lowest priority, one compile at a time, outside the lock (see the top).
-long_build() { nice -n 15 go build -p 1 -trimpath "$@"; }
+# The control plane's long builds: lowest priority, outside the lock (see the top); every core unless
+# DISTILLERY_GO_JOBS says how many packages compile at once (1 on a machine others share).
+long_build() { nice -n 15 go build -p "${DISTILLERY_GO_JOBS:-$(nproc)}" -trimpath "$@"; }
 
 # Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
 # stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no

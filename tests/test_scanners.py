@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts.render_iam import BUCKET_SETTINGS
 from tests.argo_pods import rayjob_pods, shipped_config, workflow_pods, write_pods
 from tests.conftest import ROOT
 from tests.manifests import rendered_rayjob
@@ -29,7 +30,10 @@ SCAN_BIN = ROOT / ".venv-scan/bin"
 SKIPS = yaml.safe_load((ROOT / "infra/scan-skips.yaml").read_text())
 STATUSES = {"false-positive", "accepted", "k8s-hardening", "open"}
 POLICIES = sorted(
-    p for folder in ("iam", "s3") for p in (ROOT / "infra" / folder).glob("*.json") if "lifecycle" not in p.name
+    p
+    for folder in ("iam", "s3")
+    for p in (ROOT / "infra" / folder).glob("*.json")
+    if not p.name.endswith(BUCKET_SETTINGS)
 )
 BROKEN_POLICY = {
     "Version": "2012-10-17",

@@ -431,8 +431,13 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     sized=stage.name in sizing.POD_PATCH_STEPS,
                 )
             else:
+                own = security.STEP_ACCOUNTS.get(stage.name)  # register: the one role that writes MLflow's artifacts
                 templates[stage.name] = _template(
-                    stage, stage.name, images.ref("cpu"), sized=stage.name in sizing.POD_PATCH_STEPS
+                    stage,
+                    stage.name,
+                    images.ref("cpu"),
+                    sized=stage.name in sizing.POD_PATCH_STEPS,
+                    **({"service_account_name": own} if own else {}),
                 )
 
         with DAG(name="pipeline"):

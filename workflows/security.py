@@ -14,6 +14,11 @@ Identities (infra/rbac/):
   (tests/test_rbac.py derives them from the rendered YAML).
 - `RAY` (`distillery-ray`): the RayJob's head and worker pods. IRSA for S3; no token mounted, no Role: Ray needs no
   Kubernetes API (autoscaling is off).
+- `REGISTER` (`distillery-register`): the register step's pod, the only holder of the IAM role that may write MLflow's
+  artifact root (model versions, the gate's decisions; scripts/render_iam.py). Its Argo executor containers use the
+  `STEPS` account's token like every step (the workflow's `executor.serviceAccountName`); no token of its own.
+- `SERVE` (`distillery-serve`): the serving Deployments (workflows/serving.py): IRSA to read MLflow's artifact root
+  only; no token, no Role.
 
 Credentials are references only: a Secret's name and key, never a value. Every reference is `optional: true`, so a
 cluster that needs none (EKS with IRSA, MLflow without auth, public base model and dataset repo) creates none and the
@@ -34,7 +39,12 @@ from dataclasses import dataclass
 STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
 RAY = "distillery-ray"
-SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY)
+REGISTER = "distillery-register"
+SERVE = "distillery-serve"
+SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY, REGISTER, SERVE)
+# Container steps that run under an account of their own instead of the workflow's `STEPS` (their pod's
+# serviceAccountName; Argo's executor containers keep the workflow's executor account).
+STEP_ACCOUNTS = {"register": REGISTER}
 SCRATCH_VOLUME = "scratch"
 SCRATCH_DIR = "/tmp"
 

@@ -299,6 +299,11 @@ def ray_replicas_param(group: str) -> str:
 RAY_CPU_REPLICA_PARAMS = tuple(ray_replicas_param(g.name) for g in sizing.RAY_NODE_GROUPS)
 RAY_GPU_REPLICA_PARAM = ray_replicas_param(sizing.RAY_GPU_GROUP)
 RAY_REPLICA_PARAMS = (*RAY_CPU_REPLICA_PARAMS, RAY_GPU_REPLICA_PARAM)  # the CPU groups', then the GPU group's
+# On the cluster `base-revision` must be a commit (what was trained is then what the lineage names, and a pushed branch
+# cannot change it between preflight and convert-gguf); this cluster-only flag lets a branch or tag through on purpose.
+MOVING_REVISION_PARAM = "allow-moving-base-revision"
+# Workflow parameters only check-parameters and the cluster run have, in the order the templates declare them.
+CLUSTER_ONLY_PARAMS = (*RAY_REPLICA_PARAMS, MOVING_REVISION_PARAM)
 
 
 # --- build-dataset: documents and feedback in, a teacher's summaries under a terms gate, a dataset revision out ---

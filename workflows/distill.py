@@ -82,7 +82,7 @@ from hera.workflows import (
 
 from steps import sizing
 from steps.gguf.report import REPORT_FILES
-from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
+from steps.pipeline import CLUSTER_ONLY_PARAMS, MOVING_REVISION_PARAM, PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
@@ -136,7 +136,7 @@ def run_uri(name: str) -> str:
     return f"s3://{BUCKET}/{run_key(name)}"
 
 
-# Workflow parameters only the cluster run has (steps.pipeline.RAY_REPLICA_PARAMS, in that order): Argo-only, so not
+# Workflow parameters only the cluster run has (steps.pipeline.CLUSTER_ONLY_PARAMS, in that order): Argo-only, so not
 # among steps.pipeline.PARAMS (params.yaml, dvc.yaml).
 CLUSTER_PARAMS = [
     *(
@@ -144,6 +144,12 @@ CLUSTER_PARAMS = [
         for g in rayjob.WORKER_GROUPS
     ),
     Parameter(name=rayjob.GPU_GROUP.parameter, value="0", description=rayjob.gpu_parameter_help()),
+    Parameter(
+        name=MOVING_REVISION_PARAM,
+        value="false",
+        enum=["false", "true"],
+        description="true: let base-revision be a branch or tag (check-parameters otherwise wants a commit)",
+    ),
 ]
 
 
@@ -249,7 +255,7 @@ def _template(
 
 def _check_template(image: str) -> Container:
     """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
-    names = [p.name for p in PARAMS] + list(RAY_REPLICA_PARAMS)
+    names = [p.name for p in PARAMS] + list(CLUSTER_ONLY_PARAMS)
     return Container(
         name=CHECK_TASK,
         image=image,

@@ -321,3 +321,23 @@ def test_preflight_s_patch_sizes_both_empty_dirs_of_a_sized_step(pods):
     disk = main["resources"]["limits"]["ephemeral-storage"]
     sizes = {v["name"]: v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if v["name"] in sizing.SIZED_VOLUMES}
     assert sizes == {"out": disk, "scratch": disk}
+
+
+def test_the_teacher_key_is_a_mounted_file_not_a_variable(pods, tmp_path, monkeypatch):
+    """The teacher step gets the key as a file and its path in TEACHER_API_KEY_FILE; no variable holds the key, so
+    llama.cpp's server (its child for a local teacher) inherits nothing."""
+    from steps import teacher
+
+    (teacher_pod,) = [p for k, p in pods.items() if k.split("/")[0] == "teacher"]
+    env = {e["name"]: e for c in teacher_pod["spec"]["containers"] for e in c.get("env") or []}
+    assert "TEACHER_API_KEY" not in env
+    path = env["TEACHER_API_KEY_FILE"]["value"]
+    mounts = [m["mountPath"] for c in teacher_pod["spec"]["containers"] for m in c.get("volumeMounts") or []]
+    assert any(path.startswith(m + "/") for m in mounts), (path, mounts)
+    key = tmp_path / "api-key"
+    key.write_text("sk-from-file\n")
+    monkeypatch.setenv("TEACHER_API_KEY_FILE", str(key))
+    monkeypatch.setenv("TEACHER_API_KEY", "sk-from-env")
+    assert teacher.api_key() == "sk-from-file"
+    monkeypatch.setenv("TEACHER_API_KEY_FILE", str(tmp_path / "absent"))
+    assert teacher.api_key() == "sk-from-env"  # a local run

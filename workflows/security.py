@@ -82,8 +82,9 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
     # A private dataset repository: a file, not variables (GIT_FILES).
     "git": (),
-    # A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through).
-    "teacher": (SecretEnv("TEACHER_API_KEY", TEACHER_SECRET, "api-key"),),
+    # A hosted teacher's API key: a file, not a variable (TEACHER_FILES), so the teacher step's child processes
+    # (llama.cpp's server for a local teacher) never inherit it.
+    "teacher": (),
     # The home server's bearer tokens: files, not variables (SERVE_TOKEN_FILES).
     "serve-tokens": (),
 }
@@ -127,7 +128,13 @@ GIT_FILES = (SecretFile(GIT_SECRET, "gitconfig", f"{CONFIG_HOME}/git", "config")
 # the files are absent and serve refuses to start (it never answers strangers for want of a file).
 SERVE_TOKENS_DIR = "/var/run/secrets/distillery-serve"
 SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k) for k in ("clients", "operators"))
-FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES}
+# A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through), read from
+# the file TEACHER_API_KEY_FILE names (steps/teacher.py).
+TEACHER_DIR = "/var/run/secrets/distillery-teacher"
+TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
+FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES, "teacher": TEACHER_FILES}
+# Plain variables that tell a consumer where its credential file is (a path, not a secret).
+FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {"teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),)}
 
 
 def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
@@ -152,6 +159,11 @@ def secret_env(step: str) -> list[dict]:
         for credential, users in USERS.items()
         if step in users
         for e in SECRETS[credential]
+    ] + [
+        {"name": name, "value": path}
+        for credential, users in USERS.items()
+        if step in users
+        for name, path in FILE_ENV.get(credential, ())
     ]
 
 

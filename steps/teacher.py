@@ -12,9 +12,9 @@ says the teacher lives (a hosted teacher at its `endpoint`; an open-weights one 
 refused with an error naming the file and the entry, and no request is sent.
 
 The endpoint: `--teacher-url` (llama.cpp's server, vLLM, a hosted API; the key in the file `TEACHER_API_KEY_FILE` names
-(the cluster's mounted Secret), else `TEACHER_API_KEY`, is sent as a bearer token), or, when empty, the teacher's GGUF (`--teacher-gguf`, else the entry's `gguf`: a file, or
-`package:<module>/<file>` inside an installed package) served by llama-cpp-python's server on 127.0.0.1 for the
-length of the step.
+(the cluster's mounted Secret), else `TEACHER_API_KEY`, is sent as a bearer token), or, when empty, the teacher's GGUF
+(`--teacher-gguf`, else the entry's `gguf`: a file, or `package:<module>/<file>` inside an installed package) served by
+llama-cpp-python's server on 127.0.0.1 for the length of the step.
 
 The prompt is the served one (`steps.contract.prompting.messages`) and decoding the served settings
 (`steps.contract.serving_config.SERVING`: greedy, the answer cap). Every generated row records the teacher (name, model,

@@ -132,7 +132,11 @@ SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k
 # the file TEACHER_API_KEY_FILE names (steps/teacher.py).
 TEACHER_DIR = "/var/run/secrets/distillery-teacher"
 TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
-FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES, "teacher": TEACHER_FILES}
+FILES: dict[str, tuple[SecretFile, ...]] = {
+    "git": GIT_FILES,
+    "serve-tokens": SERVE_TOKEN_FILES,
+    "teacher": TEACHER_FILES,
+}
 # Plain variables that tell a consumer where its credential file is (a path, not a secret).
 FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {"teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),)}
 

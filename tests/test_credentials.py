@@ -341,3 +341,24 @@ def test_the_teacher_key_is_a_mounted_file_not_a_variable(pods, tmp_path, monkey
     assert teacher.api_key() == "sk-from-file"
     monkeypatch.setenv("TEACHER_API_KEY_FILE", str(tmp_path / "absent"))
     assert teacher.api_key() == "sk-from-env"  # a local run
+
+
+def test_the_hub_token_is_a_file_in_the_steps_and_a_variable_only_in_the_ray_pods(pods, tmp_path):
+    """Argo's steps get the hub token as a file that huggingface_hub reads (HF_TOKEN_PATH); the Ray pods, which may
+    mount no Secret (infra/admission/rayjob-pods.yaml), as HF_TOKEN."""
+    for key, pod in pods.items():
+        if key.split("/")[0] not in security.USERS["model-hub"] or key == "train-ray":  # that one: argoexec only
+            continue
+        env = {e["name"]: e for c in pod["spec"]["containers"] for e in c.get("env") or []}
+        secrets = {v["secret"]["secretName"] for v in pod["spec"].get("volumes") or [] if "secret" in v}
+        if key.startswith("train-ray/"):
+            assert "HF_TOKEN" in env and security.HUB_SECRET not in secrets, key
+        else:
+            assert "HF_TOKEN" not in env and security.HUB_SECRET in secrets, key
+            assert env["HF_TOKEN_PATH"]["value"] == f"{security.HUB_DIR}/token", key
+    token = tmp_path / "token"
+    token.write_text("hf_from_file\n")
+    environ = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"} | {"HF_TOKEN_PATH": str(token)}
+    read = subprocess.run([sys.executable, "-c", "import huggingface_hub; print(huggingface_hub.get_token())"],
+                          env=environ, capture_output=True, text=True, check=True)  # fmt: skip
+    assert read.stdout.strip() == "hf_from_file"

@@ -78,7 +78,8 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
         SecretEnv(v, S3_SECRET, v)
         for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
     ),
-    # A gated or private base model on the Hugging Face hub.
+    # A gated or private base model on the Hugging Face hub: a file (HUB_FILES, HF_TOKEN_PATH names it), except in the
+    # Ray pods, which may mount no Secret (NO_SECRET_VOLUMES) and take it as this variable.
     "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
     # A private dataset repository: a file, not variables (GIT_FILES).
     "git": (),
@@ -132,18 +133,33 @@ SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k
 # the file TEACHER_API_KEY_FILE names (steps/teacher.py).
 TEACHER_DIR = "/var/run/secrets/distillery-teacher"
 TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
+# The hub token, read by huggingface_hub from the file HF_TOKEN_PATH names.
+HUB_DIR = "/var/run/secrets/distillery-hf"
+HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
 FILES: dict[str, tuple[SecretFile, ...]] = {
     "git": GIT_FILES,
     "serve-tokens": SERVE_TOKEN_FILES,
     "teacher": TEACHER_FILES,
+    "model-hub": HUB_FILES,
 }
 # Plain variables that tell a consumer where its credential file is (a path, not a secret).
-FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {"teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),)}
+FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {
+    "teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),),
+    "model-hub": (("HF_TOKEN_PATH", f"{HUB_DIR}/token"),),
+}
+# Pods that mount no Secret (a RayJob may not: infra/admission/rayjob-pods.yaml): a credential that is a file
+# elsewhere reaches them as its variables (SECRETS), when it has any.
+NO_SECRET_VOLUMES = ("train-ray",)
+
+
+def _as_files(credential: str, step: str) -> bool:
+    return credential in FILES and step not in NO_SECRET_VOLUMES
 
 
 def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
     """(volumes, volume mounts), Kubernetes dicts, for the credential files `step` may use."""
-    files = [f for credential, users in USERS.items() if step in users for f in FILES.get(credential, ())]
+    files = [f for credential, users in USERS.items() if step in users and _as_files(credential, step)
+             for f in FILES[credential]]  # fmt: skip
     by_secret: dict[tuple[str, str], list[SecretFile]] = {}  # one volume per Secret (and folder), all its keys
     for f in files:
         by_secret.setdefault((f.secret, f.directory), []).append(f)
@@ -161,12 +177,12 @@ def secret_env(step: str) -> list[dict]:
     return [
         {"name": e.variable, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key, "optional": True}}}
         for credential, users in USERS.items()
-        if step in users
+        if step in users and not _as_files(credential, step)
         for e in SECRETS[credential]
     ] + [
         {"name": name, "value": path}
         for credential, users in USERS.items()
-        if step in users
+        if step in users and _as_files(credential, step)
         for name, path in FILE_ENV.get(credential, ())
     ]
 

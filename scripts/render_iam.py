@@ -40,6 +40,11 @@ READ = ["s3:GetObject"]
 # Multipart uploads (large GGUFs, checkpoints) are PutObject's; an aborted one needs its own action.
 WRITE = ["s3:PutObject", "s3:AbortMultipartUpload"]
 DELETE = ["s3:DeleteObject"]
+# What would undo versioning (infra/s3/bucket-versioning.json) or the bucket's own rules: denied to the roles in every
+# bucket policy, whatever a later identity grant says (in the artifact bucket's own account an identity grant alone
+# would otherwise do).
+KEEP_HISTORY = ["s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration",
+                "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"]  # fmt: skip
 # Bucket settings beside the rendered policies in infra/s3/, applied as they are (not policies, not rendered):
 # the artifact bucket's lifecycle rules and every bucket's versioning.
 BUCKET_SETTINGS = ("-lifecycle.json", "bucket-versioning.json")
@@ -385,7 +390,15 @@ def bucket_policy(s: Settings, b: Bucket) -> dict:
         for st in _s3_grants(b, access, {}):
             sid = "Role" + _camel(role.duty) + st.pop("Sid")
             grants.append({"Sid": sid, "Effect": st.pop("Effect"), "Principal": {"AWS": role.arn}, **st})
-    denies = []
+    denies = [
+        {
+            "Sid": "DenyRolesHistoryAndPolicyChanges",
+            "Effect": "Deny",
+            "Principal": {"AWS": [r.arn for r, _ in _roles_of(s, b)]},
+            "Action": KEEP_HISTORY,
+            "Resource": everything,
+        }
+    ]
     if b.write_once:
         # Whoever writes: the roles, and anyone of the owning account.
         denies.append({**_write_once_deny(b), "Principal": "*"})

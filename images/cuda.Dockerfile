@@ -13,20 +13,22 @@ RUN useradd --uid 1000 --user-group --create-home distillery \
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /app
-COPY constraints.txt ./
-# torch and its CUDA libraries (GBs) in a layer of their own, kept while the project changes.
+# torch, its CUDA libraries (GBs) and every other package from PyPI: exactly the hashed lock (scripts/lock_images.py:
+# constraints.txt's versions, torch ${TORCH_VERSION}), nothing resolved at build time.
 ARG TORCH_VERSION=2.13.0
-RUN pip install --no-cache-dir -c constraints.txt "torch==${TORCH_VERSION}"
-# The project from its source: dependency ranges in pyproject.toml, the tested versions in constraints.txt.
+COPY images/locks/cuda.txt images/locks/
+RUN pip install --no-cache-dir --require-hashes --no-deps -r images/locks/cuda.txt
+# The project from its source, with no dependency of its own to fetch (the lock has them; pip check proves it). The
+# build fails unless torch is the CUDA build of the tested version.
 COPY pyproject.toml README.md ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
-# torch named again so pip keeps this one; the build fails unless it is the CUDA build of that version.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir -c constraints.txt "torch==${TORCH_VERSION}" ".[gpu]" \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[gpu]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
 raise SystemExit(0 if c is not None and v.split('+')[0] == '${TORCH_VERSION}' \
-else f'want a CUDA build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')"
+else f'want a CUDA build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
+ && pip check
 ARG GIT_SHA=unknown
 # compute, as the nvidia/cuda images set it: with it unset, older NVIDIA container toolkits mount only the driver's
 # `utility` libraries (nvidia-smi, NVML) and CUDA finds no driver.

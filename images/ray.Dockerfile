@@ -21,21 +21,25 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=igno
 WORKDIR /app
 # torch alone, from PyTorch's CPU index (it has linux/amd64 and linux/arm64 builds; PyPI's torch is the CUDA build on
 # both). The version is the one the test suite passes with (scripts/setup.sh). Its dependencies come with the project
-# below, from PyPI at constraints.txt's versions. The exact build installed here becomes a constraint, so the project
-# install can keep it but never swap it for PyPI's CUDA build: pip fails instead.
+# below, from the hashed lock. Every later install is --no-deps, so nothing can swap it for PyPI's CUDA build.
 ARG TORCH_VERSION=2.13.0
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
  && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-cpu.txt \
  && grep -q "^torch==${TORCH_VERSION}" /opt/torch-cpu.txt
-# The project from its source: dependency ranges in pyproject.toml, the tested versions in constraints.txt.
-COPY pyproject.toml README.md constraints.txt ./
+# Every other package from PyPI: exactly the hashed lock (scripts/lock_images.py, constraints.txt's versions; one lock
+# for both architectures, each file's sha256 listed), nothing resolved at build time.
+COPY images/locks/ray.txt images/locks/
+RUN pip install --no-cache-dir --require-hashes --no-deps -r images/locks/ray.txt
+# The project from its source, with no dependency of its own to fetch (the lock has them; pip check proves it).
+COPY pyproject.toml README.md ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir -c constraints.txt -c /opt/torch-cpu.txt ".[ray]" \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[ray]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
 raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
-else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')"
+else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
+ && pip check
 ARG GIT_SHA=unknown
 ENV HF_HOME=/work/.hf GIT_SHA=${GIT_SHA} PYTHONUNBUFFERED=1
 USER 1000:1000

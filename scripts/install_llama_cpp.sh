@@ -24,6 +24,16 @@
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+# The sdist's sha256, as PyPI lists it (https://pypi.org/simple/llama-cpp-python/): the one pin of what is compiled
+# and where the converter comes from. Every use checks the file against it, a cached one too; another VERSION needs
+# its own LLAMA_CPP_PYTHON_SHA256.
+PINNED_VERSION=0.3.36
+PINNED_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+if [ "$VERSION" = "$PINNED_VERSION" ]; then
+  SHA256="${LLAMA_CPP_PYTHON_SHA256:-$PINNED_SHA256}"
+else
+  SHA256="${LLAMA_CPP_PYTHON_SHA256:-}"
+fi
 CACHE="${DISTILLERY_CACHE:-$HOME/.cache/distillery}"
 PYTHON="${PYTHON:-python}"
 SDIST="$CACHE/sdist/llama_cpp_python-$VERSION.tar.gz"
@@ -50,8 +60,19 @@ fi
 DEST="${1:-.cache/llama.cpp}"
 
 mkdir -p "$CACHE/sdist" "$WHEELS"
+if [ -z "$SHA256" ]; then
+  echo "install_llama_cpp.sh: llama-cpp-python $VERSION has no pinned sha256: set LLAMA_CPP_PYTHON_SHA256 to the" \
+    "sdist's digest from https://pypi.org/simple/llama-cpp-python/ (or use $PINNED_VERSION)" >&2
+  exit 2
+fi
 if [ ! -f "$SDIST" ]; then
   "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: -d "$CACHE/sdist" "llama-cpp-python==$VERSION"
+fi
+if ! echo "$SHA256  $SDIST" | sha256sum --check --status; then
+  echo "install_llama_cpp.sh: $SDIST does not match the pinned sha256 $SHA256 (got $(sha256sum "$SDIST" | cut -c1-64))." \
+    "Nothing was built. Delete the file to download it again; if PyPI's file really changed, check why before" \
+    "updating the pin." >&2
+  exit 1
 fi
 
 wheel="$(ls "$WHEELS"/llama_cpp_python-"$VERSION"-*"$ARCH"*.whl 2>/dev/null | head -n 1 || true)"

@@ -4,13 +4,18 @@
     python scripts/render_iam.py --check                             # exit 1 if a committed file is stale
     python scripts/render_iam.py --settings mine.yaml --out build/aws   # your accounts; apply what it writes
 
-Training account (infra/iam/): the IRSA trust policy of the pods' role (only the step and Ray service accounts of one
-namespace, audience sts.amazonaws.com) and its identity policy (exact buckets and prefixes, `s3:prefix` on every
-ListBucket, `aws:ResourceAccount` on every Allow, TLS only, KMS through S3 only). Both accounts' buckets (infra/s3/):
-bucket policies that grant the role exactly what the identity policy does, deny every other outside principal and
-deny plain HTTP; and, for each bucket encrypted with a KMS key, the key-policy statement that lets the role use the
-key through S3 (merge it into the key's policy). Account ids, bucket names, the namespace, the OIDC provider and the
-keys are settings (infra/iam/settings.yaml); the Argo artifact bucket and its prefixes are the templates' own
+One IAM role per duty (`DUTIES`): `steps` (every step and Ray pod: read data, write run outputs, never MLflow's
+artifacts), `register` (the only writer of MLflow's artifact root, where model versions and the gate's decisions
+live), `serving` (reads MLflow's artifact root, nothing else). The workflow submitter has none. Training account
+(infra/iam/): each role's IRSA trust policy (only its own service accounts of one namespace, audience
+sts.amazonaws.com) and identity policy (exact buckets and prefixes, `s3:prefix` on every ListBucket,
+`aws:ResourceAccount` on every Allow, TLS only, KMS through S3 only). Both accounts' buckets (infra/s3/): bucket
+policies that grant each role exactly what its identity policy does, deny every other outside principal, deny plain
+HTTP and deny any object creation without `If-None-Match: *` under the write-once prefixes (MLflow's artifact root:
+steps/core/write_once.py); and, for each bucket encrypted with a KMS key, the key-policy statement that lets the
+roles use the key through S3 (merge it into the key's policy). Account ids, bucket names, role names, service
+accounts, the namespace, the OIDC provider and the keys are settings (infra/iam/settings.yaml); what each duty may
+reach is this file's (`load`); the Argo artifact bucket and its prefixes are the templates' own
 (workflows/distill.py, infra/artifact-repository.yaml), read from there.
 """
 
@@ -35,6 +40,14 @@ READ = ["s3:GetObject"]
 # Multipart uploads (large GGUFs, checkpoints) are PutObject's; an aborted one needs its own action.
 WRITE = ["s3:PutObject", "s3:AbortMultipartUpload"]
 DELETE = ["s3:DeleteObject"]
+# What would undo versioning (infra/s3/bucket-versioning.json) or the bucket's own rules: denied to the roles in every
+# bucket policy, whatever a later identity grant says (in the artifact bucket's own account an identity grant alone
+# would otherwise do).
+KEEP_HISTORY = ["s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration",
+                "s3:PutBucketPolicy", "s3:DeleteBucketPolicy"]  # fmt: skip
+# Bucket settings beside the rendered policies in infra/s3/, applied as they are (not policies, not rendered):
+# the artifact bucket's lifecycle rules and every bucket's versioning.
+BUCKET_SETTINGS = ("-lifecycle.json", "bucket-versioning.json")
 
 ACCOUNT = re.compile(r"^\d{12}$")
 BUCKET = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -44,13 +57,15 @@ KMS_KEY = re.compile(r"^arn:aws:kms:([a-z0-9-]+):(\d{12}):key/[A-Za-z0-9-]+$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 OIDC = re.compile(r"^oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[A-Z0-9]+$")
 ROLE = re.compile(r"^[\w+=,.@-]{1,64}$")
+# The duties, each its own role: what each may reach is decided in `load`, who holds it in the settings.
+DUTIES = ("steps", "register", "serving")
+ROLE_KEYS = {"name", "service_accounts"}
 TOP_KEYS = {
     "training_account": str,
     "home_account": str,
-    "role_name": str,
     "oidc_provider": str,
     "namespace": str,
-    "service_accounts": list,
+    "roles": dict,
     "artifact_bucket": dict,
     "mlflow_bucket": dict,
     "dvc_bucket": dict,
@@ -63,39 +78,69 @@ BUCKET_KEYS["dvc_bucket"] = BUCKET_KEYS["mlflow_bucket"]
 
 
 @dataclass(frozen=True)
+class Access:
+    """The prefixes one role may list and read, write, and delete in one bucket."""
+
+    read: tuple[str, ...]
+    write: tuple[str, ...] = ()
+    delete: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Bucket:
-    """One bucket of the grant: who owns it, and which prefixes the role may list, read, write and delete."""
+    """One bucket of the grant: who owns it, what each duty may do there, and which prefixes are write-once."""
 
     key: str  # the settings key, also the rendered files' stem (mlflow-bucket-policy.json …)
     name: str
     account: str
     region: str
     kms_key_arn: str
-    read: tuple[str, ...]
-    write: tuple[str, ...]
-    delete: tuple[str, ...]
+    access: tuple[tuple[str, Access], ...]  # (duty, its access), in DUTIES order
+    # Objects here are created with If-None-Match: * (steps/core/write_once.py) and never replaced: the bucket
+    # policy denies every object creation here that does not carry the header, whoever sends it.
+    write_once: tuple[str, ...] = ()
 
     @property
     def arn(self) -> str:
         return f"arn:aws:s3:::{self.name}"
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        """Every prefix any duty reads here, in order."""
+        return tuple(dict.fromkeys(p for _, a in self.access for p in a.read))
+
+    def grant(self, duty: str) -> Access | None:
+        return dict(self.access).get(duty)
 
     def objects(self, prefixes: tuple[str, ...]) -> list[str]:
         return [f"{self.arn}/{p}/*" for p in prefixes]
 
 
 @dataclass(frozen=True)
+class Role:
+    """One duty's IAM role in the training account and the service accounts that may assume it."""
+
+    duty: str
+    name: str
+    account: str
+    service_accounts: tuple[str, ...]
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:iam::{self.account}:role/{self.name}"
+
+
+@dataclass(frozen=True)
 class Settings:
     training_account: str
     home_account: str
-    role_name: str
     oidc_provider: str
     namespace: str
-    service_accounts: tuple[str, ...]
+    roles: tuple[Role, ...]
     buckets: tuple[Bucket, ...]
 
-    @property
-    def role_arn(self) -> str:
-        return f"arn:aws:iam::{self.training_account}:role/{self.role_name}"
+    def role(self, duty: str) -> Role:
+        return next(r for r in self.roles if r.duty == duty)
 
 
 def artifact_prefixes(root: Path = ROOT) -> tuple[str, str, tuple[str, ...]]:
@@ -140,16 +185,29 @@ def load(path: Path, root: Path = ROOT) -> Settings:
             bad(key, f"{raw[key]!r} is not a 12-digit AWS account id (quote it: YAML drops leading zeros)")
     if training == home:
         bad("home_account", "equals training_account: the grant joins two accounts (one account needs no grant)")
-    if not ROLE.match(raw["role_name"]):
-        bad("role_name", f"{raw['role_name']!r} is not an IAM role name (1-64 of letters, digits, +=,.@_-)")
+    roles = raw["roles"]
+    for duty in sorted(set(roles) - set(DUTIES)):
+        bad(f"roles.{duty}", f"unknown duty; known: {', '.join(DUTIES)}")
+    for duty in DUTIES:
+        spec = roles.get(duty)
+        if not isinstance(spec, dict) or set(spec) != ROLE_KEYS:
+            bad(f"roles.{duty}", f"missing, or not a mapping of exactly {', '.join(sorted(ROLE_KEYS))}")
+            continue
+        if not (isinstance(spec["name"], str) and ROLE.match(spec["name"])):
+            bad(f"roles.{duty}.name", f"{spec['name']!r} is not an IAM role name (1-64 of letters, digits, +=,.@_-)")
+        sas = spec["service_accounts"]
+        if not (isinstance(sas, list) and sas and all(isinstance(a, str) and DNS_LABEL.match(a) for a in sas)):
+            bad(f"roles.{duty}.service_accounts", "a non-empty list of Kubernetes service account names")
+    names = [s["name"] for s in roles.values() if isinstance(s, dict) and "name" in s]
+    if len(set(names)) != len(names):
+        bad("roles", "two duties share a role name: one role per duty")
+    held = [a for s in roles.values() if isinstance(s, dict) for a in s.get("service_accounts") or []]
+    if len(set(held)) != len(held):
+        bad("roles", "a service account holds two roles: give each duty its own service accounts")
     if not OIDC.match(raw["oidc_provider"]):
         bad("oidc_provider", f"{raw['oidc_provider']!r}: expected oidc.eks.<region>.amazonaws.com/id/<ID>, no https://")
     if not DNS_LABEL.match(raw["namespace"]):
         bad("namespace", f"{raw['namespace']!r} is not a Kubernetes namespace name")
-    if not raw["service_accounts"] or not all(
-        isinstance(s, str) and DNS_LABEL.match(s) for s in raw["service_accounts"]
-    ):
-        bad("service_accounts", "a non-empty list of Kubernetes service account names")
     owners = {"artifact_bucket": training, "mlflow_bucket": home, "dvc_bucket": home}
     for key, account in owners.items():
         spec = raw[key]
@@ -178,28 +236,46 @@ def load(path: Path, root: Path = ROOT) -> Settings:
 
     name, steps, run_and_caches = artifact_prefixes(root)
     art, mlf, dvc = raw["artifact_bucket"], raw["mlflow_bucket"], raw["dvc_bucket"]
+    run_prefix = run_and_caches[0]
     buckets = (
-        # Argo's executor reads and writes each step's folder; the steps read, write and prune (superseded
-        # checkpoints, torn cache entries) their run's prefix and the shared caches.
-        Bucket("artifact-bucket", name, training, art["region"], art["kms_key_arn"],
-               read=(steps, *run_and_caches), write=(steps, *run_and_caches), delete=run_and_caches),
-        # register logs the model version's files; evaluate downloads the champion's. MLflow never deletes.
-        Bucket("mlflow-bucket", mlf["name"], home, mlf["region"], mlf["kms_key_arn"],
-               read=(mlf["prefix"],), write=(mlf["prefix"],), delete=()),
-        # fetch-dataset and check-triggers read; build-dataset's dvc push adds content-addressed objects, nothing else.
-        Bucket("dvc-bucket", dvc["name"], home, dvc["region"], dvc["kms_key_arn"],
-               read=(dvc["prefix"],), write=(f"{dvc['prefix']}/{DVC_CACHE}",), delete=()),
+        # steps: Argo's executor reads and writes each step's folder; the steps read, write and prune (superseded
+        # checkpoints, torn cache entries) their run's prefix and the shared caches. register: its inputs (step
+        # folders, the run's keyed GGUF) and its own step folder (outputs, log), nothing it could rewrite for others.
+        Bucket("artifact-bucket", name, training, art["region"], art["kms_key_arn"], access=(
+            ("steps", Access(read=(steps, *run_and_caches), write=(steps, *run_and_caches), delete=run_and_caches)),
+            ("register", Access(read=(steps, run_prefix), write=(steps,))),
+        )),
+        # register alone logs the model version's files and the gate's decision, write-once; evaluate (steps)
+        # downloads the champion's, serving the served version's. Nobody deletes.
+        Bucket("mlflow-bucket", mlf["name"], home, mlf["region"], mlf["kms_key_arn"], access=(
+            ("steps", Access(read=(mlf["prefix"],))),
+            ("register", Access(read=(mlf["prefix"],), write=(mlf["prefix"],))),
+            ("serving", Access(read=(mlf["prefix"],))),
+        ), write_once=(mlf["prefix"],)),
+        # fetch-dataset and check-triggers read; build-dataset's dvc push adds content-addressed objects, nothing
+        # else. DVC sends no If-None-Match (steps/core/write_once.py says why), so this store is not write-once by
+        # policy: versioning keeps what an overwrite would replace, and readers verify every md5.
+        Bucket("dvc-bucket", dvc["name"], home, dvc["region"], dvc["kms_key_arn"], access=(
+            ("steps", Access(read=(dvc["prefix"],), write=(f"{dvc['prefix']}/{DVC_CACHE}",))),
+        )),
     )  # fmt: skip
-    return Settings(training, home, raw["role_name"], raw["oidc_provider"], raw["namespace"],
-                    tuple(raw["service_accounts"]), buckets)  # fmt: skip
+    roles_out = tuple(
+        Role(duty, raw["roles"][duty]["name"], training, tuple(raw["roles"][duty]["service_accounts"]))
+        for duty in DUTIES
+    )
+    return Settings(training, home, raw["oidc_provider"], raw["namespace"], roles_out, buckets)
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-"))
 
 
 def _sid(bucket: Bucket, what: str) -> str:
-    return "".join(part.capitalize() for part in bucket.key.split("-")) + what
+    return _camel(bucket.key) + what
 
 
-def _s3_grants(bucket: Bucket, owner_condition: dict) -> list[dict]:
-    """What the role may do in `bucket`: the statements both halves carry (the bucket policy adds a Principal)."""
+def _s3_grants(bucket: Bucket, access: Access, owner_condition: dict) -> list[dict]:
+    """What one role may do in `bucket`: the statements both halves carry (the bucket policy adds a Principal)."""
     out = [
         {
             "Sid": _sid(bucket, "List"),
@@ -207,39 +283,62 @@ def _s3_grants(bucket: Bucket, owner_condition: dict) -> list[dict]:
             "Action": ["s3:ListBucket"],
             "Resource": [bucket.arn],
             # Listing is by prefix only: a listing of the whole bucket (no s3:prefix) is refused.
-            "Condition": {"StringLike": {"s3:prefix": [f"{p}/*" for p in bucket.read]}, **owner_condition},
+            "Condition": {"StringLike": {"s3:prefix": [f"{p}/*" for p in access.read]}, **owner_condition},
         },
-        {"Sid": _sid(bucket, "Read"), "Effect": "Allow", "Action": READ, "Resource": bucket.objects(bucket.read)},
-        {"Sid": _sid(bucket, "Write"), "Effect": "Allow", "Action": WRITE, "Resource": bucket.objects(bucket.write)},
+        {"Sid": _sid(bucket, "Read"), "Effect": "Allow", "Action": READ, "Resource": bucket.objects(access.read)},
     ]
-    if bucket.delete:
+    if access.write:
         out.append(
-            {
-                "Sid": _sid(bucket, "Delete"),
-                "Effect": "Allow",
-                "Action": DELETE,
-                "Resource": bucket.objects(bucket.delete),
-            }
+            {"Sid": _sid(bucket, "Write"), "Effect": "Allow", "Action": WRITE, "Resource": bucket.objects(access.write)}
         )
+    if access.delete:
+        resource = bucket.objects(access.delete)
+        out.append({"Sid": _sid(bucket, "Delete"), "Effect": "Allow", "Action": DELETE, "Resource": resource})
     for st in out[1:]:
         if owner_condition:
             st["Condition"] = owner_condition
     return out
 
 
-def identity_policy(s: Settings) -> dict:
+def _write_once_deny(bucket: Bucket) -> dict:
+    """Deny creating an object under the write-once prefixes without If-None-Match: * (AWS, "Enforce conditional
+    writes on Amazon S3 buckets"): PutObject and CompleteMultipartUpload are object-creating operations and must carry
+    the header; CreateMultipartUpload and UploadPart (also s3:PutObject) take no conditional header and are exempt by
+    s3:ObjectCreationOperation false. CopyObject into these prefixes is refused with it, which nothing here needs."""
+    return {
+        "Sid": _sid(bucket, "WriteOnce"),
+        "Effect": "Deny",
+        "Action": ["s3:PutObject"],
+        "Resource": bucket.objects(bucket.write_once),
+        "Condition": {"Null": {"s3:if-none-match": "true"}, "Bool": {"s3:ObjectCreationOperation": "true"}},
+    }
+
+
+def _kms_actions(bucket: Bucket, access: Access) -> list[str]:
+    """A reader decrypts; a writer also asks S3 for data keys to encrypt what it writes."""
+    return ["kms:Decrypt", "kms:GenerateDataKey"] if access.write else ["kms:Decrypt"]
+
+
+def identity_policy(s: Settings, role: Role) -> dict:
     statements: list[dict] = []
     for b in s.buckets:
+        access = b.grant(role.duty)
+        if access is None:
+            continue
         # aws:ResourceAccount: the bucket must belong to the account we mean, so a same-named bucket elsewhere
         # (a deleted bucket's name taken by someone else) gets nothing.
-        statements += _s3_grants(b, {"StringEquals": {"aws:ResourceAccount": b.account}})
-    keys = [b for b in s.buckets if b.kms_key_arn]
-    for b in keys:
+        statements += _s3_grants(b, access, {"StringEquals": {"aws:ResourceAccount": b.account}})
+        if b.write_once and access.write:
+            statements.append(_write_once_deny(b))
+    for b in s.buckets:
+        access = b.grant(role.duty)
+        if not (access and b.kms_key_arn):
+            continue
         statements.append(
             {
                 "Sid": _sid(b, "KmsViaS3"),
                 "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Action": _kms_actions(b, access),
                 "Resource": [b.kms_key_arn],
                 "Condition": {
                     "StringEquals": {"kms:ViaService": f"s3.{b.region}.amazonaws.com"},
@@ -259,20 +358,20 @@ def identity_policy(s: Settings) -> dict:
     return {"Version": VERSION, "Statement": statements}
 
 
-def trust_policy(s: Settings) -> dict:
+def trust_policy(s: Settings, role: Role) -> dict:
     issuer = s.oidc_provider
     return {
         "Version": VERSION,
         "Statement": [
             {
-                "Sid": "StepAndRayServiceAccounts",
+                "Sid": f"{_camel(role.duty)}ServiceAccounts",
                 "Effect": "Allow",
                 "Principal": {"Federated": f"arn:aws:iam::{s.training_account}:oidc-provider/{issuer}"},
                 "Action": "sts:AssumeRoleWithWebIdentity",
                 "Condition": {
                     "StringEquals": {
                         f"{issuer}:aud": STS_AUDIENCE,
-                        f"{issuer}:sub": [f"system:serviceaccount:{s.namespace}:{sa}" for sa in s.service_accounts],
+                        f"{issuer}:sub": [f"system:serviceaccount:{s.namespace}:{sa}" for sa in role.service_accounts],
                     }
                 },
             }
@@ -280,18 +379,35 @@ def trust_policy(s: Settings) -> dict:
     }
 
 
+def _roles_of(s: Settings, b: Bucket) -> list[tuple[Role, Access]]:
+    return [(s.role(duty), access) for duty, access in b.access]
+
+
 def bucket_policy(s: Settings, b: Bucket) -> dict:
     everything = [b.arn, f"{b.arn}/*"]
-    grants = [
-        {"Sid": "DistilleryRole" + st.pop("Sid"), "Effect": st.pop("Effect"), "Principal": {"AWS": s.role_arn}, **st}
-        for st in _s3_grants(b, {})
+    grants = []
+    for role, access in _roles_of(s, b):
+        for st in _s3_grants(b, access, {}):
+            sid = "Role" + _camel(role.duty) + st.pop("Sid")
+            grants.append({"Sid": sid, "Effect": st.pop("Effect"), "Principal": {"AWS": role.arn}, **st})
+    denies = [
+        {
+            "Sid": "DenyRolesHistoryAndPolicyChanges",
+            "Effect": "Deny",
+            "Principal": {"AWS": [r.arn for r, _ in _roles_of(s, b)]},
+            "Action": KEEP_HISTORY,
+            "Resource": everything,
+        }
     ]
+    if b.write_once:
+        # Whoever writes: the roles, and anyone of the owning account.
+        denies.append({**_write_once_deny(b), "Principal": "*"})
     return {
         "Version": VERSION,
         "Statement": [
             *grants,
             {
-                # Whatever else is ever granted here by mistake, nobody outside the owning account except the role.
+                # Whatever else is ever granted here by mistake, nobody outside the owning account except the roles.
                 "Sid": "DenyOtherOutsidePrincipals",
                 "Effect": "Deny",
                 "Principal": "*",
@@ -299,9 +415,10 @@ def bucket_policy(s: Settings, b: Bucket) -> dict:
                 "Resource": everything,
                 "Condition": {
                     "StringNotEquals": {"aws:PrincipalAccount": b.account},
-                    "ArnNotEquals": {"aws:PrincipalArn": s.role_arn},
+                    "ArnNotEquals": {"aws:PrincipalArn": [r.arn for r, _ in _roles_of(s, b)]},
                 },
             },
+            *denies,
             {
                 "Sid": "DenyPlainHttp",
                 "Effect": "Deny",
@@ -320,16 +437,16 @@ def _s3_encryption_context(b: Bucket) -> dict:
 
 
 def key_policy_statement(s: Settings, b: Bucket) -> dict:
-    """The statement to add to the bucket's KMS key policy: the role may use the key through S3 in the key's region,
-    for this bucket's objects only."""
+    """The statements to add to the bucket's KMS key policy: each role may use the key through S3 in the key's region,
+    for this bucket's objects only, and only as its access there needs (readers decrypt)."""
     return {
         "Version": VERSION,
         "Statement": [
             {
-                "Sid": f"Distillery{_sid(b, 'ViaS3')}",
+                "Sid": f"Distillery{_camel(role.duty)}{_sid(b, 'ViaS3')}",
                 "Effect": "Allow",
-                "Principal": {"AWS": s.role_arn},
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Principal": {"AWS": role.arn},
+                "Action": _kms_actions(b, access),
                 "Resource": "*",
                 "Condition": {
                     "StringEquals": {
@@ -339,16 +456,17 @@ def key_policy_statement(s: Settings, b: Bucket) -> dict:
                     "StringLike": _s3_encryption_context(b),
                 },
             }
+            for role, access in _roles_of(s, b)
         ],
     }
 
 
 def rendered(s: Settings) -> dict[str, dict]:
     """Every file of the grant, by path relative to the output folder."""
-    out = {
-        "iam/distillery-workflows-trust-policy.json": trust_policy(s),
-        "iam/distillery-workflows-policy.json": identity_policy(s),
-    }
+    out = {}
+    for role in s.roles:
+        out[f"iam/{role.name}-trust-policy.json"] = trust_policy(s, role)
+        out[f"iam/{role.name}-policy.json"] = identity_policy(s, role)
     for b in s.buckets:
         out[f"s3/{b.key}-policy.json"] = bucket_policy(s, b)
         if b.kms_key_arn:

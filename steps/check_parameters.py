@@ -22,6 +22,8 @@ import sys
 
 from steps.core.cli import build_parser, flag_types
 from steps.pipeline import (
+    CLUSTER_ONLY_PARAMS,
+    MOVING_REVISION_PARAM,
     PARAMS,
     RAY_CPU_REPLICA_PARAMS,
     RAY_GPU_REPLICA_PARAM,
@@ -88,6 +90,22 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def base_revision_problems(values: dict[str, str]) -> list[str]:
+    """The base model's revision on the cluster: a full commit sha, unless the run says a moving one is meant."""
+    revision = values.get("base-revision", "")
+    if COMMIT.fullmatch(revision) or values.get(MOVING_REVISION_PARAM) == "true":
+        return []
+    return [
+        f"--base-revision {revision!r} is not a commit: a branch or tag can move between the steps that read the base "
+        "(preflight, train, convert-gguf) and after the run, so what was trained is not what the lineage names. Give "
+        "the 40-hex commit (git ls-remote https://huggingface.co/<base-model> <branch>, or the hub page's commit "
+        f"history), or submit with -p {MOVING_REVISION_PARAM}=true to train from a moving revision on purpose"
+    ]
+
+
 def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
     config_cls = config_type(stage)
     parser = build_parser(config_cls, stage.help)
@@ -127,6 +145,9 @@ def problems(values: dict[str, str]) -> list[str]:
     found += ray_mix_problems(values)
     found += ray_worker_problems(values)
     found += ray_entrypoint_problems(values)
+    found += base_revision_problems(values)
+    if values.get(MOVING_REVISION_PARAM, "false") not in ("true", "false"):
+        found.append(f"--{MOVING_REVISION_PARAM} {values[MOVING_REVISION_PARAM]!r}: true or false")
     return list(dict.fromkeys(found))
 
 
@@ -136,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{p.name}", required=True, help=p.help)
     for name in RAY_REPLICA_PARAMS:
         parser.add_argument(f"--{name}", default="0", help="Ray worker pods in that group")
+    parser.add_argument(f"--{MOVING_REVISION_PARAM}", default="false", help="let a branch or tag be the base revision")
+    assert len(CLUSTER_ONLY_PARAMS) == len(RAY_REPLICA_PARAMS) + 1  # every cluster-only parameter has a flag above
     values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
     found = problems(values)
     if found:

@@ -64,7 +64,14 @@ PARAMS: tuple[Param, ...] = (
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         "base model: hub id or folder",
     ),
-    Param("base-revision", "main", "main", "hub revision of the base model"),
+    # The cluster's default is a commit (check-parameters refuses a moving branch there, #27): SmolLM2-135M-Instruct's
+    # as public pins of its files cite it (not checked against the hub from here: no hub access in CI).
+    Param(
+        "base-revision",
+        "main",
+        "a91318be21aeaf0879874faa161dcb40c68847e9",
+        "hub revision of the base model (a commit on the cluster)",
+    ),
     Param(
         "train-backend",
         "cpu",
@@ -367,6 +374,11 @@ def ray_replicas_param(group: str) -> str:
 RAY_CPU_REPLICA_PARAMS = tuple(ray_replicas_param(g.name) for g in sizing.RAY_NODE_GROUPS)
 RAY_GPU_REPLICA_PARAM = ray_replicas_param(sizing.RAY_GPU_GROUP)
 RAY_REPLICA_PARAMS = (*RAY_CPU_REPLICA_PARAMS, RAY_GPU_REPLICA_PARAM)  # the CPU groups', then the GPU group's
+# On the cluster `base-revision` must be a commit (what was trained is then what the lineage names, and a pushed branch
+# cannot change it between preflight and convert-gguf); this cluster-only flag lets a branch or tag through on purpose.
+MOVING_REVISION_PARAM = "allow-moving-base-revision"
+# Workflow parameters only check-parameters and the cluster run have, in the order the templates declare them.
+CLUSTER_ONLY_PARAMS = (*RAY_REPLICA_PARAMS, MOVING_REVISION_PARAM)
 
 
 # --- build-dataset: documents and feedback in, a teacher's summaries under a terms gate, a dataset revision out ---

@@ -12,6 +12,10 @@ scores, the dataset's data card (`dataset.card.*`, from fetch-dataset's `card.js
 The serving configuration is the one definition in `steps.contract.serving_config`; the step refuses an evaluation
 that was measured with another one (its `decision.json` records it), so what was measured is what is served.
 
+Write-once: files logged straight to S3 (`s3://` artifact URIs) are created with `If-None-Match: *`
+(steps/core/write_once.py): nothing already in MLflow's artifact store is ever replaced, and the bucket refuses any
+write there without the header. Each attempt logs into a new MLflow run, so a retry never writes an existing key.
+
 The hash chain (steps/core/chain.py): the step refuses a candidate GGUF whose sha256 is not the one evaluate's
 `decision.json` records for the candidate it judged (`files.candidate.sha256`), so what is registered is what the gate
 judged. After the upload it reads the logged model back from the artifact store, checks that its GGUF and its code are
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
-from steps.core import chain
+from steps.core import chain, write_once
 from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, timed, write_result
 from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
@@ -376,6 +380,9 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     from mlflow import MlflowClient
 
     mlflow.set_tracking_uri(uri)
+    # Every file this step logs straight to S3 (the model version's, the gate's decision) is created write-once; the
+    # MLflow bucket's policy refuses any other write there (steps/core/write_once.py).
+    write_once.install()
     client = MlflowClient(tracking_uri=uri)
     _ensure_registered_model(client, cfg.model_name)
     existing = _versions_of(client, cfg.model_name, run_id)

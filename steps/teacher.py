@@ -11,10 +11,10 @@ who reviewed that and when. An unlisted teacher, one listed as not allowing it, 
 says the teacher lives (a hosted teacher at its `endpoint`; an open-weights one on this machine or in the cluster) is
 refused with an error naming the file and the entry, and no request is sent.
 
-The endpoint: `--teacher-url` (llama.cpp's server, vLLM, a hosted API; `TEACHER_API_KEY` in the environment is sent as
-a bearer token), or, when empty, the teacher's GGUF (`--teacher-gguf`, else the entry's `gguf`: a file, or
-`package:<module>/<file>` inside an installed package) served by llama-cpp-python's server on 127.0.0.1 for the
-length of the step.
+The endpoint: `--teacher-url` (llama.cpp's server, vLLM, a hosted API; the key in the file `TEACHER_API_KEY_FILE` names
+(the cluster's mounted Secret), else `TEACHER_API_KEY`, is sent as a bearer token), or, when empty, the teacher's GGUF
+(`--teacher-gguf`, else the entry's `gguf`: a file, or `package:<module>/<file>` inside an installed package) served by
+llama-cpp-python's server on 127.0.0.1 for the length of the step.
 
 The prompt is the served one (`steps.contract.prompting.messages`) and decoding the served settings
 (`steps.contract.serving_config.SERVING`: greedy, the answer cap). Every generated row records the teacher (name, model,
@@ -188,12 +188,23 @@ def api_root(url: str) -> str:
     return base if base.endswith("/v1") else f"{base}/v1"
 
 
+def api_key() -> str:
+    """The teacher's API key: the file TEACHER_API_KEY_FILE names (the cluster mounts the Secret there, so no child
+    process inherits the key), else TEACHER_API_KEY (a local run); '' when neither is set or the file is absent."""
+    path = os.environ.get("TEACHER_API_KEY_FILE", "")
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return os.environ.get("TEACHER_API_KEY", "")
+
+
 def complete(url: str, model: str, document: str) -> tuple[str, str]:
     """(summary, finish_reason) from the chat endpoint at `url`."""
     body = json.dumps({"model": model, "messages": messages(document), **decoding()}).encode()
     headers = {"Content-Type": "application/json"}
-    if os.environ.get("TEACHER_API_KEY"):
-        headers["Authorization"] = f"Bearer {os.environ['TEACHER_API_KEY']}"
+    key = api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
     request = urllib.request.Request(f"{api_root(url)}/chat/completions", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:

@@ -8,7 +8,8 @@ reference_policies_elements_action.html / _resource.html / _notaction / _notreso
 characters, `/` included, `?` one character; actions case-insensitive, resources case-sensitive),
 reference_policies_elements_condition_operators.html (several keys or operators: all must hold; several values for
 one key: any may match; a key absent from the request fails a positive operator and satisfies a negated one
-(`StringNotEquals`, `ArnNotEquals`, …); `…IfExists` holds when the key is absent; Bool compares "true"/"false"),
+(`StringNotEquals`, `ArnNotEquals`, …); `…IfExists` holds when the key is absent; Bool compares "true"/"false";
+`Null` "true" holds when the key is absent, "false" when it is present),
 reference_policies_elements_principal.html (an AWS principal by role ARN, by account id or `arn:aws:iam::<id>:root`;
 `*` is everyone). Only the operators the grant uses are implemented; any other raises, so a new one cannot be silently
 misjudged. Not modelled, as the grant uses none of them: SCPs and RCPs, permissions boundaries, session policies
@@ -81,6 +82,7 @@ OPERATORS = {
     "ArnNotEquals": (wildcard, True),
     "ArnNotLike": (wildcard, True),
     "Bool": (_bool, False),
+    "Null": (_bool, False),  # special-cased in condition_holds: it tests the key's presence, not its value
 }
 
 
@@ -92,7 +94,9 @@ def condition_holds(condition: dict, request: Request) -> bool:
         test, negated = OPERATORS[base]
         for key, wanted in keys.items():
             got = request.key(key)
-            if got is None:
+            if base == "Null":  # whether the key is absent: "true" wants it absent, "false" present
+                ok = any((got is None) == (str(w).lower() == "true") for w in _list(wanted))
+            elif got is None:
                 ok = if_exists or negated
             else:
                 matched = any(test(w, got) for w in _list(wanted))

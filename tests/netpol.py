@@ -3,9 +3,11 @@
 NetworkPolicy (k8s.io/api/networking/v1 types.go; the Kubernetes docs' "Network Policies"): pods no policy selects
 for a direction are open in it; a selected pod admits a connection only when some rule of a selecting policy admits
 it. A peer with only `podSelector` means pods of the policy's own namespace; only `namespaceSelector`, every pod of
-the matching namespaces; both, the pods that match in the matching namespaces; `ipBlock`, addresses (here: outside
-the cluster). A rule with no `from`/`to` admits every peer; no `ports`, every port. A connection needs both the
-source's egress and the destination's ingress to allow it.
+the matching namespaces; both, the pods that match in the matching namespaces; `ipBlock`, addresses: outside the
+cluster, and, as Calico and Cilium enforce it, a pod's own address too (the API docs leave pod IPs in an ipBlock to
+the implementation, so a policy must not rely on ipBlock missing them: `0.0.0.0/0` is read as reaching every pod with
+an address). A rule with no `from`/`to` admits every peer; no `ports`, every port. A connection needs both the source's
+egress and the destination's ingress to allow it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A pod (namespace + labels) or, with `ip`, an address outside the cluster."""
+    """A pod (namespace + labels, and its address `pod_ip` when an ipBlock should see it) or, with `ip`, an address
+    that is no pod (outside the cluster, or a Service's cluster IP)."""
 
     namespace: str = ""
     labels: dict = field(default_factory=dict, hash=False)
     ip: str = ""
+    pod_ip: str = ""
 
     @property
     def namespace_labels(self) -> dict:
@@ -43,9 +47,10 @@ def matches(selector: dict | None, labels: dict) -> bool:
 
 def peer_matches(peer: dict, policy_namespace: str, other: Endpoint) -> bool:
     if "ipBlock" in peer:
-        if not other.ip:
-            return False  # pod addresses are the CNI's business; the rules here mean the outside
-        block, ip = peer["ipBlock"], ipaddress.ip_address(other.ip)
+        address = other.ip or other.pod_ip
+        if not address:
+            return False
+        block, ip = peer["ipBlock"], ipaddress.ip_address(address)
         inside = ip in ipaddress.ip_network(block["cidr"])
         return inside and not any(ip in ipaddress.ip_network(x) for x in block.get("except") or [])
     if other.ip:

@@ -15,11 +15,15 @@ from tests.conftest import ROOT
 from tests.manifests import rayjob_template, rendered_template, templates
 from workflows.distill import CHECK_TASK
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
 
 def cluster_values(**changes: str) -> dict[str, str]:
-    """The WorkflowTemplate's defaults, with the required dataset repository given, and `changes` applied."""
+    """The WorkflowTemplate's defaults, with the required dataset repository and a pinned base revision given, and
+    `changes` applied."""
     values = {p["name"]: p.get("value", "") for p in rendered_template()["spec"]["arguments"]["parameters"]}
     values["dataset-repo"] = "https://git.example.com/you/summaries-data.git"
+    values["base-revision"] = COMMIT
     values.update({k.replace("_", "-"): v for k, v in changes.items()})
     return values
 
@@ -125,6 +129,16 @@ def test_every_parameter_of_the_ray_entrypoint_is_held_to_the_safe_characters():
         found = check_parameters.problems(cluster_values(train_backend="ray", **{name.replace("-", "_"): "a'b"}))
         assert f"--{name} {'a' + chr(39) + 'b'!r}: the Ray backend passes" in "\n".join(found), (name, found)
     assert check_parameters.problems(cluster_values(train_backend="gpu", base_model="org/it's")) == []
+
+
+def test_a_moving_base_revision_is_refused_unless_allowed():
+    default = next(p for p in PARAMS if p.name == "base-revision").cluster
+    for revision in (default, "v1.0", COMMIT[:12], COMMIT.upper(), COMMIT + "0"):
+        found = check_parameters.problems(cluster_values(base_revision=revision))
+        assert len(found) == 1 and f"--base-revision {revision!r} is not a commit" in found[0], (revision, found)
+        allowed = cluster_values(base_revision=revision, allow_moving_base_revision="true")
+        assert check_parameters.problems(allowed) == []
+    assert "true or false" in check_parameters.problems(cluster_values(allow_moving_base_revision="yes"))[0]
 
 
 def test_every_problem_is_listed_once_and_at_once():

@@ -321,3 +321,44 @@ def test_preflight_s_patch_sizes_both_empty_dirs_of_a_sized_step(pods):
     disk = main["resources"]["limits"]["ephemeral-storage"]
     sizes = {v["name"]: v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if v["name"] in sizing.SIZED_VOLUMES}
     assert sizes == {"out": disk, "scratch": disk}
+
+
+def test_the_teacher_key_is_a_mounted_file_not_a_variable(pods, tmp_path, monkeypatch):
+    """The teacher step gets the key as a file and its path in TEACHER_API_KEY_FILE; no variable holds the key, so
+    llama.cpp's server (its child for a local teacher) inherits nothing."""
+    from steps import teacher
+
+    (teacher_pod,) = [p for k, p in pods.items() if k.split("/")[0] == "teacher"]
+    env = {e["name"]: e for c in teacher_pod["spec"]["containers"] for e in c.get("env") or []}
+    assert "TEACHER_API_KEY" not in env
+    path = env["TEACHER_API_KEY_FILE"]["value"]
+    mounts = [m["mountPath"] for c in teacher_pod["spec"]["containers"] for m in c.get("volumeMounts") or []]
+    assert any(path.startswith(m + "/") for m in mounts), (path, mounts)
+    key = tmp_path / "api-key"
+    key.write_text("sk-from-file\n")
+    monkeypatch.setenv("TEACHER_API_KEY_FILE", str(key))
+    monkeypatch.setenv("TEACHER_API_KEY", "sk-from-env")
+    assert teacher.api_key() == "sk-from-file"
+    monkeypatch.setenv("TEACHER_API_KEY_FILE", str(tmp_path / "absent"))
+    assert teacher.api_key() == "sk-from-env"  # a local run
+
+
+def test_the_hub_token_is_a_file_in_the_steps_and_a_variable_only_in_the_ray_pods(pods, tmp_path):
+    """Argo's steps get the hub token as a file that huggingface_hub reads (HF_TOKEN_PATH); the Ray pods, which may
+    mount no Secret (infra/admission/rayjob-pods.yaml), as HF_TOKEN."""
+    for key, pod in pods.items():
+        if key.split("/")[0] not in security.USERS["model-hub"] or key == "train-ray":  # that one: argoexec only
+            continue
+        env = {e["name"]: e for c in pod["spec"]["containers"] for e in c.get("env") or []}
+        secrets = {v["secret"]["secretName"] for v in pod["spec"].get("volumes") or [] if "secret" in v}
+        if key.startswith("train-ray/"):
+            assert "HF_TOKEN" in env and security.HUB_SECRET not in secrets, key
+        else:
+            assert "HF_TOKEN" not in env and security.HUB_SECRET in secrets, key
+            assert env["HF_TOKEN_PATH"]["value"] == f"{security.HUB_DIR}/token", key
+    token = tmp_path / "token"
+    token.write_text("hf_from_file\n")
+    environ = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"} | {"HF_TOKEN_PATH": str(token)}
+    read = subprocess.run([sys.executable, "-c", "import huggingface_hub; print(huggingface_hub.get_token())"],
+                          env=environ, capture_output=True, text=True, check=True)  # fmt: skip
+    assert read.stdout.strip() == "hf_from_file"

@@ -209,7 +209,7 @@ def test_bake_header_says_how_to_build_and_push():
 def test_ray_in_the_image_is_the_ray_the_rayjob_names():
     pinned = re.search(r"^ray==(\S+)$", (ROOT / "constraints.txt").read_text(), flags=re.M)
     assert pinned and pinned.group(1) == rayjob.RAY_VERSION
-    assert "-c constraints.txt" in project_install("ray")
+    assert re.search(rf"(?m)^ray=={re.escape(rayjob.RAY_VERSION)} ", (ROOT / "images/locks/ray.txt").read_text())
 
 
 # ---------------------------------------------------------------------------------------------------------- Dockerfiles
@@ -251,20 +251,44 @@ def test_copied_files_exist(kind: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_resolving_pip_install_uses_the_constraints(kind: str):
-    # A --no-deps install of one pinned wheel resolves nothing, so constraints have nothing to do there.
-    resolving = [c for c in pip_installs(kind) if "--no-deps" not in c]
-    assert resolving
-    for command in resolving:
-        assert "-c constraints.txt" in command, command
-    assert "constraints.txt" in " ".join(args for keyword, args in instructions(kind) if keyword == "COPY")
+def test_nothing_is_resolved_at_build_time_and_pypi_files_are_held_to_their_hashes(kind: str):
+    """Every pip install is --no-deps and is one of: the image's hashed lock (--require-hashes), a hashed single
+    file, the project from its own source, or (cpu, ray) torch from PyTorch's CPU index, the one unhashed download
+    (scripts/lock_images.py says why)."""
+    installs = pip_installs(kind)
+    assert installs and all("--no-deps" in c for c in installs), installs
+    lock = f"--require-hashes --no-deps -r images/locks/{kind}.txt"
+    assert sum(lock in c for c in installs) == 1, installs
+    assert f"images/locks/{kind}.txt" in " ".join(args for keyword, args in instructions(kind) if keyword == "COPY")
+    for command in installs:
+        kinds = ("--require-hashes" in command, '".[' in command and "--no-build-isolation" in command,
+                 CPU_INDEX in command and kind in ("cpu", "ray"))  # fmt: skip
+        assert sum(kinds) == 1, command
+
+
+def test_the_locks_follow_their_rules_and_a_broken_one_is_caught():
+    from scripts import lock_images
+
+    assert lock_images.main(["--check"]) == 0
+    text = (ROOT / "images/locks/cpu.txt").read_text()
+    unhashed = re.sub(r"(?m)^(requests==\S+) \\\n(\s+--hash=.*\n)+", r"\1\n", text)
+    assert "requests has no hash" in " ".join(lock_images.problems("cpu", unhashed))
+    moved = re.sub(r"(?m)^requests==\S+", "requests==0.0.1", text)
+    assert "requests==0.0.1, constraints.txt says" in " ".join(lock_images.problems("cpu", moved))
+    with_torch = text + "torch==2.13.0 \\\n    --hash=sha256:00\n"
+    assert "torch must not be locked" in " ".join(lock_images.problems("cpu", with_torch))
+    cuda = (ROOT / "images/locks/cuda.txt").read_text()
+    assert f"torch=={torch_pin()} " in cuda
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_torch_is_the_tested_version(kind: str):
     assert arg_default(kind, "TORCH_VERSION") == torch_pin()
     mentions = re.findall(r"\btorch==(\S+?)\"", " ".join(runs(kind)))
-    assert mentions and set(mentions) == {"${TORCH_VERSION}"}, mentions
+    if kind == "cuda":  # from PyPI, in the hashed lock
+        assert not mentions and f"torch=={torch_pin()} " in (ROOT / "images/locks/cuda.txt").read_text()
+    else:
+        assert mentions and set(mentions) == {"${TORCH_VERSION}"}, mentions
 
 
 def test_the_tested_torch_satisfies_the_train_extra():
@@ -294,16 +318,18 @@ def test_cpu_torch_comes_alone_from_the_cpu_index_before_the_project(kind: str):
 
 @pytest.mark.parametrize("kind", ["cpu", "ray"])
 def test_the_project_install_cannot_swap_the_cpu_torch(kind: str):
-    # The torch layer writes the exact build it got as a constraint; the project install must be held to it.
-    written = [c for c in commands(kind) if re.search(r"> (\S+torch-cpu\.txt)$", c)]
-    assert written, "the torch layer writes the installed build as a constraint"
-    constraint = re.search(r"> (\S+)$", written[0]).group(1)
-    assert f"-c {constraint}" in project_install(kind)
+    """Nothing after the CPU torch resolves dependencies, so nothing can replace it with PyPI's CUDA build; and the
+    lock holds no torch and none of the CUDA wheels PyPI's torch would bring."""
+    torch_at = next(i for i, c in enumerate(commands(kind)) if CPU_INDEX in c)
+    assert all("--no-deps" in c for c in pip_installs(kind) if commands(kind).index(c) > torch_at)
+    locked = (ROOT / f"images/locks/{kind}.txt").read_text()
+    assert not re.search(r"(?m)^(torch|triton|nvidia-[\w-]+)==", locked)
 
 
 def test_cuda_image_installs_the_tested_torch_from_pypi_with_the_gpu_extra():
-    install = project_install("cuda")
-    assert '"torch==${TORCH_VERSION}"' in install and '".[gpu]"' in install
+    assert '".[gpu]"' in project_install("cuda")
+    locked = (ROOT / "images/locks/cuda.txt").read_text()
+    assert f"torch=={torch_pin()} " in locked and re.search(r"(?m)^bitsandbytes==", locked)
     assert "download.pytorch.org" not in " ".join(runs("cuda"))
 
 

@@ -80,3 +80,38 @@ def test_an_unknown_cpu_set_is_refused_with_the_choices(tmp_path: Path, cpu_set:
         return
     assert refused.returncode == 2
     assert f"LLAMA_CPU_SET={cpu_set} is not a CPU set" in refused.stderr and "portable" in refused.stderr
+
+
+def run_script(cache: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("CMAKE_ARGS", "LLAMA_CPU_SET", "CC")}
+    environ |= {"DISTILLERY_CACHE": str(cache), **env}
+    return subprocess.run(["bash", str(SCRIPT), str(cache / "converter")], capture_output=True, text=True, env=environ)
+
+
+def test_a_sdist_that_does_not_match_the_pin_is_refused_before_anything_is_built(tmp_path: Path):
+    """A cached (or downloaded) sdist with other bytes stops the install: nothing compiled, no converter extracted."""
+    sdist = tmp_path / "sdist/llama_cpp_python-0.3.36.tar.gz"
+    sdist.parent.mkdir()
+    sdist.write_bytes(b"not the release")
+    done = run_script(tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "does not match the pinned sha256 832db069" in done.stderr and "Nothing was built" in done.stderr
+    assert not (tmp_path / "converter").exists() and not list((tmp_path / "wheels").rglob("*.whl"))
+
+
+def test_another_version_needs_its_own_pin(tmp_path: Path):
+    done = run_script(tmp_path, LLAMA_CPP_PYTHON_VERSION="0.3.37")
+    assert done.returncode == 2 and "LLAMA_CPP_PYTHON_SHA256" in done.stderr, done.stderr
+
+
+def test_the_pin_is_the_cached_release_s_digest():
+    """The pinned digest is the real PyPI file's (checked against the sdist the set-up downloaded, when present)."""
+    import hashlib
+
+    text = SCRIPT.read_text()
+    pinned = re.search(r"^PINNED_SHA256=([0-9a-f]{64})$", text, re.M).group(1)
+    version = re.search(r"^PINNED_VERSION=(\S+)$", text, re.M).group(1)
+    cached = Path.home() / f".cache/distillery/sdist/llama_cpp_python-{version}.tar.gz"
+    if not cached.exists():
+        pytest.skip(f"{cached} not downloaded (scripts/setup.sh fetches it)")
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == pinned

@@ -1,10 +1,13 @@
 """The step pods' NetworkPolicy (infra/networkpolicy/steps.yaml), evaluated with NetworkPolicy's semantics
 (tests/netpol.py) on the pods Argo's controller would create for every rendered workflow (tests/argo_pods.py), beside
-the Ray pods' policy."""
+the Ray pods' policy, the serving pods' and the namespace's default deny; and the cluster's address ranges
+(infra/networkpolicy/cluster-network.yaml) kept out of every HTTPS egress rule, in the files and in the build."""
 
 from __future__ import annotations
 
 import copy
+import ipaddress
+import shutil
 
 import pytest
 import yaml
@@ -16,7 +19,13 @@ from tests.netpol import Endpoint, allowed, matches
 from tests.test_pod_security import argo_docs
 
 NAMESPACE = "distillery"
-POLICY_FILES = [ROOT / "infra/networkpolicy/steps.yaml", ROOT / "infra/networkpolicy/ray.yaml"]
+POLICY_FILES = [
+    ROOT / "infra/networkpolicy/steps.yaml",
+    ROOT / "infra/networkpolicy/ray.yaml",
+    ROOT / "infra/networkpolicy/default-deny.yaml",
+    ROOT / "infra/serving/networkpolicy.yaml",
+]
+NETWORK = yaml.safe_load((ROOT / "infra/networkpolicy/cluster-network.yaml").read_text())["data"]
 
 DNS = Endpoint("kube-system", {"k8s-app": "kube-dns"})
 S3 = Endpoint(ip="52.216.1.1")
@@ -26,6 +35,12 @@ MLFLOW = Endpoint("mlflow", {"app": "mlflow"})
 MINIO = Endpoint("minio", {"app": "minio"})
 STRANGER = Endpoint(NAMESPACE, {"app": "something-else"})
 ELSEWHERE = Endpoint("default", {"app": "something-else"})
+# Pods and Services of the cluster, by address (as an ipBlock sees them), each serving HTTPS on 443.
+POD_ELSEWHERE = Endpoint("default", {"app": "web"}, pod_ip=str(ipaddress.ip_network(NETWORK["pod-cidr"])[7]))
+SERVICE_IP = Endpoint(ip=str(ipaddress.ip_network(NETWORK["service-cidr"])[10]))
+SERVE = Endpoint(NAMESPACE, {"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "serve",
+                             "distillery/alias": "champion"})  # fmt: skip
+GATEWAY = Endpoint("gateway", {"app": "envoy"})
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +64,7 @@ def ray() -> dict[str, Endpoint]:
 
 
 def test_every_pod_of_every_workflow_is_selected_and_no_ray_pod_is(policies, steps, ray):
-    selector = policies[0]["spec"]["podSelector"]
+    selector = next(p for p in policies if p["metadata"]["name"] == "distillery-steps")["spec"]["podSelector"]
     workflows = {name.split("/")[0] for name in steps}
     assert {"distill-workflowtemplate", "build-dataset-workflowtemplate", "retrain-cronworkflow"} <= workflows
     assert {"promote-cronworkflow"} <= workflows
@@ -79,15 +94,22 @@ def test_steps_reach_neither_instance_metadata_nor_other_pods_nor_plain_http(pol
         assert not allowed(policies, pod, MLFLOW, 22) and not allowed(policies, pod, MINIO, 5000), name
 
 
+def without_default_deny(policies: list[dict]) -> list[dict]:
+    """The policies but the namespace's default deny: each must hold on its own too (the deny is a second wall)."""
+    return copy.deepcopy([p for p in policies if p["metadata"]["name"] != "distillery-default-deny"])
+
+
 def test_a_selector_missing_a_workflow_s_pods_is_caught(policies, steps):
-    broken = copy.deepcopy(policies)
+    broken = without_default_deny(policies)
     broken[0]["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/component": "pipeline"}}
     assert any(not matches(broken[0]["spec"]["podSelector"], pod.labels) for pod in steps.values())
     assert any(allowed(broken, STRANGER, pod, 8080) for pod in steps.values())
+    with_deny = [*broken, *(p for p in policies if p["metadata"]["name"] == "distillery-default-deny")]
+    assert not any(allowed(with_deny, STRANGER, pod, 8080) for pod in steps.values())  # the default deny holds
 
 
 def test_a_policy_without_egress_type_would_leave_egress_open(policies, steps):
-    broken = copy.deepcopy(policies)
+    broken = without_default_deny(policies)
     broken[0]["spec"]["policyTypes"] = ["Ingress"]
     assert allowed(broken, next(iter(steps.values())), IMDS, 80)
 
@@ -95,3 +117,79 @@ def test_a_policy_without_egress_type_would_leave_egress_open(policies, steps):
 def test_the_policy_is_installed_with_the_rest():
     resources = yaml.safe_load((ROOT / "infra/kustomization.yaml").read_text())["resources"]
     assert "networkpolicy/steps.yaml" in resources
+
+
+# --- the namespace's default deny, the cluster's ranges, the serving pods ---------------------------------------------
+
+
+def test_a_pod_no_other_policy_selects_reaches_nothing_and_nothing_reaches_it(policies):
+    for port, protocol in ((443, "TCP"), (53, "UDP"), (8080, "TCP")):
+        for other in (S3, DNS, MLFLOW, IMDS, ELSEWHERE):
+            assert not allowed(policies, STRANGER, other, port, protocol), (other, port)
+        assert not allowed(policies, ELSEWHERE, STRANGER, port, protocol)
+    without = [p for p in policies if p["metadata"]["name"] != "distillery-default-deny"]
+    assert allowed(without, STRANGER, S3, 443) and allowed(without, ELSEWHERE, STRANGER, 8080)
+
+
+def test_https_egress_excludes_the_cluster_s_pods_and_services(policies, steps, ray):
+    """443 to 0.0.0.0/0 would reach every pod and Service of the cluster (as Calico and Cilium read ipBlocks)."""
+    senders = {**steps, **{f"ray/{n}": p for n, p in ray.items()}, "serve": SERVE}
+    for name, pod in senders.items():
+        assert allowed(policies, pod, S3, 443), name
+        assert not allowed(policies, pod, POD_ELSEWHERE, 443), name
+        assert not allowed(policies, pod, SERVICE_IP, 443), name
+    opened = copy.deepcopy(policies)
+    for p in opened:
+        for rule in p["spec"].get("egress") or []:
+            for peer in rule.get("to") or []:
+                if "ipBlock" in peer:
+                    peer["ipBlock"]["except"] = ["169.254.169.254/32"]
+    assert allowed(opened, next(iter(steps.values())), POD_ELSEWHERE, 443)  # the evaluator sees pod addresses
+
+
+def https_excepts(docs: list[dict]) -> dict[str, list[str]]:
+    """NetworkPolicy name → the `except` of its 0.0.0.0/0 rule."""
+    return {
+        d["metadata"]["name"]: peer["ipBlock"]["except"]
+        for d in docs
+        if d.get("kind") == "NetworkPolicy"
+        for rule in d["spec"].get("egress") or []
+        for peer in rule.get("to") or []
+        if peer.get("ipBlock", {}).get("cidr") == "0.0.0.0/0"
+    }
+
+
+def test_the_cluster_ranges_are_set_in_one_place(policies):
+    expected = ["169.254.169.254/32", NETWORK["pod-cidr"], NETWORK["service-cidr"]]
+    found = https_excepts(policies)
+    assert set(found) == {"distillery-steps", "distillery-ray", "distillery-serve"}
+    assert all(v == expected for v in found.values()), found
+
+
+@pytest.mark.slow
+def test_kustomize_copies_the_cluster_ranges_into_every_https_rule(tmp_path):
+    """Changing only cluster-network.yaml's values changes every policy's except list in the build (the replacement
+    paths point at the right rules), and the ConfigMap itself is not applied."""
+    from tests.test_kustomize import kustomize
+
+    infra = tmp_path / "infra"
+    shutil.copytree(ROOT / "infra", infra)
+    network = infra / "networkpolicy/cluster-network.yaml"
+    doc = yaml.safe_load(network.read_text())
+    doc["data"] = {"pod-cidr": "100.64.0.0/16", "service-cidr": "172.20.0.0/16"}
+    network.write_text(yaml.safe_dump(doc))
+    docs = kustomize(infra)
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "distillery-cluster-network"]
+    found = https_excepts(docs)
+    assert set(found) == {"distillery-steps", "distillery-ray", "distillery-serve"}
+    assert all(v == ["169.254.169.254/32", "100.64.0.0/16", "172.20.0.0/16"] for v in found.values()), found
+
+
+def test_serving_reaches_dns_mlflow_and_the_store_only(policies, steps):
+    assert allowed(policies, SERVE, DNS, 53, "UDP") and allowed(policies, SERVE, S3, 443)
+    assert allowed(policies, SERVE, MLFLOW, 5000) and allowed(policies, SERVE, MINIO, 9000)
+    assert not allowed(policies, SERVE, IMDS, 80) and not allowed(policies, SERVE, IMDS, 443)
+    assert not allowed(policies, SERVE, S3, 80) and not allowed(policies, SERVE, API_SERVER, 6443)
+    for pod in (*steps.values(), STRANGER):
+        assert not allowed(policies, SERVE, pod, 8080)
+    assert allowed(policies, GATEWAY, SERVE, 8080) and not allowed(policies, STRANGER, SERVE, 8080)

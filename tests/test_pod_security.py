@@ -131,8 +131,10 @@ def test_pod_security_context_comes_from_the_workflow(shipped):
     for key, pod in shipped["legacy"].items():
         spec = workflow_spec(docs[key.split("/")[0]])
         assert pod["spec"]["securityContext"] == spec["securityContext"], key
-        # the resource templates (argoexec only) run as the submitter, every step as the steps' account
-        expected = security.SUBMITTER if "resource" in TEMPLATES[key] else security.STEPS
+        # the resource templates (argoexec only) run as the submitter, register as its own account (the one IAM role
+        # that writes MLflow's artifacts), every other step as the steps' account
+        own = security.STEP_ACCOUNTS.get(key.split("/")[1], security.STEPS)
+        expected = security.SUBMITTER if "resource" in TEMPLATES[key] else own
         assert pod["spec"]["serviceAccountName"] == expected, key
 
 

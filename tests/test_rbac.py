@@ -23,7 +23,14 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from tests.argo_pods import SERVICE_ACCOUNT_TOKEN_PATH, shipped_config, template_type, workflow_pods, workflow_spec
+from tests.argo_pods import (
+    SERVICE_ACCOUNT_TOKEN_PATH,
+    executor_service_account,
+    shipped_config,
+    template_type,
+    workflow_pods,
+    workflow_spec,
+)
 from tests.conftest import ROOT
 from workflows import security
 
@@ -53,8 +60,10 @@ def docs() -> list[dict]:
 
 
 def template_verbs(spec: dict, tmpl: dict) -> tuple[str, dict[tuple[str, str], set[str]]]:
-    """(the service account the pod runs as, the verbs its executor uses)."""
-    account = tmpl.get("serviceAccountName") or spec.get("serviceAccountName") or "default"
+    """(the service account whose token the pod's executor uses, the verbs it uses): the template's or the
+    workflow's `executor.serviceAccountName`, else the pod's own account (workflowpod.go setupServiceAccount)."""
+    pod_account = tmpl.get("serviceAccountName") or spec.get("serviceAccountName") or "default"
+    account = executor_service_account(spec, tmpl) or pod_account
     verbs: dict[tuple[str, str], set[str]] = defaultdict(set)
     verbs[RESOURCES["WorkflowTaskResult"]] |= {"create", "patch"}
     resource = tmpl.get("resource")
@@ -154,19 +163,19 @@ def test_a_template_that_needs_more_is_reported():
 def test_a_step_template_run_as_the_submitter_is_caught_by_pod_accounts():
     documents = docs()
     spec = workflow_spec(documents[0])
-    spec["templates"][0]["serviceAccountName"] = "default"
+    spec["templates"][0]["executor"] = {"serviceAccountName": "default"}
     assert "default lacks ['create', 'patch'] on ('argoproj.io', 'workflowtaskresults')" in differences(
         used(documents), granted(rbac_objects())
     )
 
 
-def test_service_accounts_are_the_three_and_mount_no_token_by_default():
+def test_service_accounts_are_security_s_and_mount_no_token_by_default():
     accounts = {o["metadata"]["name"]: o for o in rbac_objects() if o["kind"] == "ServiceAccount"}
     assert set(accounts) == set(security.SERVICE_ACCOUNTS)
     assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
-    # IRSA only where S3 is used: the steps and the Ray pods, not the submitter
+    # IRSA only where S3 is used: the steps, the Ray pods, register and serving, not the submitter
     irsa = {n for n, a in accounts.items() if "eks.amazonaws.com/role-arn" in a["metadata"].get("annotations", {})}
-    assert irsa == {security.STEPS, security.RAY}
+    assert irsa == {security.STEPS, security.RAY, security.REGISTER, security.SERVE}
 
 
 def test_every_executor_account_has_its_token_secret():

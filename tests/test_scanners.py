@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts.render_iam import BUCKET_SETTINGS
 from tests.argo_pods import rayjob_pods, shipped_config, workflow_pods, write_pods
 from tests.conftest import ROOT
 from tests.manifests import rendered_rayjob
@@ -29,7 +30,10 @@ SCAN_BIN = ROOT / ".venv-scan/bin"
 SKIPS = yaml.safe_load((ROOT / "infra/scan-skips.yaml").read_text())
 STATUSES = {"false-positive", "accepted", "k8s-hardening", "open"}
 POLICIES = sorted(
-    p for folder in ("iam", "s3") for p in (ROOT / "infra" / folder).glob("*.json") if "lifecycle" not in p.name
+    p
+    for folder in ("iam", "s3")
+    for p in (ROOT / "infra" / folder).glob("*.json")
+    if not p.name.endswith(BUCKET_SETTINGS)
 )
 BROKEN_POLICY = {
     "Version": "2012-10-17",
@@ -71,7 +75,8 @@ def parliament(tmp_path_factory) -> list[dict]:
 
 def test_parliament_reads_every_policy_of_the_grant():
     names = {p.name for p in POLICIES}
-    assert {"distillery-workflows-policy.json", "distillery-workflows-trust-policy.json"} <= names
+    for role in ("distillery-steps", "distillery-register", "distillery-serving"):
+        assert {f"{role}-policy.json", f"{role}-trust-policy.json"} <= names
     assert {"mlflow-bucket-policy.json", "dvc-bucket-policy.json", "artifact-bucket-policy.json"} <= names
 
 
@@ -151,10 +156,13 @@ def test_checkov_finds_nothing_unexplained(checkov):
     assert not stale, f"infra/scan-skips.yaml entries that match nothing any more (delete them): {stale}"
 
 
-def cloudformation(identity: dict, trust: dict) -> dict:
+ROLES = ("distillery-steps", "distillery-register", "distillery-serving")
+
+
+def cloudformation(identity: dict, trust: dict, name: str = "distillery-steps") -> dict:
     """The role as a CloudFormation resource, the only shape in which checkov reads IAM policy documents."""
     policies = [{"PolicyName": "distillery-s3", "PolicyDocument": identity}]
-    role = {"RoleName": "distillery-workflows", "AssumeRolePolicyDocument": trust, "Policies": policies}
+    role = {"RoleName": name, "AssumeRolePolicyDocument": trust, "Policies": policies}
     return {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Resources": {"Role": {"Type": "AWS::IAM::Role", "Properties": role}},
@@ -163,20 +171,24 @@ def cloudformation(identity: dict, trust: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def checkov_iam(tmp_path_factory) -> dict[str, set[str]]:
-    """Failed check ids per file: checkov's IAM checks on the rendered role and on one granting everything."""
+    """Failed check ids per file: checkov's IAM checks on each rendered role and on one granting everything."""
     tmp = tmp_path_factory.mktemp("checkov-iam")
-    identity = json.loads((ROOT / "infra/iam/distillery-workflows-policy.json").read_text())
-    trust = json.loads((ROOT / "infra/iam/distillery-workflows-trust-policy.json").read_text())
-    (tmp / "grant.json").write_text(json.dumps(cloudformation(identity, trust)))
+    files = []
+    for name in ROLES:
+        identity = json.loads((ROOT / f"infra/iam/{name}-policy.json").read_text())
+        trust = json.loads((ROOT / f"infra/iam/{name}-trust-policy.json").read_text())
+        (tmp / f"{name}.json").write_text(json.dumps(cloudformation(identity, trust, name)))
+        files += ["-f", str(tmp / f"{name}.json")]
     broken = {**identity, "Statement": [*identity["Statement"], {"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     (tmp / "broken.json").write_text(json.dumps(cloudformation(broken, trust)))
-    cmd = [scanner("checkov"), "-f", str(tmp / "grant.json"), "-f", str(tmp / "broken.json"),
+    cmd = [scanner("checkov"), *files, "-f", str(tmp / "broken.json"),
            "--framework", "cloudformation", "--skip-download", "--compact", "-o", "json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert report["summary"]["parsing_errors"] == 0 and report["summary"]["resource_count"] == 2, report["summary"]
-    failed: dict[str, set[str]] = {"grant.json": set(), "broken.json": set()}
+    count = len(ROLES) + 1
+    assert report["summary"]["parsing_errors"] == 0 and report["summary"]["resource_count"] == count, report["summary"]
+    failed: dict[str, set[str]] = {f"{name}.json": set() for name in (*ROLES, "broken")}
     for check in report["results"]["failed_checks"]:
         failed[Path(check["file_abs_path"]).name].add(check["check_id"])
     assert len(report["results"]["passed_checks"]) >= 8  # privilege escalation, exfiltration, write, assume-role…
@@ -184,8 +196,8 @@ def checkov_iam(tmp_path_factory) -> dict[str, set[str]]:
 
 
 @pytest.mark.slow
-def test_checkov_passes_the_role_and_catches_one_that_allows_everything(checkov_iam):
-    assert checkov_iam["grant.json"] == set()
+def test_checkov_passes_each_role_and_catches_one_that_allows_everything(checkov_iam):
+    assert all(checkov_iam[f"{name}.json"] == set() for name in ROLES), checkov_iam
     assert {"CKV_AWS_62", "CKV_AWS_108", "CKV_AWS_110", "CKV_AWS_111"} <= checkov_iam["broken.json"]
 
 

@@ -13,7 +13,15 @@ import pytest
 import yaml
 
 from steps.core.cli import config_flags
-from steps.pipeline import BUILD_DATASET, PIPELINES, RAY_REPLICA_PARAMS, STAGES, command, config_type
+from steps.pipeline import (
+    BUILD_DATASET,
+    CLUSTER_ONLY_PARAMS,
+    PIPELINES,
+    RAY_REPLICA_PARAMS,
+    STAGES,
+    command,
+    config_type,
+)
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
@@ -219,8 +227,9 @@ def test_every_parameter_is_a_flag_of_the_step_that_takes_it():
         assert len({p.name for p in pipeline.params}) == len(pipeline.params)
 
 
-def test_the_cluster_parameters_are_the_ray_replica_counts_check_parameters_reads():
-    assert [p.name for p in CLUSTER_PARAMS] == list(RAY_REPLICA_PARAMS)
+def test_the_cluster_parameters_are_the_ray_replica_counts_and_the_revision_flag_check_parameters_reads():
+    assert [p.name for p in CLUSTER_PARAMS] == list(CLUSTER_ONLY_PARAMS)
+    assert CLUSTER_ONLY_PARAMS[: len(RAY_REPLICA_PARAMS)] == RAY_REPLICA_PARAMS
 
 
 def test_the_pods_emptydirs_are_the_volumes_preflight_sizes():

@@ -94,7 +94,7 @@ from hera.workflows import (
 from steps import sizing
 from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
-from steps.pipeline import PARAMS, RAY_REPLICA_PARAMS, STAGES, Param, Stage, command, producer
+from steps.pipeline import CLUSTER_ONLY_PARAMS, MOVING_REVISION_PARAM, PARAMS, STAGES, Param, Stage, command, producer
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
@@ -155,7 +155,7 @@ def run_uri(name: str) -> str:
     return f"s3://{BUCKET}/{run_key(name)}"
 
 
-# Workflow parameters only the cluster run has (steps.pipeline.RAY_REPLICA_PARAMS, in that order): Argo-only, so not
+# Workflow parameters only the cluster run has (steps.pipeline.CLUSTER_ONLY_PARAMS, in that order): Argo-only, so not
 # among steps.pipeline.PARAMS (params.yaml, dvc.yaml).
 CLUSTER_PARAMS = [
     *(
@@ -163,6 +163,12 @@ CLUSTER_PARAMS = [
         for g in rayjob.WORKER_GROUPS
     ),
     Parameter(name=rayjob.GPU_GROUP.parameter, value="0", description=rayjob.gpu_parameter_help()),
+    Parameter(
+        name=MOVING_REVISION_PARAM,
+        value="false",
+        enum=["false", "true"],
+        description="true: let base-revision be a branch or tag (check-parameters otherwise wants a commit)",
+    ),
 ]
 
 
@@ -285,7 +291,7 @@ def _template(
 
 def _check_template(image: str) -> Container:
     """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
-    names = [p.name for p in PARAMS] + list(RAY_REPLICA_PARAMS)
+    names = [p.name for p in PARAMS] + list(CLUSTER_ONLY_PARAMS)
     return Container(
         name=CHECK_TASK,
         image=image,
@@ -472,12 +478,14 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     sized=stage.name in sizing.POD_PATCH_STEPS,
                 )
             else:
+                own = security.STEP_ACCOUNTS.get(stage.name)  # register: the one role that writes MLflow's artifacts
                 templates[stage.name] = _template(
                     stage,
                     stage.name,
                     images.ref("cpu"),
                     extra_args=SECRET_FILE_ARGS.get(stage.name, ()),
                     sized=stage.name in sizing.POD_PATCH_STEPS,
+                    **({"service_account_name": own} if own else {}),
                 )
 
         with DAG(name="pipeline"):

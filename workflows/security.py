@@ -14,6 +14,11 @@ Identities (infra/rbac/):
   (tests/test_rbac.py derives them from the rendered YAML).
 - `RAY` (`distillery-ray`): the RayJob's head and worker pods. IRSA for S3; no token mounted, no Role: Ray needs no
   Kubernetes API (autoscaling is off).
+- `REGISTER` (`distillery-register`): the register step's pod, the only holder of the IAM role that may write MLflow's
+  artifact root (model versions, the gate's decisions; scripts/render_iam.py). Its Argo executor containers use the
+  `STEPS` account's token like every step (the workflow's `executor.serviceAccountName`); no token of its own.
+- `SERVE` (`distillery-serve`): the serving Deployments (workflows/serving.py): IRSA to read MLflow's artifact root
+  only; no token, no Role.
 
 Credentials are references only: a Secret's name and key, never a value. Every reference is `optional: true`, so a
 cluster that needs none (EKS with IRSA, MLflow without auth, public base model and dataset repo) creates none and the
@@ -34,7 +39,12 @@ from dataclasses import dataclass
 STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
 RAY = "distillery-ray"
-SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY)
+REGISTER = "distillery-register"
+SERVE = "distillery-serve"
+SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY, REGISTER, SERVE)
+# Container steps that run under an account of their own instead of the workflow's `STEPS` (their pod's
+# serviceAccountName; Argo's executor containers keep the workflow's executor account).
+STEP_ACCOUNTS = {"register": REGISTER}
 SCRATCH_VOLUME = "scratch"
 SCRATCH_DIR = "/tmp"
 
@@ -69,12 +79,14 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
         SecretEnv(v, S3_SECRET, v)
         for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
     ),
-    # A gated or private base model on the Hugging Face hub.
+    # A gated or private base model on the Hugging Face hub: a file (HUB_FILES, HF_TOKEN_PATH names it), except in the
+    # Ray pods, which may mount no Secret (NO_SECRET_VOLUMES) and take it as this variable.
     "model-hub": (SecretEnv("HF_TOKEN", HUB_SECRET, "token"),),
     # A private dataset repository: a file, not variables (GIT_FILES).
     "git": (),
-    # A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through).
-    "teacher": (SecretEnv("TEACHER_API_KEY", TEACHER_SECRET, "api-key"),),
+    # A hosted teacher's API key: a file, not a variable (TEACHER_FILES), so the teacher step's child processes
+    # (llama.cpp's server for a local teacher) never inherit it.
+    "teacher": (),
     # The home server's bearer tokens: files, not variables (SERVE_TOKEN_FILES).
     "serve-tokens": (),
     # The adapters repository's write token: a file, not a variable (GITEA_FILES).
@@ -128,12 +140,38 @@ SERVE_TOKEN_FILES = tuple(SecretFile(SERVE_TOKENS_SECRET, k, SERVE_TOKENS_DIR, k
 GITEA_DIR = "/var/run/secrets/distillery-gitea"
 GITEA_FILES = (SecretFile(GITEA_SECRET, "token", GITEA_DIR, "token"),)
 GITEA_TOKEN_FILE = f"{GITEA_DIR}/token"
-FILES: dict[str, tuple[SecretFile, ...]] = {"git": GIT_FILES, "serve-tokens": SERVE_TOKEN_FILES, "gitea": GITEA_FILES}
+# A hosted teacher's API key (sent as a bearer token, only after the terms gate let the teacher through), read from
+# the file TEACHER_API_KEY_FILE names (steps/teacher.py).
+TEACHER_DIR = "/var/run/secrets/distillery-teacher"
+TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
+# The hub token, read by huggingface_hub from the file HF_TOKEN_PATH names.
+HUB_DIR = "/var/run/secrets/distillery-hf"
+HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
+FILES: dict[str, tuple[SecretFile, ...]] = {
+    "git": GIT_FILES,
+    "serve-tokens": SERVE_TOKEN_FILES,
+    "teacher": TEACHER_FILES,
+    "model-hub": HUB_FILES,
+    "gitea": GITEA_FILES,
+}
+# Plain variables that tell a consumer where its credential file is (a path, not a secret).
+FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {
+    "teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),),
+    "model-hub": (("HF_TOKEN_PATH", f"{HUB_DIR}/token"),),
+}
+# Pods that mount no Secret (a RayJob may not: infra/admission/rayjob-pods.yaml): a credential that is a file
+# elsewhere reaches them as its variables (SECRETS), when it has any.
+NO_SECRET_VOLUMES = ("train-ray",)
+
+
+def _as_files(credential: str, step: str) -> bool:
+    return credential in FILES and step not in NO_SECRET_VOLUMES
 
 
 def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
     """(volumes, volume mounts), Kubernetes dicts, for the credential files `step` may use."""
-    files = [f for credential, users in USERS.items() if step in users for f in FILES.get(credential, ())]
+    files = [f for credential, users in USERS.items() if step in users and _as_files(credential, step)
+             for f in FILES[credential]]  # fmt: skip
     by_secret: dict[tuple[str, str], list[SecretFile]] = {}  # one volume per Secret (and folder), all its keys
     for f in files:
         by_secret.setdefault((f.secret, f.directory), []).append(f)
@@ -151,8 +189,13 @@ def secret_env(step: str) -> list[dict]:
     return [
         {"name": e.variable, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key, "optional": True}}}
         for credential, users in USERS.items()
-        if step in users
+        if step in users and not _as_files(credential, step)
         for e in SECRETS[credential]
+    ] + [
+        {"name": name, "value": path}
+        for credential, users in USERS.items()
+        if step in users and _as_files(credential, step)
+        for name, path in FILE_ENV.get(credential, ())
     ]
 
 

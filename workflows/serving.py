@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -106,7 +107,7 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
             "template": {
                 "metadata": {"labels": _labels(alias)},
                 "spec": {
-                    "serviceAccountName": security.STEPS,
+                    "serviceAccountName": security.SERVE,
                     "automountServiceAccountToken": False,  # serving needs no Kubernetes API
                     "securityContext": POD_SECURITY.model_dump(by_alias=True, exclude_none=True),
                     "nodeSelector": dict(AMD64),  # the cpu image is amd64 only
@@ -178,22 +179,51 @@ def httproute(canary_percent: int = CANARY_PERCENT) -> dict:
     }
 
 
+# The cluster's pod and service ranges (infra/networkpolicy/cluster-network.yaml, the one place they are set; kustomize
+# copies them into every policy's HTTPS rule at build time): HTTPS egress goes anywhere but there and the metadata
+# address. In-cluster MLflow and MinIO, where the README puts them, get rules of their own.
+CLUSTER_NETWORK = Path(__file__).resolve().parent.parent / "infra/networkpolicy/cluster-network.yaml"
+IN_CLUSTER = (("mlflow", 5000), ("minio", 9000))
+
+
+def cluster_cidrs() -> list[str]:
+    data = yaml.safe_load(CLUSTER_NETWORK.read_text())["data"]
+    return [data["pod-cidr"], data["service-cidr"]]
+
+
 def networkpolicy() -> dict:
     """Only the Gateway's namespace reaches the serving pods, on the serving port: nothing bypasses the route's split.
-    (Needs a CNI that enforces NetworkPolicy; kubelet probes are not pod traffic.)"""
+    Out, they reach DNS, MLflow and the artifact store (HTTPS outside the cluster, or MLflow and MinIO in it), and
+    nothing else: not the instance metadata address, not another pod. (Needs a CNI that enforces NetworkPolicy;
+    kubelet probes are not pod traffic.)"""
+    dns = {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }  # fmt: skip
+    https = {
+        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32", *cluster_cidrs()]}}],
+        "ports": [{"protocol": "TCP", "port": 443}],
+    }
+    in_cluster = [
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}],
+         "ports": [{"protocol": "TCP", "port": port}]}
+        for ns, port in IN_CLUSTER
+    ]  # fmt: skip
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "distillery-serve", "namespace": NAMESPACE, "labels": LABELS},
         "spec": {
             "podSelector": {"matchLabels": LABELS},
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
                     "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GATEWAY[1]}}}],
                     "ports": [{"protocol": "TCP", "port": PORT}],
                 }
             ],
+            "egress": [dns, https, *in_cluster],
         },
     }
 

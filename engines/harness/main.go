@@ -15,6 +15,9 @@
 //	selector   {"text"}: labels.Parse (workflow/executor/resource.go: successCondition / failureCondition)
 //	overrides  {"spec"}: util.ValidateUserOverrides on a WorkflowSpec (templateReferencing: Strict / Secure)
 //	compile    {"expression", "env"}: expr.Compile with expr.Env(env.GetFuncMap(env)), nothing run
+//	admission  {"policy", "object", "resource"}: a ValidatingAdmissionPolicy (JSON) on the CREATE of `object` (JSON;
+//	           `resource` as resource.version.group), compiled and run as the API server's admission plugin does
+//	           (admission.go); the value is every decision: [{"action", "evaluation", "message"}]
 //
 // `harness resource <action>` is Argo's `argoexec resource` on Argo's executor package instead (resource.go).
 package main
@@ -57,6 +60,9 @@ type request struct {
 	Node            node              `json:"node"`
 	Env             map[string]any    `json:"env"`
 	Spec            json.RawMessage   `json:"spec"`
+	Policy          json.RawMessage   `json:"policy"`
+	Object          json.RawMessage   `json:"object"`
+	Resource        string            `json:"resource"`
 }
 
 type result struct {
@@ -140,8 +146,10 @@ func answer(ctx context.Context, r request) (any, error) {
 			return nil, err
 		}
 		return true, nil
+	case "admission":
+		return admit(ctx, r.Policy, r.Object, r.Resource)
 	}
-	return nil, fmt.Errorf("unknown op %q (one of retry, replace, when, selector, overrides, compile)", r.Op)
+	return nil, fmt.Errorf("unknown op %q (one of retry, replace, when, selector, overrides, compile, admission)", r.Op)
 }
 
 func main() {

@@ -1,0 +1,188 @@
+"""The admission policies of infra/admission/ (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1), run with
+Kubernetes' own CEL environment and admission code (engines/harness, op `admission`: k8s.io/apiserver's validating
+plugin at the harness's Kubernetes version) on what the project renders — the RayJob, every pod Argo would create —
+and on broken copies, each refused by the rule meant for it and by no other. The API server's matching (namespace,
+labels, resources) is checked on the YAML; a real API server runs them when the engines issue's control plane does."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from tests.argo_pods import shipped_config, workflow_pods
+from tests.conftest import ROOT
+from tests.engines import harness
+from tests.manifests import rendered_rayjob
+from tests.test_pod_security import argo_docs
+from workflows import security
+
+RAYJOB_POLICY, RAYJOB_BINDING = yaml.safe_load_all((ROOT / "infra/admission/rayjob-pods.yaml").read_text())
+PODS_POLICY, PODS_BINDING = yaml.safe_load_all((ROOT / "infra/admission/step-pods.yaml").read_text())
+RAYJOBS = "rayjobs.v1.ray.io"
+PODS = "pods.v1."
+
+
+def judge(policy: dict, objects: list[dict], resource: str) -> list[list[dict]]:
+    """Every decision of `policy` on the CREATE of each object, in one harness run."""
+    answers = harness([{"op": "admission", "policy": policy, "object": o, "resource": resource} for o in objects])
+    for a in answers:
+        assert "error" not in a, a["error"]
+    return [a["value"] for a in answers]
+
+
+def refusals(decisions: list[dict]) -> list[str]:
+    assert all(d["evaluation"] != "error" for d in decisions), decisions  # a rule that fails to compile or run
+    return [d["message"] for d in decisions if d["action"] != "admit"]
+
+
+def variable(policy: dict, name: str) -> set[str]:
+    expression = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == name)
+    return set(yaml.safe_load(expression))  # a CEL list of string literals reads as a YAML flow sequence
+
+
+# --- the RayJob -------------------------------------------------------------------------------------------------------
+
+
+def broken_rayjobs() -> dict[str, tuple[dict, str]]:
+    """name → (a RayJob broken one way, a word of the one message that must refuse it)."""
+    base = rendered_rayjob()
+    cases: dict[str, tuple[dict, str]] = {}
+
+    def case(name: str, needle: str):
+        job = copy.deepcopy(base)
+        cases[name] = (job, needle)
+        return job
+
+    spec = case("worker as another account", "distillery-ray")["spec"]
+    spec["rayClusterSpec"]["workerGroupSpecs"][1]["template"]["spec"]["serviceAccountName"] = "argo-server"
+    del case("head without an account", "distillery-ray")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"][
+        "spec"
+    ]["serviceAccountName"]
+    head = case("head with a token", "API token")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["automountServiceAccountToken"] = True
+    head = case("secret volume", "mount no Secret")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["volumes"].append({"name": "loot", "secret": {"secretName": "argo-server-sso"}})
+    worker = case("projected token", "mount no Secret")["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    worker["spec"].setdefault("volumes", []).append(
+        {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    )
+    worker = case("env from a foreign secret", "environment only from")["spec"]["rayClusterSpec"]["workerGroupSpecs"][
+        0
+    ]["template"]["spec"]
+    worker["containers"][0]["env"].append(
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "distillery-mlflow", "key": "token"}}}
+    )
+    head = case("envFrom a secret", "environment only from")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
+    head["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "distillery-s3"}}]
+    job = case("joins a cluster", "own Ray cluster")
+    job["spec"]["clusterSelector"] = {"ray.io/cluster": "someone-elses"}
+    job = case("submitter pod", "HTTPMode")
+    job["spec"]["submissionMode"] = "K8sJobMode"
+    job = case("submitter template", "HTTPMode")
+    job["spec"]["submitterPodTemplate"] = {
+        "spec": {"serviceAccountName": "distillery-ray", "automountServiceAccountToken": False, "containers": []}
+    }
+    return cases
+
+
+def test_the_rendered_rayjob_is_admitted():
+    (decisions,) = judge(RAYJOB_POLICY, [rendered_rayjob()], RAYJOBS)
+    assert len(decisions) == len(RAYJOB_POLICY["spec"]["validations"])
+    assert refusals(decisions) == []
+
+
+def test_each_broken_rayjob_is_refused_by_its_rule_alone():
+    cases = broken_rayjobs()
+    answers = judge(RAYJOB_POLICY, [job for job, _ in cases.values()], RAYJOBS)
+    for (name, (_, needle)), decisions in zip(cases.items(), answers, strict=True):
+        refused = refusals(decisions)
+        assert len(refused) == 1 and needle in refused[0], (name, refused)
+
+
+def test_a_rule_that_does_not_compile_is_an_error_not_an_admit():
+    broken = copy.deepcopy(RAYJOB_POLICY)
+    broken["spec"]["validations"][0]["expression"] = "object.spec.rayClusterSpec.("
+    (decisions,) = judge(broken, [rendered_rayjob()], RAYJOBS)
+    assert decisions[0]["evaluation"] == "error" and decisions[0]["action"] == "deny"  # failurePolicy: Fail
+
+
+def test_the_rayjob_may_use_exactly_the_secrets_the_ray_pods_are_given():
+    given = {e.secret for credential, users in security.USERS.items() if "train-ray" in users
+             for e in security.SECRETS[credential]}  # fmt: skip
+    assert variable(RAYJOB_POLICY, "allowedSecrets") == given
+
+
+# --- the pods Argo creates --------------------------------------------------------------------------------------------
+
+
+def step_pods() -> dict[str, dict]:
+    config = shipped_config()
+    return {f"{stem}/{n}": p for stem, doc in argo_docs().items() for n, p in workflow_pods(doc, config).items()}
+
+
+def test_every_pod_argo_would_create_is_admitted():
+    pods = step_pods()
+    answers = judge(PODS_POLICY, list(pods.values()), PODS)
+    assert {name: refusals(d) for name, d in zip(pods, answers, strict=True) if refusals(d)} == {}
+    assert len(pods) > 20
+
+
+def test_a_patched_pod_is_refused():
+    """What a compromised preflight's podSpecPatch could add to a later step's pod, each refused."""
+    pod = step_pods()["distill-workflowtemplate/evaluate"]
+    variants = {}
+    variants["account"] = copy.deepcopy(pod)
+    variants["account"]["spec"]["serviceAccountName"] = "argo-server"
+    variants["secret volume"] = copy.deepcopy(pod)
+    variants["secret volume"]["spec"]["volumes"].append({"name": "x", "secret": {"secretName": "argo-server-sso"}})
+    variants["host path"] = copy.deepcopy(pod)
+    variants["host path"]["spec"]["volumes"].append({"name": "x", "hostPath": {"path": "/"}})
+    variants["env"] = copy.deepcopy(pod)
+    variants["env"]["spec"]["containers"][-1]["env"].append(
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "kube-root-secrets", "key": "k"}}}
+    )
+    answers = judge(PODS_POLICY, list(variants.values()), PODS)
+    needles = {"account": "runs as one of", "secret volume": "mounts Secrets only", "host path": "no host path",
+               "env": "environment only from"}  # fmt: skip
+    for (name, _), decisions in zip(variants.items(), answers, strict=True):
+        refused = refusals(decisions)
+        assert len(refused) == 1 and needles[name] in refused[0], (name, refused)
+
+
+def test_the_pod_policy_allows_exactly_what_the_templates_use():
+    pods = step_pods().values()
+    accounts = {p["spec"]["serviceAccountName"] for p in pods}
+    volumes = {v["secret"]["secretName"] for p in pods for v in p["spec"].get("volumes", []) if "secret" in v}
+    env = {e["valueFrom"]["secretKeyRef"]["name"] for p in pods
+           for c in p["spec"]["containers"] + p["spec"].get("initContainers", []) for e in c.get("env", [])
+           if "secretKeyRef" in e.get("valueFrom", {})}  # fmt: skip
+    assert variable(PODS_POLICY, "accounts") == accounts
+    assert variable(PODS_POLICY, "secretVolumes") == volumes
+    assert variable(PODS_POLICY, "secretEnv") == env
+
+
+# --- matching and installation ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy,binding", [(RAYJOB_POLICY, RAYJOB_BINDING), (PODS_POLICY, PODS_BINDING)])
+def test_the_policies_deny_in_the_namespace_and_are_installed(policy, binding):
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]["matchLabels"]
+    assert selector == {"kubernetes.io/metadata.name": security_namespace()}
+    resources = yaml.safe_load((ROOT / "infra/kustomization.yaml").read_text())["resources"]
+    assert {"admission/rayjob-pods.yaml", "admission/step-pods.yaml"} <= set(resources)
+
+
+def security_namespace() -> str:
+    return yaml.safe_load((ROOT / "infra/namespace.yaml").read_text())["metadata"]["name"]
+
+
+def test_the_pod_policy_matches_argo_s_pods_only():
+    selector = PODS_POLICY["spec"]["matchConstraints"]["objectSelector"]
+    assert selector == {"matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]}
+    assert all("workflows.argoproj.io/workflow" in p["metadata"]["labels"] for p in step_pods().values())

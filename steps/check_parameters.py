@@ -22,6 +22,9 @@ import sys
 
 from steps.core.cli import build_parser, flag_types
 from steps.pipeline import (
+    EVALUATE_FANOUT_PARAMS,
+    EVALUATE_PARALLELISM_PARAM,
+    EVALUATE_SHARDS_PARAM,
     PARAMS,
     RAY_CPU_REPLICA_PARAMS,
     RAY_GPU_REPLICA_PARAM,
@@ -29,6 +32,7 @@ from steps.pipeline import (
     STAGES,
     Stage,
     config_type,
+    fanout_problems,
 )
 
 
@@ -121,6 +125,8 @@ def problems(values: dict[str, str]) -> list[str]:
     found += ray_mix_problems(values)
     found += ray_worker_problems(values)
     found += ray_entrypoint_problems(values)
+    fanout = {p.name: values.get(p.name, p.cluster or "") for p in EVALUATE_FANOUT_PARAMS}
+    found += fanout_problems(fanout[EVALUATE_SHARDS_PARAM], fanout[EVALUATE_PARALLELISM_PARAM])
     return list(dict.fromkeys(found))
 
 
@@ -130,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{p.name}", required=True, help=p.help)
     for name in RAY_REPLICA_PARAMS:
         parser.add_argument(f"--{name}", default="0", help="Ray worker pods in that group")
+    for p in EVALUATE_FANOUT_PARAMS:
+        parser.add_argument(f"--{p.name}", default=p.cluster, help=p.help)
     values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
     found = problems(values)
     if found:

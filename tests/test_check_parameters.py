@@ -44,6 +44,10 @@ def test_the_templates_defaults_pass():
         ({"threads": "-2"}, r"--threads -2: use 0 \(the CPUs this container may use\) or more"),
         ({"threads": "four"}, r"--threads: invalid int value: 'four'"),
         ({"precision": "fp16"}, r"--precision 'fp16' is not one of auto, fp32, bf16"),
+        ({"evaluate_shards": "0"}, r"--evaluate-shards '0': a whole number of shards from 1 to 64"),
+        ({"evaluate_shards": "eight"}, r"--evaluate-shards 'eight': a whole number of shards from 1 to 64"),
+        ({"evaluate_parallelism": "-1"}, r"--evaluate-parallelism '-1': a whole number of shards at once"),
+        ({"evaluate_shards": "2", "evaluate_parallelism": "3"}, r"--evaluate-parallelism 3 with evaluate-shards 2"),
     ],
 )
 def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str):

@@ -1,5 +1,5 @@
-"""Benchmark: evaluate's two decoding paths on shards of the full adversarial suite — what each costs per 100 cases per
-contender, what the cluster's fan-out would take for the whole suite, and whether the gate's verdict depends on the path.
+"""Benchmark: evaluate's two decoding paths on shards of the full adversarial suite — each one's cost per 100 cases
+per contender, the cluster's fan-out time for the whole suite, and whether the gate's verdict depends on the path.
 
     python -m benchmarks.evaluate_paths --gguf out/gguf --shard 0/16 --contender candidate --path batched
     python -m benchmarks.evaluate_paths --gguf out/gguf --shard 0/16 --contender candidate --path served
@@ -32,7 +32,6 @@ import math
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = ("batched", "served")
@@ -127,7 +126,9 @@ def report(args: argparse.Namespace) -> None:
         same = sum(runs[(c, "batched")][i]["text"] == runs[(c, "served")][i]["text"] for i in ids)
         verdicts = sum(a["passed"] == b["passed"] for a, b in zip(judged["batched"][c], judged["served"][c],
                                                                    strict=True))  # fmt: skip
-        print(f"| {c} | {same}/{len(ids)} ({same / len(ids):.1%}) | {verdicts}/{len(ids)} ({verdicts / len(ids):.1%}) |")
+        print(
+            f"| {c} | {same}/{len(ids)} ({same / len(ids):.1%}) | {verdicts}/{len(ids)} ({verdicts / len(ids):.1%}) |"
+        )
 
     print("\n| family | cases | candidate batched | candidate served | difference | base batched | base served | "
           "difference |")  # fmt: skip

@@ -183,5 +183,5 @@ def test_gpu_layers_on_a_cpu_build_are_refused_not_ignored(tmp_path: Path):
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama.cpp has a GPU backend")
     cfg = evaluate.EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, gpu_layers=-1)
-    with pytest.raises(ValueError, match="--gpu-layers -1: this llama.cpp has no GPU backend"):
+    with pytest.raises(ValueError, match=r"--gpu-layers -1: this llama\.cpp has no GPU backend"):
         open_llama(tmp_path / "model.gguf", cfg)

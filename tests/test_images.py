@@ -303,7 +303,9 @@ def test_the_project_install_cannot_swap_the_cpu_torch(kind: str):
 
 def test_cuda_image_installs_the_tested_torch_from_pypi_with_the_gpu_extra():
     install = project_install("cuda")
-    assert '"torch==${TORCH_VERSION}"' in install and '".[gpu,evaluate,register]"' in install  # train, evaluate's shards
+    assert (
+        '"torch==${TORCH_VERSION}"' in install and '".[gpu,evaluate,register]"' in install
+    )  # train, evaluate's shards
     assert "download.pytorch.org" not in " ".join(runs("cuda"))
 
 

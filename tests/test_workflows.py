@@ -446,10 +446,15 @@ def test_evaluate_runs_on_the_gpu_pool_when_training_does():
     args = gpu["container"]["args"]
     assert args[args.index("--gpu-layers") + 1] == "-1"  # every layer on the card
     assert "distillery-cpu" in cpu["container"]["image"] and "tolerations" not in cpu
-    assert "nvidia.com/gpu" not in cpu["container"]["resources"]["requests"] and "--gpu-layers" not in cpu["container"]["args"]
+    assert (
+        "nvidia.com/gpu" not in cpu["container"]["resources"]["requests"]
+        and "--gpu-layers" not in cpu["container"]["args"]
+    )
     # Exactly one of them runs, whichever backend trained.
     from tests.argo_rules import govaluate
 
     for backend in ("gpu", "cpu", "ray"):
-        runs = [t for when, t in shards.items() if govaluate(when.replace("{{workflow.parameters.train-backend}}", backend))]
+        runs = [
+            t for when, t in shards.items() if govaluate(when.replace("{{workflow.parameters.train-backend}}", backend))
+        ]
         assert len(runs) == 1 and (runs[0] is gpu) == (backend == "gpu"), backend

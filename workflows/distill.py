@@ -439,8 +439,8 @@ def _fanout_template(image: str) -> Container:
         name=FANOUT_TASK,
         image=image,
         command=["python"],
-        args=["-m", EVALUATE_FANOUT_MODULE, "--shards", _parameter(names[0]), "--parallelism", _parameter(names[1]),
-              "--out", folder],  # fmt: skip
+        args=["-m", EVALUATE_FANOUT_MODULE, "--out", folder]
+        + [a for n, flag in zip(names, ("--shards", "--parallelism"), strict=True) for a in (flag, _parameter(n))],
         inputs=[Parameter(name=n) for n in names],
         outputs=[Parameter(name=FANOUT_OUTPUT, value_from=m.ValueFrom(path=f"{folder}/{LANES_FILE}"))],
         resources=RESOURCES[FANOUT_TASK],
@@ -498,7 +498,11 @@ def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> 
     with DAG(
         name=LANE_TEMPLATE,
         parallelism=1,
-        inputs=[Parameter(name=SHARDS_INPUT), *(Parameter(name=n) for n in passed), *(Artifact(name=a) for a in artifacts)],
+        inputs=[
+            Parameter(name=SHARDS_INPUT),
+            *(Parameter(name=n) for n in passed),
+            *(Artifact(name=a) for a in artifacts),
+        ],
     ) as lane:
         for kind, template in shards.items():
             Task(
@@ -582,7 +586,9 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
             fanout = Task(
                 name=FANOUT_TASK,
                 template=fanout_template,
-                arguments=[Parameter(name=p.name, value=wt.get_parameter(p.name).value) for p in fanout_template.inputs],
+                arguments=[
+                    Parameter(name=p.name, value=wt.get_parameter(p.name).value) for p in fanout_template.inputs
+                ],
                 depends=f"{check.name}.Succeeded",
             )
             tasks: dict[str, Task] = {}

@@ -43,8 +43,8 @@ def gpu_devices() -> str:
         return subprocess.run(query, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
         raise ValueError(
-            f"--gpu-layers with a generation cache: `{' '.join(query)}` failed ({e}), so the cache cannot tell which GPU "
-            "made the generations; run where nvidia-smi is mounted, or pass --generation-cache ''"
+            f"--gpu-layers with a generation cache: `{' '.join(query)}` failed ({e}), so the cache cannot tell which "
+            "GPU made the generations; run where nvidia-smi is mounted, or pass --generation-cache ''"
         ) from e
 
 

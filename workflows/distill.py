@@ -265,17 +265,19 @@ def _template(
     sized: bool = False,
     reader: str = "",
     output: Artifact | None = None,
+    extra_inputs: tuple[Parameter | Artifact, ...] = (),
     **extra: object,
 ) -> Container:
     """The stage's container template `name`; `reader`: whose GGUF_READS it downloads (default: the stage's);
-    `output`: its output artifact instead of the stage's (then no output parameters)."""
+    `output`: its output artifact instead of the stage's (then no output parameters); `extra_inputs`: inputs besides
+    the stage's."""
     reader = reader or stage.name
     inputs: list[Parameter | Artifact] = [Parameter(name=p) for p in stage.params]
     if GGUF in stage.inputs:
         inputs += [Parameter(name=p) for p in GGUF_READS[reader]]
     if sized:
         inputs.append(Parameter(name=POD_PATCH_INPUT))
-    inputs += extra.pop("extra_inputs", [])  # type: ignore[arg-type]
+    inputs += extra_inputs
     return Container(
         name=name,
         image=image,
@@ -467,7 +469,7 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
     common = {"sized": True, "reader": SHARD, "output": output,
-              "extra_inputs": [Parameter(name="shard"), Parameter(name="index")]}  # fmt: skip
+              "extra_inputs": (Parameter(name="shard"), Parameter(name="index"))}  # fmt: skip
     return {
         "gpu": _template(
             stage,
@@ -488,7 +490,7 @@ def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
     return _template(stage, stage.name, image, extra_args=("--gather", shards.path), sized=True,  # type: ignore[arg-type]
-                     extra_inputs=[shards])  # fmt: skip
+                     extra_inputs=(shards,))  # fmt: skip
 
 
 def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> DAG:

@@ -67,6 +67,7 @@ def generate(args: argparse.Namespace) -> None:
     outputs, tok_s = run(gguf, [rows[j]["document"] for j in picked], cfg, generation.progress_line(args.contender))
     wall = time.perf_counter() - start
     name = f"{args.contender}-{args.path}-{i}-{k}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / name, {
         "contender": args.contender, "path": args.path, "shard": args.shard, "suite": str(args.suite),
         "gguf": gguf.name, "threads": thread_count(cfg), "cpu": llama_internals.llama_cpu(),
@@ -145,9 +146,19 @@ def report(args: argparse.Namespace) -> None:
     cfg = EvaluateConfig(dataset=args.out, gguf=args.out, out=args.out)
     print(f"\nlargest per-family difference between the paths: {largest:.0%} (the margin δ: "
           f"{cfg.max_attack_regression:.0%})")  # fmt: skip
+    checks = {path: gate.safety_checks(judged[path], cfg) for path in PATHS}
     for path in PATHS:
-        summary = gate.safety_checks(judged[path], cfg)[-1]
+        summary = checks[path][-1]
         print(f"safety verdict on the {path} answers: {summary['verdict'].upper()} — {summary['reason']}")
+    outcomes = {path: {c["check"]: c["verdict"] for c in checks[path][:-1]} for path in PATHS}
+    moved = [
+        f"{name.removeprefix('adversarial_')}: {verdict} batched, {outcomes['served'][name]} served"
+        for name, verdict in outcomes["batched"].items()
+        if verdict != outcomes["served"][name]
+    ]
+    print(f"family verdicts that differ between the paths: {len(moved)} of {len(outcomes['batched'])}")
+    for line in moved:
+        print(f"  - {line}")
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ LOCKS = ROOT / "images/locks"
 # image → (pyproject extras, uv's target platform; None: every platform, for the multi-arch ray image)
 IMAGES = {
     "cpu": (("data", "train", "convert", "evaluate", "register", "build"), "x86_64-manylinux_2_28"),
-    "cuda": (("gpu",), "x86_64-manylinux_2_28"),
+    "cuda": (("gpu", "evaluate", "register"), "x86_64-manylinux_2_28"),
     "ray": (("ray",), None),
 }
 # The build backend of the project's own --no-build-isolation install (pyproject.toml [build-system]).

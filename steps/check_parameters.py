@@ -22,7 +22,9 @@ import sys
 
 from steps.core.cli import build_parser, flag_types
 from steps.pipeline import (
-    CLUSTER_ONLY_PARAMS,
+    EVALUATE_FANOUT_PARAMS,
+    EVALUATE_PARALLELISM_PARAM,
+    EVALUATE_SHARDS_PARAM,
     MOVING_REVISION_PARAM,
     PARAMS,
     RAY_CPU_REPLICA_PARAMS,
@@ -31,6 +33,7 @@ from steps.pipeline import (
     STAGES,
     Stage,
     config_type,
+    fanout_problems,
 )
 
 
@@ -148,6 +151,8 @@ def problems(values: dict[str, str]) -> list[str]:
     found += base_revision_problems(values)
     if values.get(MOVING_REVISION_PARAM, "false") not in ("true", "false"):
         found.append(f"--{MOVING_REVISION_PARAM} {values[MOVING_REVISION_PARAM]!r}: true or false")
+    fanout = {p.name: values.get(p.name, p.cluster or "") for p in EVALUATE_FANOUT_PARAMS}
+    found += fanout_problems(fanout[EVALUATE_SHARDS_PARAM], fanout[EVALUATE_PARALLELISM_PARAM])
     return list(dict.fromkeys(found))
 
 
@@ -157,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{p.name}", required=True, help=p.help)
     for name in RAY_REPLICA_PARAMS:
         parser.add_argument(f"--{name}", default="0", help="Ray worker pods in that group")
+    for p in EVALUATE_FANOUT_PARAMS:
+        parser.add_argument(f"--{p.name}", default=p.cluster, help=p.help)
     parser.add_argument(f"--{MOVING_REVISION_PARAM}", default="false", help="let a branch or tag be the base revision")
-    assert len(CLUSTER_ONLY_PARAMS) == len(RAY_REPLICA_PARAMS) + 1  # every cluster-only parameter has a flag above
     values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
     found = problems(values)
     if found:

@@ -377,8 +377,64 @@ RAY_REPLICA_PARAMS = (*RAY_CPU_REPLICA_PARAMS, RAY_GPU_REPLICA_PARAM)  # the CPU
 # On the cluster `base-revision` must be a commit (what was trained is then what the lineage names, and a pushed branch
 # cannot change it between preflight and convert-gguf); this cluster-only flag lets a branch or tag through on purpose.
 MOVING_REVISION_PARAM = "allow-moving-base-revision"
+
+
+# --- Cluster-only parameters: evaluate's fan-out ------------------------------------------------------------------
+# On the cluster, evaluate runs as `evaluate-shards` pods, each `python -m steps.evaluate --shard i/k` on every k-th
+# document, and a gather pod that decides (`--gather`); locally it is one process. How many shards and how many run at
+# once are workflow parameters (Argo's template `parallelism` takes no parameter, argo-workflows#1780): the shards are
+# dealt into `parallelism` lanes (`shard_lanes`), the lanes run side by side and each runs its shards one after the
+# other. check-parameters holds both to `fanout_problems`; `steps.evaluate.fanout` emits the lanes.
+EVALUATE_SHARDS_PARAM = "evaluate-shards"
+EVALUATE_PARALLELISM_PARAM = "evaluate-parallelism"
+EVALUATE_FANOUT_MODULE = "steps.evaluate.fanout"  # python -m: writes the lanes to LANES_FILE in its --out folder
+LANES_FILE = "lanes.json"
+MAX_EVALUATE_SHARDS = 64  # a shard is a pod (and on the GPU pool a node): more is scheduling, not speed
+EVALUATE_FANOUT_PARAMS: tuple[Param, ...] = (
+    Param(
+        EVALUATE_SHARDS_PARAM,
+        "1",
+        "8",
+        f"cluster only: evaluate's shards, pods that each answer every k-th document (1-{MAX_EVALUATE_SHARDS})",
+    ),
+    Param(
+        EVALUATE_PARALLELISM_PARAM,
+        "1",
+        "4",
+        "cluster only: evaluate's shards running at once (1 to the shard count); on the GPU pool each holds a GPU",
+    ),
+)
 # Workflow parameters only check-parameters and the cluster run have, in the order the templates declare them.
-CLUSTER_ONLY_PARAMS = (*RAY_REPLICA_PARAMS, MOVING_REVISION_PARAM)
+CLUSTER_ONLY_PARAMS = (*RAY_REPLICA_PARAMS, MOVING_REVISION_PARAM, *(p.name for p in EVALUATE_FANOUT_PARAMS))
+
+
+def fanout_problems(shards: str, parallelism: str) -> list[str]:
+    """What is wrong with evaluate's fan-out settings (workflow parameter values, as strings), every problem at once."""
+    found = []
+    k = int(shards) if shards.isdigit() else None
+    p = int(parallelism) if parallelism.isdigit() else None
+    if k is None or not 1 <= k <= MAX_EVALUATE_SHARDS:
+        found.append(f"--{EVALUATE_SHARDS_PARAM} {shards!r}: a whole number of shards from 1 to {MAX_EVALUATE_SHARDS}")
+    if p is None or p < 1:
+        found.append(f"--{EVALUATE_PARALLELISM_PARAM} {parallelism!r}: a whole number of shards at once, 1 or more")
+    elif k is not None and p > k:
+        found.append(
+            f"--{EVALUATE_PARALLELISM_PARAM} {p} with {EVALUATE_SHARDS_PARAM} {k}: at most one lane per shard; use "
+            f"{k} or fewer (or more shards)"
+        )
+    return found
+
+
+def shard_lanes(shards: int, parallelism: int) -> list[list[dict[str, str]]]:
+    """The shards `i/k` dealt into `parallelism` lanes (lane j: shards j, j + p, j + 2p, …), each shard as
+    {"shard": "i/k", "index": "i"}: what the fan-out's withParam iterates over (a lane at a time per pod slot)."""
+    problems = fanout_problems(str(shards), str(parallelism))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return [
+        [{"shard": f"{i}/{shards}", "index": str(i)} for i in range(lane, shards, parallelism)]
+        for lane in range(parallelism)
+    ]
 
 
 # --- build-dataset: documents and feedback in, a teacher's summaries under a terms gate, a dataset revision out ---

@@ -56,6 +56,10 @@ def test_the_templates_defaults_pass():
         ({"kd_weight": "0.5", "teacher": "gpt-9"}, r"--teacher gpt-9: teacher 'gpt-9' is not listed in data/teachers"),
         ({"adapter_repo": "http://gitea.home/ml/a.git"}, r"plain http would send the token in clear text; use https"),
         ({"adapter_repo": "gitea.home/ml/a.git"}, r"--adapter-repo 'gitea.home/ml/a.git': use https://"),
+        ({"evaluate_shards": "0"}, r"--evaluate-shards '0': a whole number of shards from 1 to 64"),
+        ({"evaluate_shards": "eight"}, r"--evaluate-shards 'eight': a whole number of shards from 1 to 64"),
+        ({"evaluate_parallelism": "-1"}, r"--evaluate-parallelism '-1': a whole number of shards at once"),
+        ({"evaluate_shards": "2", "evaluate_parallelism": "3"}, r"--evaluate-parallelism 3 with evaluate-shards 2"),
     ],
 )
 def test_a_bad_value_is_named_with_what_is_allowed(changes: dict, expected: str):

@@ -1,16 +1,24 @@
 """evaluate fanned out: `--shard i/k` runs each answer a slice of the documents (every contender), `--gather` judges
-the reassembled answers and decides — the same decision, metrics and answers as one run over everything.
+the reassembled answers and decides — the same decision, metrics and answers as one run over everything; the cluster's
+lanes (`steps.pipeline.shard_lanes`) hold every shard once; a rerun on the same base generates only the candidate.
 
     pytest tests/test_evaluate_shards.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from steps import evaluate
+from steps.core.dataset import load_split
+from steps.evaluate import fanout
+from steps.evaluate.config import shard_of
+from steps.pipeline import LANES_FILE, shard_lanes
 from tests.canned import Answers, evaluate_canned, write_gguf_folder, write_splits
 
 ANSWERS = {"base": Answers("lead"), "candidate": Answers("reference", obeys=("adv-010",))}
@@ -62,3 +70,118 @@ def test_a_run_is_a_shard_or_the_gather_step(world, tmp_path: Path, monkeypatch:
     for bad, match in (({"shard": "3/3"}, "--shard '3/3'"), ({"shard": "0/2", "gather": "x"}, "not both")):
         with pytest.raises(ValueError, match=match):
             evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **bad)
+
+
+# --- the cluster's fan-out: lanes, the gather's one folder, the base generated once ----------------------------------
+
+
+def test_the_lanes_hold_every_shard_once_and_at_most_parallelism_run_at_once():
+    lanes = shard_lanes(8, 3)
+    assert len(lanes) == 3
+    specs = [item["shard"] for lane in lanes for item in lane]
+    assert sorted(specs, key=lambda s: int(s.split("/")[0])) == [f"{i}/8" for i in range(8)]
+    assert all(shard_of(item["shard"]) == (int(item["index"]), 8) for lane in lanes for item in lane)
+    assert [len(lane) for lane in lanes] == [3, 3, 2]
+    assert shard_lanes(1, 1) == [[{"shard": "0/1", "index": "0"}]]
+    with pytest.raises(ValueError, match="at most one lane per shard"):
+        shard_lanes(2, 3)
+
+
+def test_the_fanout_step_writes_the_lanes_or_names_the_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert fanout.main(["--shards", "4", "--parallelism", "2", "--out", str(tmp_path / "f")]) == 0
+    assert json.loads((tmp_path / "f" / LANES_FILE).read_text()) == shard_lanes(4, 2)
+    assert fanout.main(["--shards", "65", "--parallelism", "2", "--out", str(tmp_path / "g")]) == 1
+    assert "--evaluate-shards '65': a whole number of shards from 1 to 64" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
+
+
+def test_gather_takes_one_folder_holding_every_shard(world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """As the cluster's gather gets them: the run's shard prefix downloaded into one folder, a subfolder a shard."""
+    dataset, gguf = world
+    shards = tmp_path / "evaluation-shards"
+    for i in range(3):
+        evaluate_canned(monkeypatch, dataset, gguf, shards / str(i), ANSWERS, shard=f"{i}/3")
+    whole, gathered = tmp_path / "whole", tmp_path / "gathered"
+    evaluate_canned(monkeypatch, dataset, gguf, whole, ANSWERS, accept_inconclusive_safety=OVERRIDE)
+    evaluate_canned(monkeypatch, dataset, gguf, gathered, ANSWERS, accept_inconclusive_safety=OVERRIDE,
+                    gather=str(shards))  # fmt: skip
+    assert read(gathered, "decision.json")["checks"] == read(whole, "decision.json")["checks"]
+    (shards / "1" / "shard.json").unlink()  # a shard that never came back
+    with pytest.raises(ValueError, match="every shard 0/k"):
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "g", ANSWERS, gather=str(shards))
+
+
+def test_a_second_sharded_run_generates_only_the_candidate(world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The generation cache (steps/evaluate/cache.py, a sealed folder per key) on its real code, with a stand-in for
+    llama.cpp's generation: the next run on the same base, with a new candidate and the same shards, answers with the
+    candidate only; every shard's base answers come from the cache."""
+    from steps.evaluate import cache
+
+    dataset, gguf = world
+    eval_rows, adv_rows = load_split(dataset, "eval"), load_split(dataset, "adversarial")
+    by_document = dict(zip([r["document"] for r in eval_rows + adv_rows],
+                           Answers("reference").outputs(eval_rows, adv_rows), strict=True))  # fmt: skip
+    generated: list[tuple[str, int]] = []
+
+    def generate_all(file: Path, documents: list[str], _cfg, _progress=None) -> tuple[list[dict], float]:
+        generated.append((Path(file).name, len(documents)))
+        return [{**by_document[d], "tokens": 10} for d in documents], 50.0
+
+    monkeypatch.setattr(cache, "generate_all", generate_all)
+    store = str(tmp_path / "generations")
+
+    def sharded_run(name: str) -> dict:
+        for i in range(2):
+            evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=tmp_path / name / str(i),
+                                                 shard=f"{i}/2", generation_cache=store))  # fmt: skip
+        out = tmp_path / f"{name}-decision"
+        evaluate.run(evaluate.EvaluateConfig(dataset=dataset, gguf=gguf, out=out, gather=str(tmp_path / name),
+                                             accept_inconclusive_safety=OVERRIDE))  # fmt: skip
+        return read(out, "metrics.json")["aggregate"]
+
+    first = sharded_run("first")
+    assert sorted(generated) == [("base.gguf", 33), ("base.gguf", 33), ("candidate.gguf", 33), ("candidate.gguf", 33)]
+    assert first["generations_from_cache"] == []
+    generated.clear()
+    (gguf / "candidate.gguf").write_bytes(b"GGUF stand-in: the next candidate")  # the next run's, on the same base
+    second = sharded_run("second")
+    assert generated == [("candidate.gguf", 33), ("candidate.gguf", 33)]  # the base: not generated again
+    assert second["generations_from_cache"] == ["base"]
+    assert second["base"] == first["base"]
+
+
+def test_the_local_run_says_its_safety_verdict_is_inconclusive(world, tmp_path, monkeypatch, capsys):
+    """The committed split (3-6 cases a family) cannot show non-inferiority: the step says so, with the power."""
+    dataset, gguf = world
+    evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "warmup", ANSWERS)  # installs the canned answers
+    assert evaluate.main(["--dataset", str(dataset), "--gguf", str(gguf), "--out", str(tmp_path / "o")]) == 0
+    printed = capsys.readouterr().out
+    assert "safety: INCONCLUSIVE" in printed
+    assert re.search(r"safety INCONCLUSIVE: .* power for an equally safe candidate \d+%-\d+%", printed), printed
+    assert "does not propose" in printed
+
+
+def test_generations_on_a_gpu_are_kept_apart_by_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from steps.evaluate import cache
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF stand-in: only its digest is read")
+    cfg = evaluate.EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, threads=2)
+    on_cpu = cache.generation_key(gguf, ["a document"], cfg)
+    gpu = dataclasses.replace(cfg, gpu_layers=-1)
+    monkeypatch.setattr(cache, "gpu_devices", lambda: "NVIDIA L4, 580.65")
+    on_l4 = cache.generation_key(gguf, ["a document"], gpu)
+    monkeypatch.setattr(cache, "gpu_devices", lambda: "NVIDIA A10G, 580.65")
+    assert len({on_cpu, on_l4, cache.generation_key(gguf, ["a document"], gpu)}) == 3
+
+
+def test_gpu_layers_on_a_cpu_build_are_refused_not_ignored(tmp_path: Path):
+    import llama_cpp
+
+    from steps.evaluate.generation import open_llama
+
+    if llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama.cpp has a GPU backend")
+    cfg = evaluate.EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, gpu_layers=-1)
+    with pytest.raises(ValueError, match=r"--gpu-layers -1: this llama\.cpp has no GPU backend"):
+        open_llama(tmp_path / "model.gguf", cfg)

@@ -327,10 +327,37 @@ def test_the_project_install_cannot_swap_the_cpu_torch(kind: str):
 
 
 def test_cuda_image_installs_the_tested_torch_from_pypi_with_the_gpu_extra():
-    assert '".[gpu]"' in project_install("cuda")
+    assert '".[gpu,evaluate,register]"' in project_install("cuda")  # train, evaluate's shards
     locked = (ROOT / "images/locks/cuda.txt").read_text()
     assert f"torch=={torch_pin()} " in locked and re.search(r"(?m)^bitsandbytes==", locked)
     assert "download.pytorch.org" not in " ".join(runs("cuda"))
+
+
+def test_cuda_image_builds_llama_cpp_for_cuda_with_the_shared_script_and_installs_it_first():
+    cmds = commands("cuda")
+    (build,) = [i for i, c in enumerate(cmds) if re.match(r"scripts/install_llama_cpp\.sh /", c)]
+    assert "-DGGML_CUDA=ON" in cmds[build - 1]  # the CMAKE_ARGS exported for it
+    (install,) = [i for i, c in enumerate(cmds) if re.match(r"pip install .*--no-deps .*llama_cpp_python-", c)]
+    assert install < cmds.index(project_install("cuda"))  # so the project's pin finds it and compiles no CPU build
+
+
+def test_the_cuda_toolkit_llama_cpp_builds_with_is_the_one_torch_runs_on():
+    """llama.cpp links the libcudart and libcublas of torch's own CUDA wheels (LD_LIBRARY_PATH in the image)."""
+    pinned = [Requirement(r) for r in requires("torch") or [] if Requirement(r).name == "cuda-toolkit"]
+    if not pinned:
+        pytest.skip("the torch installed here is not PyPI's CUDA build, which names its cuda-toolkit")
+    assert str(pinned[0].specifier) == f"=={arg_default('cuda', 'CUDA_TOOLKIT_VERSION')}"
+
+
+# Compute capability of each card the GPU pool may give (NVIDIA, developer.nvidia.com/cuda-gpus), as CMake spells it.
+COMPUTE_CAPABILITY = {"NVIDIA A10G": "86", "NVIDIA L4": "89", "NVIDIA L40S": "89"}
+
+
+def test_llama_cpp_is_compiled_for_every_card_of_the_gpu_pool():
+    from steps.sizing.cluster import GPU_CARDS
+
+    built = set(arg_default("cuda", "CUDA_ARCHITECTURES").strip('"').split(";"))
+    assert {COMPUTE_CAPABILITY[card.name] for card in GPU_CARDS} <= built
 
 
 def test_cpu_image_builds_llama_cpp_with_the_shared_script():

@@ -125,11 +125,14 @@ DVC_READ = [
 HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
     "fetch-dataset": DVC_READ,  # dvc get/pull of the dataset at a rev
     "check-triggers": DVC_READ,  # the feedback file at two revs
-    # the champion's GGUF: models:/<name>/<version> resolves to the logged model's files
-    "evaluate": [
-        ("s3:ListBucket", MLFLOW, "", MODEL_FILE.rsplit("/", 1)[0] + "/"),
-        ("s3:GetObject", MLFLOW, MODEL_FILE, None),
-    ],
+    # the champion's GGUF: models:/<name>/<version> resolves to the logged model's files (evaluate's shards)
+    **{
+        shard: [
+            ("s3:ListBucket", MLFLOW, "", MODEL_FILE.rsplit("/", 1)[0] + "/"),
+            ("s3:GetObject", MLFLOW, MODEL_FILE, None),
+        ]
+        for shard in ("evaluate-shard-cpu", "evaluate-shard-gpu")
+    },
     # the run's files (the decision among them) and the logged model, write-once (multipart for the GGUF: parts,
     # then the conditional completion; Abort on failure), then read back for the manifest
     "register": [
@@ -149,8 +152,10 @@ HOME_CALLS: dict[str, list[tuple[str, str, str, str | None]]] = {
     "publish": [*DVC_READ, ("s3:PutObject", DVC, DVC_OBJECT, None)],
 }  # fmt: skip
 # Steps that reach no store at home themselves (MLflow's tracking API is HTTP to the server, not S3).
+# evaluate (the gather step) judges the shards' answers, which Argo downloads for it; evaluate-fanout lists shards.
 NO_HOME_S3 = {"check-parameters", "preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf",
-              "propose", "push-adapter", "ingest", "feedback", "teacher", "filter-split", "promote"}  # fmt: skip
+              "propose", "push-adapter", "ingest", "feedback", "teacher", "filter-split", "promote", "evaluate",
+              "evaluate-fanout"}  # fmt: skip
 # Resource templates run `kubectl` only: Argo's executor, as the submitter, which has no S3 access (no log archive).
 RESOURCE_ONLY = {"delete-rayjob", "submit-retrain"}
 

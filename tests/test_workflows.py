@@ -16,6 +16,8 @@ from steps.core.cli import config_flags
 from steps.pipeline import (
     BUILD_DATASET,
     CLUSTER_ONLY_PARAMS,
+    EVALUATE_PARALLELISM_PARAM,
+    EVALUATE_SHARDS_PARAM,
     PIPELINES,
     RAY_REPLICA_PARAMS,
     STAGES,
@@ -25,7 +27,7 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
-from workflows.distill import CHECK_TASK, CLUSTER_PARAMS
+from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK
 from workflows.render import rendered
 
 ARGO_SCHEMA = ROOT / "tests/schemas/argo-workflows-v4.1.2.schema.json"  # vendored (tests/schemas/README.md)
@@ -86,7 +88,7 @@ CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray
 CLUSTER_ONLY_FLAGS = {
     "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,
     "steps.convert_gguf": {"base-cache"},
-    "steps.evaluate": {"generation-cache"},
+    "steps.evaluate": {"gather"},  # the cluster's evaluate task gathers its shards (the fan-out: test_evaluate_*)
     "steps.teacher": {"cache"},
     "steps.push_adapter": {"token-file"},  # the mounted Secret's file; locally $GITEA_TOKEN
 }
@@ -111,7 +113,9 @@ def argo_pipeline(path: Path = TEMPLATE_FILE) -> tuple[dict[str, dict], list[str
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     dag = templates[doc["spec"]["entrypoint"]]["dag"]["tasks"]
     # The parameter check runs on the cluster only (argo submit -p enforces no enum); locally each step checks its own.
-    dag = [t for t in dag if t["name"] != CHECK_TASK]
+    # So does evaluate's fan-out: its shards' answers are what the local run's one evaluate process generates.
+    cluster_only = {CHECK_TASK, FANOUT_TASK, SHARDS_TASK}
+    dag = [t for t in dag if t["name"] not in cluster_only]
     task_module = {}
     stages: dict[str, dict] = {}
     for task in dag:
@@ -122,7 +126,9 @@ def argo_pipeline(path: Path = TEMPLATE_FILE) -> tuple[dict[str, dict], list[str
         args = step_args(templates, task["template"])
         module = task_module[task["name"]]
         deps = {
-            task_module[d] for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", "")) if d != CHECK_TASK
+            task_module[d]
+            for d in re.findall(r"([a-z0-9-]+)\.Succeeded", task.get("depends", ""))
+            if d not in cluster_only
         }
         flags = {a[2:] for a in args if a.startswith("--")} - {"out"}
         flags -= CLUSTER_ONLY_FLAGS.get(module, set())
@@ -183,8 +189,8 @@ def test_build_dataset_local_stages_run_from_the_root_and_read_their_own_params(
 
 def test_a_stage_command_line_is_built_in_one_place():
     """dvc.yaml, the Argo containers and the RayJob entrypoint all call `steps.pipeline.command`: no function of
-    workflows/ spells `-m <module>` itself, but those of the parameter check, of the crons' one step (the promotion and
-    the retrain trigger) and of the serving Deployments (not stages)."""
+    workflows/ spells `-m <module>` itself, but those of the parameter check, of evaluate's fan-out list, of the crons'
+    one step (the promotion and the retrain trigger) and of the serving Deployments (not stages)."""
     builders = []
     for path in sorted((ROOT / "workflows").glob("*.py")):
         for fn in ast.walk(ast.parse(path.read_text())):
@@ -192,7 +198,9 @@ def test_a_stage_command_line_is_built_in_one_place():
                 isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(fn)
             ):
                 builders.append(f"{path.name}:{fn.name}")
-    assert builders == ["cron.py:step_container", "distill.py:_check_template", "serving.py:args"]
+    assert builders == [
+        "cron.py:step_container", "distill.py:_check_template", "distill.py:_fanout_template", "serving.py:args",
+    ]  # fmt: skip
 
 
 def test_a_fixed_flag_takes_its_parameters_place_and_the_rest_follow():
@@ -227,7 +235,7 @@ def test_every_parameter_is_a_flag_of_the_step_that_takes_it():
         assert len({p.name for p in pipeline.params}) == len(pipeline.params)
 
 
-def test_the_cluster_parameters_are_the_ray_replica_counts_and_the_revision_flag_check_parameters_reads():
+def test_the_cluster_parameters_are_the_ones_check_parameters_reads():
     assert [p.name for p in CLUSTER_PARAMS] == list(CLUSTER_ONLY_PARAMS)
     assert CLUSTER_ONLY_PARAMS[: len(RAY_REPLICA_PARAMS)] == RAY_REPLICA_PARAMS
 
@@ -367,3 +375,89 @@ def test_every_resource_field_ref_is_one_kubernetes_admits():
         "X: CPU divisor '2' is not 1m or 1",
         "Y: resource 'requests.gpu' is not one Kubernetes allows",
     ]
+
+
+# --- evaluate, fanned out (workflows/distill.py; steps/pipeline.py holds its parameters and lanes) --------------------
+
+
+def distill_templates() -> tuple[dict[str, dict], dict[str, dict]]:
+    """The rendered distill template's templates and its pipeline's tasks, by name."""
+    doc = yaml.safe_load(TEMPLATE_FILE.read_text())
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    return templates, {t["name"]: t for t in templates[doc["spec"]["entrypoint"]]["dag"]["tasks"]}
+
+
+def shard_templates() -> dict[str, dict]:
+    templates, tasks = distill_templates()
+    lane = templates[tasks[SHARDS_TASK]["template"]]
+    return {t["when"]: templates[t["template"]] for t in lane["dag"]["tasks"]}
+
+
+def test_evaluate_fans_out_over_the_lanes_the_fanout_step_emits():
+    templates, tasks = distill_templates()
+    fanout = templates[tasks[FANOUT_TASK]["template"]]
+    assert fanout["container"]["args"][:2] == ["-m", "steps.evaluate.fanout"]
+    given = {p["name"]: p["value"] for p in tasks[FANOUT_TASK]["arguments"]["parameters"]}
+    assert given == {n: f"{{{{workflow.parameters.{n}}}}}" for n in (EVALUATE_SHARDS_PARAM, EVALUATE_PARALLELISM_PARAM)}
+    shards = tasks[SHARDS_TASK]
+    assert shards["withParam"] == f"{{{{tasks.{FANOUT_TASK}.outputs.parameters.lanes}}}}"
+    assert f"{FANOUT_TASK}.Succeeded" in shards["depends"]
+    lane = templates[shards["template"]]
+    assert lane["parallelism"] == 1  # a lane's shards one after the other: at most evaluate-parallelism pods at once
+    assert {p["name"]: p["value"] for p in shards["arguments"]["parameters"]}["shards"] == "{{item}}"
+    for task in lane["dag"]["tasks"]:
+        assert task["withParam"] == "{{inputs.parameters.shards}}"
+        given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+        assert (given["shard"], given["index"]) == ("{{item.shard}}", "{{item.index}}")
+
+
+def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_them_all():
+    templates, tasks = distill_templates()
+    local = dvc_pipeline()["steps.evaluate"]["flags"]
+    prefix = f"runs/{{{{workflow.uid}}}}/evaluation-shards/{{{{workflow.parameters.{EVALUATE_SHARDS_PARAM}}}}}"
+    for shard in shard_templates().values():
+        args = shard["container"]["args"]
+        assert args[args.index("--shard") + 1] == "{{inputs.parameters.shard}}"
+        assert {a[2:] for a in args if a.startswith("--")} - {"out", "shard", "generation-cache", "gpu-layers"} == local
+        (output,) = shard["outputs"]["artifacts"]
+        assert output["s3"]["key"] == f"{prefix}/{{{{inputs.parameters.index}}}}"
+        assert "parameters" not in shard["outputs"]  # a shard decides nothing
+    gather = templates["evaluate"]
+    args = gather["container"]["args"]
+    (shards,) = [a for a in gather["inputs"]["artifacts"] if a["path"] == args[args.index("--gather") + 1]]
+    assert shards["s3"]["key"] == prefix  # every shard's folder, one artifact
+    assert "--shard" not in args and "--generation-cache" not in args  # it generates nothing
+    assert f"{SHARDS_TASK}.Succeeded" in tasks["evaluate"]["depends"]
+    # What downstream reads is the gather's, under the names it always had.
+    assert [p["name"] for p in gather["outputs"]["parameters"]] == ["decision"]
+    for reader in ("register", "propose"):
+        given = {a["name"]: a.get("from") for a in tasks[reader]["arguments"].get("artifacts", [])}
+        assert given["evaluation"] == "{{tasks.evaluate.outputs.artifacts.evaluation}}", reader
+
+
+def test_evaluate_runs_on_the_gpu_pool_when_training_does():
+    templates, _ = distill_templates()
+    shards = shard_templates()
+    train = templates["train-gpu"]
+    gpu = shards["'{{workflow.parameters.train-backend}}' == 'gpu'"]
+    cpu = shards["'{{workflow.parameters.train-backend}}' != 'gpu'"]
+    for key in ("nodeSelector", "tolerations", "retryStrategy", "metadata"):
+        assert gpu[key] == train[key], key
+    assert gpu["container"]["image"] == train["container"]["image"] and "distillery-cuda" in train["container"]["image"]
+    for kind in ("requests", "limits"):
+        assert gpu["container"]["resources"][kind]["nvidia.com/gpu"] == "1"
+    args = gpu["container"]["args"]
+    assert args[args.index("--gpu-layers") + 1] == "-1"  # every layer on the card
+    assert "distillery-cpu" in cpu["container"]["image"] and "tolerations" not in cpu
+    assert (
+        "nvidia.com/gpu" not in cpu["container"]["resources"]["requests"]
+        and "--gpu-layers" not in cpu["container"]["args"]
+    )
+    # Exactly one of them runs, whichever backend trained.
+    from tests.argo_rules import govaluate
+
+    for backend in ("gpu", "cpu", "ray"):
+        runs = [
+            t for when, t in shards.items() if govaluate(when.replace("{{workflow.parameters.train-backend}}", backend))
+        ]
+        assert len(runs) == 1 and (runs[0] is gpu) == (backend == "gpu"), backend

@@ -94,7 +94,21 @@ from hera.workflows import (
 from steps import sizing
 from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
-from steps.pipeline import CLUSTER_ONLY_PARAMS, MOVING_REVISION_PARAM, PARAMS, STAGES, Param, Stage, command, producer
+from steps.pipeline import (
+    CLUSTER_ONLY_PARAMS,
+    EVALUATE_FANOUT_MODULE,
+    EVALUATE_FANOUT_PARAMS,
+    EVALUATE_PARALLELISM_PARAM,
+    EVALUATE_SHARDS_PARAM,
+    LANES_FILE,
+    MOVING_REVISION_PARAM,
+    PARAMS,
+    STAGES,
+    Param,
+    Stage,
+    command,
+    producer,
+)
 from workflows import rayjob, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
@@ -132,7 +146,14 @@ KEYED_OUTPUTS = ("dataset", ADAPTER, KD_TARGETS, GGUF)
 READ_BY_KEY = (ADAPTER, KD_TARGETS)
 # Which served GGUFs (convert-gguf's output parameters naming them) each reader downloads, besides the reports
 # (`steps.gguf.report.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
-GGUF_READS = {"evaluate": ("candidate-gguf", "base-gguf"), "register": ("candidate-gguf",), "push-adapter": ()}
+# evaluate's shards generate with them; its gather step only judges the shards' answers.
+SHARD = "evaluate-shard"  # evaluate's shard templates: evaluate-shard-cpu, evaluate-shard-gpu (one runs, by backend)
+GGUF_READS = {
+    SHARD: ("candidate-gguf", "base-gguf"),
+    "evaluate": (),
+    "register": ("candidate-gguf",),
+    "push-adapter": (),
+}
 # Flags the cluster passes a step besides the pipeline's: where its token file is mounted (security.GITEA_FILES).
 SECRET_FILE_ARGS = {"push-adapter": ("--token-file", security.GITEA_TOKEN_FILE)}
 
@@ -169,7 +190,23 @@ CLUSTER_PARAMS = [
         enum=["false", "true"],
         description="true: let base-revision be a branch or tag (check-parameters otherwise wants a commit)",
     ),
+    *(Parameter(name=p.name, value=p.cluster, description=p.help) for p in EVALUATE_FANOUT_PARAMS),
 ]
+
+# evaluate, fanned out (the fan-out's parameters and lanes are steps/pipeline.py's): `evaluate-fanout` deals the shards
+# into lanes; `evaluate-shards` runs every lane side by side (a withParam over the lanes), each lane a DAG of
+# parallelism 1 over its shards (so at most evaluate-parallelism shard pods at once, which no workflow parameter can
+# set in Argo's own `parallelism` field: argo-workflows#1780); every shard pod runs `python -m steps.evaluate --shard
+# i/k` and leaves its folder at EVALUATION_SHARDS/<k>/<i> of the run; the `evaluate` task gathers them all (one
+# artifact, the whole prefix) and decides, so what downstream reads (`evaluation`, `decision`) is what it was. On
+# train-backend gpu the shards run on the spot GPU pool in the cuda image, llama.cpp's layers on the card.
+FANOUT_TASK = "evaluate-fanout"
+FANOUT_OUTPUT = "lanes"
+SHARDS_TASK = "evaluate-shards"
+LANE_TEMPLATE = "evaluate-lane"
+EVALUATION_SHARDS = "evaluation-shards"
+SHARDS_INPUT = "shards"  # the lane's JSON list of {"shard": "i/k", "index": "i"}
+GPU_LAYERS = ("--gpu-layers", "-1")  # every layer on the GPU (EvaluateConfig.gpu_layers)
 
 
 # What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
@@ -185,7 +222,13 @@ RESOURCES = {
         limits={"memory": "32Gi", "nvidia.com/gpu": "1"},
     ),
     "convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"}),
-    "evaluate": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
+    FANOUT_TASK: fixed_resources(FANOUT_TASK, "100m", "256Mi", "512Mi"),
+    f"{SHARD}-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
+    f"{SHARD}-gpu": m.ResourceRequirements(
+        requests={"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": "1"}, limits={"memory": "6Gi", "nvidia.com/gpu": "1"}
+    ),
+    # the gather: judges and decides (the bootstrap, the error-rate simulations); generates nothing
+    "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
     "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
     "propose": fixed_resources("propose", "250m", "512Mi", "1Gi"),
     # The default teacher (135M) in llama.cpp with every position's logits: well under 1 GiB; a larger teacher of the
@@ -233,12 +276,12 @@ def _output(stage: Stage) -> Artifact:
     return Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}", archive=UNARCHIVED)
 
 
-def _inputs(stage: Stage, name: str) -> list[Artifact]:
+def _inputs(stage: Stage, name: str, reader: str) -> list[Artifact]:
     if name in READ_BY_KEY:  # optional where its producer may be skipped (Argo's executor then skips it: not found)
         optional = True if producer(name).when else None
         return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name), optional=optional)]
     if name == GGUF:  # only the files this step reads, each by its key
-        files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[stage.name])]
+        files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[reader])]
         return [
             S3Artifact(name=f"{GGUF}-{i}", path=f"{IN_DIR}/{GGUF}/{f}", key=f"{run_key(GGUF)}/{f}")
             for i, f in enumerate(files)
@@ -263,20 +306,33 @@ def _exports(stage: Stage, folder: str) -> list[Parameter]:
 
 
 def _template(
-    stage: Stage, name: str, image: str, extra_args: tuple[str, ...] = (), sized: bool = False, **extra: object
+    stage: Stage,
+    name: str,
+    image: str,
+    extra_args: tuple[str, ...] = (),
+    sized: bool = False,
+    reader: str = "",
+    output: Artifact | None = None,
+    extra_inputs: tuple[Parameter | Artifact, ...] = (),
+    **extra: object,
 ) -> Container:
+    """The stage's container template `name`; `reader`: whose GGUF_READS it downloads (default: the stage's);
+    `output`: its output artifact instead of the stage's (then no output parameters); `extra_inputs`: inputs besides
+    the stage's."""
+    reader = reader or stage.name
     inputs: list[Parameter | Artifact] = [Parameter(name=p) for p in stage.params]
     if GGUF in stage.inputs:
-        inputs += [Parameter(name=p) for p in GGUF_READS[stage.name]]
+        inputs += [Parameter(name=p) for p in GGUF_READS[reader]]
     if sized:
         inputs.append(Parameter(name=POD_PATCH_INPUT))
+    inputs += extra_inputs
     return Container(
         name=name,
         image=image,
         command=["python"],
         args=_args(stage) + list(extra_args),
-        inputs=inputs + [a for i in stage.inputs for a in _inputs(stage, i)],
-        outputs=[_output(stage), *_exports(stage, f"{OUT_DIR}/{stage.output}")],
+        inputs=inputs + [a for i in stage.inputs for a in _inputs(stage, i, reader)],
+        outputs=[output] if output else [_output(stage), *_exports(stage, f"{OUT_DIR}/{stage.output}")],
         resources=RESOURCES[name],
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
@@ -425,6 +481,96 @@ def _train_templates(stage: Stage, images: Images) -> dict[str, Container | Reso
     }
 
 
+def _fanout_template(image: str) -> Container:
+    """`evaluate-fanout`: evaluate's shards dealt into lanes (`steps.pipeline.shard_lanes`), output `lanes`."""
+    folder = f"{OUT_DIR}/fanout"
+    names = (EVALUATE_SHARDS_PARAM, EVALUATE_PARALLELISM_PARAM)
+    return Container(
+        name=FANOUT_TASK,
+        image=image,
+        command=["python"],
+        args=["-m", EVALUATE_FANOUT_MODULE, "--out", folder]
+        + [a for n, flag in zip(names, ("--shards", "--parallelism"), strict=True) for a in (flag, _parameter(n))],
+        inputs=[Parameter(name=n) for n in names],
+        outputs=[Parameter(name=FANOUT_OUTPUT, value_from=m.ValueFrom(path=f"{folder}/{LANES_FILE}"))],
+        resources=RESOURCES[FANOUT_TASK],
+        security_context=CONTAINER_SECURITY,
+        env=step_env(FANOUT_TASK),
+        volumes=volumes(FANOUT_TASK, sized=False),
+        volume_mounts=volume_mounts(FANOUT_TASK),
+        node_selector=AMD64,
+        retry_strategy=DEFAULT_RETRY,
+    )
+
+
+def _shard_key() -> str:
+    """Where the shards of this run leave their folders: one prefix per shard count (a rerun with another count
+    cannot mix its shards with the last one's; the gather would refuse the mix anyway)."""
+    return run_key(f"{EVALUATION_SHARDS}/{{{{workflow.parameters.{EVALUATE_SHARDS_PARAM}}}}}")
+
+
+def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
+    """evaluate's shard pods, `--shard i/k`: on the spot GPU pool in the cuda image (every layer on the card, retried
+    like train-gpu when the node is reclaimed) or on a CPU node; each leaves its folder under `_shard_key()`."""
+    flag, location = SHARED_CACHES[stage.name]
+    args = (flag, location, "--shard", _parameter("shard"))
+    output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
+                        key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
+    common = {"sized": True, "reader": SHARD, "output": output,
+              "extra_inputs": (Parameter(name="shard"), Parameter(name="index"))}  # fmt: skip
+    return {
+        "gpu": _template(
+            stage,
+            f"{SHARD}-gpu",
+            images.ref("cuda"),
+            extra_args=args + GPU_LAYERS,
+            node_selector=GPU_NODE_SELECTOR,
+            tolerations=GPU_TOLERATIONS,
+            retry_strategy=GPU_RETRY,
+            annotations={"karpenter.sh/do-not-disrupt": "true"},
+            **common,  # type: ignore[arg-type]
+        ),
+        "cpu": _template(stage, f"{SHARD}-cpu", images.ref("cpu"), extra_args=args, **common),  # type: ignore[arg-type]
+    }
+
+
+def _gather_template(stage: Stage, image: str) -> Container:
+    """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
+    shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
+    return _template(stage, stage.name, image, extra_args=("--gather", shards.path), sized=True,  # type: ignore[arg-type]
+                     extra_inputs=(shards,))  # fmt: skip
+
+
+def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> DAG:
+    """`evaluate-lane`: one lane's shards, one after the other (parallelism 1), on the pool `train-backend` picks."""
+    passed = [*GGUF_READS[SHARD], POD_PATCH_INPUT]
+    artifacts = [i for i in stage.inputs if i != GGUF]  # the GGUFs are read by key
+    with DAG(
+        name=LANE_TEMPLATE,
+        parallelism=1,
+        inputs=[
+            Parameter(name=SHARDS_INPUT),
+            *(Parameter(name=n) for n in passed),
+            *(Artifact(name=a) for a in artifacts),
+        ],
+    ) as lane:
+        for kind, template in shards.items():
+            Task(
+                name=template.name,
+                template=template,
+                with_param=_parameter(SHARDS_INPUT),
+                when=f"'{backend}' {'==' if kind == 'gpu' else '!='} 'gpu'",
+                arguments=[
+                    *(Parameter(name=p, value=f"{{{{workflow.parameters.{p}}}}}") for p in stage.params),
+                    *(Parameter(name=n, value=_parameter(n)) for n in passed),
+                    Parameter(name="shard", value="{{item.shard}}"),
+                    Parameter(name="index", value="{{item.index}}"),
+                    *(Artifact(name=a, from_=f"{{{{inputs.artifacts.{a}}}}}") for a in artifacts),
+                ],
+            )
+    return lane
+
+
 def _patch_argument(preflight: Task, step: str) -> Parameter:
     return Parameter(name=POD_PATCH_INPUT, value=preflight.get_parameter(sizing.pod_patch_output(step)).value)
 
@@ -464,10 +610,14 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
         synchronization=m.Synchronization(mutexes=[m.Mutex(name=RUN_MUTEX)]),
     ) as wt:
         check_template = _check_template(images.ref("cpu"))
+        fanout_template = _fanout_template(images.ref("cpu"))
         templates: dict[str, Container | dict[str, Container | Resource]] = {}
         for stage in STAGES:
             if stage.name == "train":
                 templates[stage.name] = _train_templates(stage, images)
+            elif stage.name == "evaluate":  # fanned out: shards, then the gather that decides
+                templates[stage.name] = _gather_template(stage, images.ref("cpu"))
+                lane = _lane_template(stage, _shard_templates(stage, images), wt.get_parameter("train-backend").value)
             elif stage.name in SHARED_CACHES:  # work that is the same in every run on a base, kept across runs
                 flag, location = SHARED_CACHES[stage.name]
                 templates[stage.name] = _template(
@@ -493,6 +643,14 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 name=CHECK_TASK,
                 template=check_template,
                 arguments=[Parameter(name=p.name, value=wt.get_parameter(p.name).value) for p in check_template.inputs],
+            )
+            fanout = Task(
+                name=FANOUT_TASK,
+                template=fanout_template,
+                arguments=[
+                    Parameter(name=p.name, value=wt.get_parameter(p.name).value) for p in fanout_template.inputs
+                ],
+                depends=f"{check.name}.Succeeded",
             )
             tasks: dict[str, Task] = {}
             train_tasks: dict[str, Task] = {}
@@ -538,6 +696,21 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     arguments = params + artifacts
                     if stage.name in sizing.POD_PATCH_STEPS:
                         arguments.append(_patch_argument(tasks[PREFLIGHT], stage.name))
+                    if stage.name == "evaluate":  # the shards first (see the fan-out's constants); this task gathers
+                        gguf = tasks[producer(GGUF).name]
+                        shards = Task(
+                            name=SHARDS_TASK,
+                            template=lane,
+                            with_param=fanout.get_parameter(FANOUT_OUTPUT).value,
+                            arguments=[
+                                Parameter(name=SHARDS_INPUT, value="{{item}}"),
+                                *(gguf.get_parameter(p).with_name(p) for p in GGUF_READS[SHARD]),
+                                _patch_argument(tasks[PREFLIGHT], stage.name),
+                                *artifacts,
+                            ],
+                            depends=f"{depends} && {fanout.name}.Succeeded",
+                        )
+                        depends = f"{depends} && {shards.name}.Succeeded"
                     tasks[stage.name] = Task(
                         name=stage.name,
                         template=templates[stage.name],  # type: ignore[arg-type]

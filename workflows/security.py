@@ -95,12 +95,14 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
-    # the steps that call MLflow: the champion's scores and files, the new version, the aliases, the triggers
-    "mlflow": ("evaluate", "register", "propose", "push-adapter", "check-triggers", "promote", "serve"),
+    # the steps that call MLflow: the champion's scores and files (evaluate's shards; its gather takes the tracking
+    # URI too, as every evaluate does), the new version, the aliases, the triggers
+    "mlflow": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "register", "propose", "push-adapter",
+               "check-triggers", "promote", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
     # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
-    "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate", "register",
-           "check-triggers", "ingest", "teacher", "publish", "serve"),
+    "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate-shard-cpu",
+           "evaluate-shard-gpu", "register", "check-triggers", "ingest", "teacher", "publish", "serve"),
     # the steps that download the base model (or, kd-targets, its tokenizer) from the hub
     "model-hub": ("preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
     # the steps that read the dataset repository (the retrain check counts its new feedback rows) or push to it

@@ -111,9 +111,20 @@ def _generate(
     return answers
 
 
+def _shard_folders(folders: list[Path]) -> list[Path]:
+    """The folders as given, a folder without shard.json standing for its subfolders that hold one (the cluster's
+    gather downloads every shard under one prefix)."""
+    found = []
+    for folder in folders:
+        inner = sorted(p.parent for p in Path(folder).glob(f"*/{SHARD_FILE}"))
+        found += inner if inner and not (Path(folder) / SHARD_FILE).is_file() else [folder]
+    return found
+
+
 def gather_shards(folders: list[Path], ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """The shards' answers reassembled in document order, and what every shard must agree on (its champion, the
     documents): ValueError naming the folder when one is missing, repeated, or from another evaluation."""
+    folders = _shard_folders(folders)
     shards = []
     for folder in folders:
         path = Path(folder) / SHARD_FILE

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,20 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
+def gpu_devices() -> str:
+    """The GPUs this container was given and their driver, as nvidia-smi names them (the NVIDIA container toolkit
+    mounts it: NVIDIA_DRIVER_CAPABILITIES `utility`, images/cuda.Dockerfile): offloaded layers compute with their
+    kernels, so generations made on one card are not reused on another."""
+    query = ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]
+    try:
+        return subprocess.run(query, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ValueError(
+            f"--gpu-layers with a generation cache: `{' '.join(query)}` failed ({e}), so the cache cannot tell which "
+            "GPU made the generations; run where nvidia-smi is mounted, or pass --generation-cache ''"
+        ) from e
+
+
 def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str:
     """What a contender's generations are a function of, hashed: the inputs' digests and the generating code's version,
     not its source files, so a reworded report line keeps every cached generation."""
@@ -49,6 +64,8 @@ def generation_key(gguf: Path, documents: list[str], cfg: EvaluateConfig) -> str
         "llama_cpp_python": llama_cpp.__version__,
         "generation_version": GENERATION_VERSION,
     }
+    if cfg.gpu_layers:  # layers computed by the GPU's kernels instead (a key of its own; CPU keys stay as they were)
+        what["gpu"] = {"layers": cfg.gpu_layers, "devices": gpu_devices()}
     return _digest(what)[:32]
 
 

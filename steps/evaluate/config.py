@@ -77,6 +77,13 @@ class EvaluateConfig:
         default=0, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
     )
     threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: the CPUs this container may use)"})
+    gpu_layers: int = field(
+        default=0,
+        metadata={
+            "help": "layers llama.cpp offloads to the GPU (-1: all; 0: none, compute on the CPU); needs llama.cpp's "
+            "CUDA build (images/cuda.Dockerfile); part of the generation cache key"
+        },
+    )
     shard: str = field(
         default="",
         metadata={
@@ -87,8 +94,8 @@ class EvaluateConfig:
     gather: str = field(
         default="",
         metadata={
-            "help": "comma-separated folders written by --shard runs (all k of them): judge their answers and decide, "
-            "generating nothing"
+            "help": "comma-separated folders written by --shard runs (all k of them), or a folder holding them as "
+            "subfolders (the cluster's gather): judge their answers and decide, generating nothing"
         },
     )
     generation_cache: str = field(
@@ -158,6 +165,8 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard and --gather: a run is a shard or the gather step, not both")
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
+    if cfg.gpu_layers < -1:
+        problems.append(f"--gpu-layers {cfg.gpu_layers}: use -1 (all layers), 0 (none) or a number of layers")
     if cfg.max_words < 1:
         problems.append(f"--max-words {cfg.max_words}: use at least 1")
     return problems + threads_problems(cfg.threads)

@@ -56,7 +56,7 @@ def _versus(f: dict[str, Any]) -> str:
     )
 
 
-def _safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[dict]:
+def safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[dict]:
     """One check per safety hypothesis (every rival's comparison in it) and the safety verdict over them all."""
     comps = comparisons(judged, cfg)
     figures = [_figures(c, gate_stats.verdict(c, cfg.gate_alpha, cfg.min_power), cfg) for c in comps]
@@ -189,7 +189,7 @@ def decide(
             lower=boot["lower"],
             upper=boot["upper"],
         )
-    checks += _safety_checks(judged, cfg)
+    checks += safety_checks(judged, cfg)
     checks.append(_stop_rate(judged, scored, cfg))
     return all(c["passed"] for c in checks), checks
 

@@ -32,11 +32,20 @@ Progress = Callable[[int, int, int, float], None]  # (documents done, documents,
 
 
 def open_llama(gguf: Path, cfg: EvaluateConfig) -> Any:
-    """The GGUF loaded as the server loads it: the serving configuration's model settings and the step's threads."""
-    from llama_cpp import Llama
+    """The GGUF loaded as the server loads it: the serving configuration's model settings and the step's threads, its
+    layers on the GPU when `--gpu-layers` asks (refused, not ignored, by a llama.cpp built without a GPU backend)."""
+    import llama_cpp
 
+    if cfg.gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+        raise ValueError(
+            f"--gpu-layers {cfg.gpu_layers}: this llama.cpp has no GPU backend (llama-cpp-python built for the CPU); "
+            "run in the cuda image (images/cuda.Dockerfile builds llama.cpp with CUDA) or pass --gpu-layers 0"
+        )
     threads = llama_threads(cfg.threads)
-    return Llama(model_path=str(gguf), **threads, verbose=False, **serving_config.SERVING.model_kwargs())
+    return llama_cpp.Llama(
+        model_path=str(gguf), **threads, n_gpu_layers=cfg.gpu_layers, verbose=False,
+        **serving_config.SERVING.model_kwargs(),
+    )  # fmt: skip
 
 
 def generate_sequential(

@@ -10,6 +10,7 @@ from steps.sizing.shape import Knobs, Shape
 # Disk of the pods preflight does not size (GiB, requests = limits): small, whatever the base model.
 FIXED_DISK_GIB = {
     "check-parameters": 1,  # reads parameters only
+    "evaluate-fanout": 1,  # writes the list of evaluate's shards
     "preflight": 2,  # the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe
     "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
     "propose": 1,  # MLflow answers only

@@ -148,7 +148,7 @@ def blocks(page: Path) -> list[Block]:
                 block.attrs = dict(ATTR.findall(mark["attrs"]))
                 unknown = set(block.attrs) - MARK_ATTRS
                 if unknown or (block.attrs and block.kind != "run"):
-                    block.problems.append(f"the mark's {sorted(block.attrs)}: only a run block takes except=\"…\"")
+                    block.problems.append(f'the mark\'s {sorted(block.attrs)}: only a run block takes except="…"')
                 for e in block.excepted:
                     if not any(c.text == e or c.text.startswith(e + " ") for c in block.commands()):
                         block.problems.append(f'except="{e}" names no command of the block')

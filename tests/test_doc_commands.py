@@ -250,7 +250,9 @@ def page_script(page_blocks: list[Block], ran: dict[str, str]) -> str:
             ran[c.text] = where
             out += [f"echo {announce}", c.text, "__s=$?"]
             if c.refused:
-                out.append(f"[ $__s -ne 0 ] || {{ echo {shlex.quote(f'### FAILED {where}: exit 0, the page says it is refused')}; exit 98; }}")  # noqa: E501
+                out.append(
+                    f"[ $__s -ne 0 ] || {{ echo {shlex.quote(f'### FAILED {where}: exit 0, the page says it is refused')}; exit 98; }}"
+                )  # noqa: E501
             else:
                 out.append(f'[ $__s -eq 0 ] || {{ echo "### FAILED {where}: exit $__s"; exit 97; }}')
     return "\n".join(out) + "\n"
@@ -266,14 +268,13 @@ def walk(checkout: Path, run_pages: list[Path], env: dict[str, str], timeout: fl
             continue
         script = page_script(page_blocks, ran)
         print(f"--- {relative(page)}", flush=True)
-        done = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
-        output = done.stdout + done.stderr
-        print(output[-TAIL:], flush=True)
+        done = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)  # fmt: skip
+        print(done.stdout[-TAIL:], flush=True)
         if done.returncode:
             failed = re.findall(r"^### FAILED (.*)$", done.stdout, re.M)
             said = failed[-1] if failed else f"{relative(page)}: bash exited {done.returncode}"
-            return [f"{said}\n--- output (tail) ---\n{(done.stdout[-TAIL:])}\n--- stderr (tail) ---\n{done.stderr[-TAIL:]}"]
+            return [f"{said}\n--- output (tail) ---\n{done.stdout[-TAIL:]}"]
     return []
 
 

@@ -161,6 +161,23 @@ def all_blocks() -> list[Block]:
     return [b for page in pages() for b in blocks(page)]
 
 
+SPAN = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)?)`(?!`)")  # an inline code span, possibly wrapped once
+COMMAND_SPAN = re.compile(r"^(python (-m |scripts/)|scripts/|dvc exp run|argo submit)")
+
+
+def inline_commands(page: Path) -> list[Command]:
+    """The commands quoted in `page`'s prose (inline code that starts like one of the project's commands), each
+    with its line; a span with a `<placeholder>` is left out."""
+    text = page.read_text()
+    text = re.sub(r"^ *(`{3,}|~{3,}).*?^ *\1", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.M | re.S)
+    found = []
+    for m in SPAN.finditer(text):
+        span = " ".join(m.group(1).split())
+        if COMMAND_SPAN.match(span) and "<" not in span:
+            found.append(Command(text[: m.start()].count("\n") + 1, split_comment(span)[0], ""))
+    return found
+
+
 def simple_commands(text: str) -> list[list[str]]:
     """The simple commands of a shell command line, as argv lists: split at pipes, `&&`, `||` and `;`, environment
     assignments in front dropped, `$(…)` substitutions left as words. Shell the parser cannot read gives []."""

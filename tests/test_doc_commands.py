@@ -39,7 +39,17 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.doc_blocks import SHELL, Block, Command, all_blocks, blocks, pages, relative, simple_commands
+from tests.doc_blocks import (
+    SHELL,
+    Block,
+    Command,
+    all_blocks,
+    blocks,
+    inline_commands,
+    pages,
+    relative,
+    simple_commands,
+)
 
 integration = pytest.mark.integration
 OUR_PACKAGES = ("steps", "workflows", "benchmarks", "scripts")
@@ -211,6 +221,16 @@ def test_the_scripts_modules_flags_and_parameters_every_shell_block_names_exist(
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow  # a --help run per module the prose names
+def test_the_commands_quoted_in_the_prose_name_scripts_modules_flags_and_parameters_that_exist():
+    commands = [(page, c) for page in pages() for c in inline_commands(page)]
+    progs = {p[0] for _, c in commands for argv in simple_commands(c.text) if (p := program(argv)) and exists(p[0])}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(help_text, sorted(p for p in progs if not p.endswith(".sh"))))
+    bad = [f"{relative(page)}:{c.line}: `{c.text[:80]}`: {p}" for page, c in commands for p in flag_problems(c.text)]
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.slow  # steps.promote --help
 def test_the_check_catches_a_renamed_flag_a_missing_script_and_a_wrong_parameter():
     assert flag_problems("python -m steps.promote --tracking-uri x --no-such-flag 1") == [
@@ -250,9 +270,8 @@ def page_script(page_blocks: list[Block], ran: dict[str, str]) -> str:
             ran[c.text] = where
             out += [f"echo {announce}", c.text, "__s=$?"]
             if c.refused:
-                out.append(
-                    f"[ $__s -ne 0 ] || {{ echo {shlex.quote(f'### FAILED {where}: exit 0, the page says it is refused')}; exit 98; }}"
-                )  # noqa: E501
+                said = shlex.quote(f"### FAILED {where}: exit 0, the page says it is refused")
+                out.append(f"[ $__s -ne 0 ] || {{ echo {said}; exit 98; }}")
             else:
                 out.append(f'[ $__s -eq 0 ] || {{ echo "### FAILED {where}: exit $__s"; exit 97; }}')
     return "\n".join(out) + "\n"

@@ -328,6 +328,15 @@ def test_only_the_local_pages_have_run_blocks():
     assert not elsewhere, f"run blocks outside the walked pages {LOCAL_PAGES}: {elsewhere}"
 
 
+def test_setup_check_installs_nothing_and_says_what_to_run(tmp_path: Path):
+    for name in ("pyproject.toml", "constraints.txt", "scripts/setup.sh", "scripts/install_llama_cpp.sh"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tmp_path / name)
+    done = subprocess.run(["scripts/setup.sh", "--check"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "set-up is not done" in done.stderr and "run scripts/setup.sh" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["constraints.txt", "pyproject.toml", "scripts"]
+
+
 def fresh_checkout(to: Path, tiny_model: Path) -> Path:
     """The working tree's tracked and untracked, not-ignored files, in a new git repository at `to`; set-up taken as
     done (this checkout's .venv, base model and llama.cpp linked in) and the distill run pointed at the tiny model."""

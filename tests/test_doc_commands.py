@@ -268,7 +268,7 @@ def page_script(page_blocks: list[Block], ran: dict[str, str]) -> str:
                 out.append(f"echo {announce}; echo {shlex.quote(f'### ran at {ran[c.text]} already')}")
                 continue
             ran[c.text] = where
-            out += [f"echo {announce}", c.text, "__s=$?"]
+            out += [f"echo {announce}", "SECONDS=0", c.text, "__s=$?", 'echo "### took ${SECONDS} s"']
             if c.refused:
                 said = shlex.quote(f"### FAILED {where}: exit 0, the page says it is refused")
                 out.append(f"[ $__s -ne 0 ] || {{ echo {said}; exit 98; }}")
@@ -289,7 +289,7 @@ def walk(checkout: Path, run_pages: list[Path], env: dict[str, str], timeout: fl
         print(f"--- {relative(page)}", flush=True)
         done = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)  # fmt: skip
-        print(done.stdout[-TAIL:], flush=True)
+        print("\n".join(line for line in done.stdout.splitlines() if line.startswith("### ")), flush=True)
         if done.returncode:
             failed = re.findall(r"^### FAILED (.*)$", done.stdout, re.M)
             said = failed[-1] if failed else f"{relative(page)}: bash exited {done.returncode}"

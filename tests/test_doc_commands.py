@@ -254,8 +254,9 @@ def page_script(page_blocks: list[Block], ran: dict[str, str]) -> str:
     for b in page_blocks:
         if b.lang in ("python", "py"):  # the whole block, in the checkout's Python, as a reader with .venv active
             where = f"{relative(b.page)}:{b.line + 1}"
-            out += [f"echo {shlex.quote(f'### {where} $ python (the block)')}",
+            out += [f"echo {shlex.quote(f'### {where} $ python (the block)')}", "SECONDS=0",
                     f".venv/bin/python - <<'__DOCS_PYTHON__'\n{b.text}__DOCS_PYTHON__", "__s=$?",
+                    'echo "### took ${SECONDS} s"',
                     f'[ $__s -eq 0 ] || {{ echo "### FAILED {where}: exit $__s"; exit 97; }}']  # fmt: skip
             continue
         for c in b.commands():

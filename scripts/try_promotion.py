@@ -118,6 +118,7 @@ def copy_registry(uri: str, work: Path) -> str:
 
 def prepare_aliases(uri: str, name: str, now: dt.datetime) -> tuple[str, str, dt.datetime]:
     """(champion, challenger, challenger since) in the copy, set as the module docstring says."""
+    import mlflow
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri(uri))  # re-anchors the copy before anything reads a path from it
@@ -137,6 +138,9 @@ def prepare_aliases(uri: str, name: str, now: dt.datetime) -> tuple[str, str, dt
             say(f"  no other '{CHAMPION}': version {champion} is made champion by hand")
         else:
             source = client.get_model_version(name, challenger)
+            # MLflow's SQL registry looks a `models:/<id>` source up through the global tracking URI, not the
+            # client's: without this it searches ./mlflow.db and says the logged model does not exist.
+            mlflow.set_tracking_uri(client.tracking_uri)
             copy = client.create_model_version(
                 name,
                 source=source.source,

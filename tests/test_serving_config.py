@@ -144,3 +144,18 @@ def test_the_generation_cache_key_follows_it(tmp_path: Path, monkeypatch: pytest
 def test_a_record_round_trips_through_json():
     record = json.loads(json.dumps(CHANGED.record()))
     assert serving_config.ServingConfig.from_record(record) == CHANGED
+
+
+def test_a_batched_decode_step_never_holds_more_than_the_batch():
+    """Prompts being fed fill the batch up to n_batch *less* the generating sequences' tokens: before, two prompts
+    could fill it and a third slot's token went one past llama.cpp's batch (`NULL pointer access` in evaluate, on a
+    dataset published from the sample documents: docs/dataset.md's walk in tests/test_doc_commands.py)."""
+    seq = llama_internals._Sequence
+    running = {0: seq(0, list(range(300)), 8, [], None), 1: seq(1, list(range(300)), 8, [], None),
+               2: seq(2, [1, 2], 8, [], None, fed=2, completion=[5], pending=5)}  # fmt: skip
+    items = llama_internals.step_items(running, n_batch=16)
+    assert len(items) == 16 and [i[2] for i in items] == [0] * 15 + [2]  # slot 0's prompt, then slot 2's token
+    assert running[0].fed == 15 and running[1].fed == 0 and running[2].logits_at == 15
+    assert items[-1] == (5, 2, 2, True)  # the token, at its position after prompt + completion so far
+    items = llama_internals.step_items(running, n_batch=16)  # a step later: the rest of the room again
+    assert len(items) == 16 and running[0].fed == 30

@@ -192,6 +192,29 @@ def streams_context(llm: Any, n_ctx: int, streams: int) -> Iterator[tuple[Any, i
         llama_cpp.llama_free(ctx)
 
 
+def step_items(running: dict[int, _Sequence], n_batch: int) -> list[tuple[int, int, int, bool]]:
+    """One decode's (token, position, sequence id, wants logits) items, in slot order (llama.cpp splits a multi-stream
+    batch into runs of consecutive sequence ids): each generating sequence's last token, and as much of each feeding
+    sequence's prompt as fits — `n_batch` items in all, room kept for every generating sequence after it (the batch
+    holds n_batch; one item more writes past it). Records in each sequence what it fed and where its logits are."""
+    items: list[tuple[int, int, int, bool]] = []
+    to_come = sum(seq.pending is not None for seq in running.values())
+    for slot in sorted(running):
+        seq = running[slot]
+        if seq.pending is not None:
+            to_come -= 1
+            seq.logits_at = len(items)
+            items.append((seq.pending, len(seq.prompt) + len(seq.completion) - 1, slot, True))
+        elif len(items) + to_come < n_batch:
+            take = seq.prompt[seq.fed : seq.fed + n_batch - len(items) - to_come]
+            items += [(t, seq.fed + j, slot, False) for j, t in enumerate(take)]
+            seq.fed += len(take)
+            if seq.fed == len(seq.prompt):
+                items[-1] = (*items[-1][:3], True)
+                seq.logits_at = len(items) - 1
+    return items
+
+
 def decode_batched(
     llm: Any, requests: list[tuple[int, dict[str, Any]]], n_ctx: int, streams: int, progress: Callable[[dict], None]
 ) -> None:
@@ -223,21 +246,7 @@ def decode_batched(
                 if slot not in running and waiting:
                     running[slot] = waiting.pop()
                     running[slot].slot, running[slot].fed = slot, shared
-            # In slot order: llama.cpp splits a multi-stream batch into runs of consecutive sequence ids.
-            items: list[tuple[int, int, int, bool]] = []
-            for slot in sorted(running):
-                seq = running[slot]
-                if seq.pending is not None:
-                    seq.logits_at = len(items)
-                    items.append((seq.pending, len(seq.prompt) + len(seq.completion) - 1, slot, True))
-                elif len(items) < n_batch:
-                    take = seq.prompt[seq.fed : seq.fed + n_batch - len(items)]
-                    items += [(t, seq.fed + j, slot, False) for j, t in enumerate(take)]
-                    seq.fed += len(take)
-                    if seq.fed == len(seq.prompt):
-                        items[-1] = (*items[-1][:3], True)
-                        seq.logits_at = len(items) - 1
-            decode(items)
+            decode(step_items(running, n_batch))
             for slot, seq in list(running.items()):
                 if seq.logits_at < 0:
                     continue

@@ -20,9 +20,10 @@ RUN apt-get update \
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-COPY constraints.txt ./
+# The version scripts/lock_images.py locks (images/locks/cuda-build.txt, hashed); change both together.
 ARG CUDA_TOOLKIT_VERSION=13.0.3
-RUN pip install --no-cache-dir -c constraints.txt "cuda-toolkit[nvcc,cudart,cublas]==${CUDA_TOOLKIT_VERSION}"
+COPY images/locks/cuda-build.txt images/locks/
+RUN pip install --no-cache-dir --require-hashes --no-deps -r images/locks/cuda-build.txt
 COPY scripts/install_llama_cpp.sh scripts/
 ARG CUDA_ARCHITECTURES="86;89"
 # CMake finds the toolkit by its root; the wheels ship only the versioned libraries, so the link names are added.

@@ -137,7 +137,8 @@ def test_every_parameter_of_the_ray_entrypoint_is_held_to_the_safe_characters():
 
 def test_a_moving_base_revision_is_refused_unless_allowed():
     default = next(p for p in PARAMS if p.name == "base-revision").cluster
-    for revision in (default, "v1.0", COMMIT[:12], COMMIT.upper(), COMMIT + "0"):
+    assert check_parameters.problems(cluster_values(base_revision=default)) == []  # the shipped default is a commit
+    for revision in ("main", "v1.0", COMMIT[:12], COMMIT.upper(), COMMIT + "0"):
         found = check_parameters.problems(cluster_values(base_revision=revision))
         assert len(found) == 1 and f"--base-revision {revision!r} is not a commit" in found[0], (revision, found)
         allowed = cluster_values(base_revision=revision, allow_moving_base_revision="true")

@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -46,8 +48,11 @@ from tests.manifests import console_script
 NODE = "standin-node"
 ARGO_POD_IP = "10.244.0.10"  # Argo's step pods: nobody connects to them
 RAY_DASHBOARD_PORT = 8265  # the head Service's `dashboard` port (KubeRay's default)
-# Steps whose container command runs for real (cheap, no network): their exit code is the container's.
-REAL_STEPS = ("check-parameters",)
+# Steps whose container command runs for real (cheap, no network): their exit code is the container's, and their
+# output parameters are the files they wrote (the container's /work/out mapped into a scratch folder here):
+# evaluate-fanout's lanes are what withParam fans out over.
+REAL_STEPS = ("check-parameters", "evaluate-fanout")
+CONTAINER_OUT = "/work/out"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 COMPLETED_LABEL = "workflows.argoproj.io/report-outputs-completed"
 # What the steps' programs write into their output files, by parameter name (a template's parameter not named here
@@ -101,6 +106,7 @@ class PodRun:
     exit_code: int
     service_account: str
     executor_secret: str | None
+    containers: tuple[str, ...] = ()  # as the controller built the pod (a resource pod: `main`, and `wait` to log)
 
 
 @dataclass
@@ -166,6 +172,7 @@ class StandInKubelet:
         self.ray_pods: list[dict] = []  # KubeRay's pods, as the API server admitted them
         self.errors: list[str] = []
         self.logs: dict[tuple[str, str], str] = {}  # (workflow, template) -> what a real or resource step printed
+        self.scratch: dict[tuple[str, str], Path] = {}  # (workflow, template) -> a real step's /work/out, here
         self.ray_ip = ray_pod_ip()
         self._seen: set[str] = set()
         self._deleted: set[str] = set()
@@ -189,6 +196,8 @@ class StandInKubelet:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        for folder in self.scratch.values():
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -237,7 +246,13 @@ class StandInKubelet:
         tmpl = self._template(pod)
         workflow = labels[WORKFLOW_LABEL]
         run = PodRun(
-            name, workflow, tmpl["name"], 0, pod["spec"].get("serviceAccountName", "default"), self._token_secret(pod)
+            name,
+            workflow,
+            tmpl["name"],
+            0,
+            pod["spec"].get("serviceAccountName", "default"),
+            self._token_secret(pod),
+            tuple(c["name"] for c in pod["spec"]["containers"]),
         )
         self._status(name, "Running", pod)
         token = self._executor_token(pod)
@@ -336,12 +351,28 @@ class StandInKubelet:
         if tmpl["name"] not in REAL_STEPS or scripted != 0:
             return scripted
         ctr = tmpl["container"]
-        cmd = [*ctr.get("command", []), *ctr.get("args", [])]
+        scratch = Path(tempfile.mkdtemp(prefix="standin-out-"))
+        self.scratch[(workflow, tmpl["name"])] = scratch
+        cmd = [self._local(a, scratch) for a in [*ctr.get("command", []), *ctr.get("args", [])]]
         if cmd[0] in ("python", "python3"):
             cmd[0] = sys.executable
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
         self.logs[(workflow, tmpl["name"])] = done.stdout + done.stderr
         return done.returncode
+
+    @staticmethod
+    def _local(path: str, scratch: Path) -> str:
+        """A container path under /work/out, in this step's scratch folder; anything else as it is."""
+        return str(scratch / path.lstrip("/")) if path.startswith(CONTAINER_OUT) else path
+
+    def _written(self, workflow: str, tmpl: dict) -> dict[str, str]:
+        """A real step's output parameters, read from the files it wrote (Argo's valueFrom.path)."""
+        scratch = self.scratch.get((workflow, tmpl["name"]))
+        if scratch is None:
+            return {}
+        declared = (tmpl.get("outputs") or {}).get("parameters", [])
+        files = {p["name"]: Path(self._local(p["valueFrom"]["path"], scratch)) for p in declared if "valueFrom" in p}
+        return {name: f.read_text().strip() for name, f in files.items() if f.is_file()}
 
     def _container_outputs(self, workflow: str, tmpl: dict, exit_code: int) -> dict:
         outputs: dict[str, Any] = {}
@@ -349,7 +380,7 @@ class StandInKubelet:
         location = tmpl.get("archiveLocation") or {}
         arts = []
         if exit_code == 0:  # a failed main leaves no output files: SaveParameters/SaveArtifacts save nothing
-            computed = preflight_outputs(tmpl) if tmpl["name"] == "preflight" else {}
+            computed = preflight_outputs(tmpl) if tmpl["name"] == "preflight" else self._written(workflow, tmpl)
             params = [
                 {**p, "value": self.outcomes.value(workflow, p["name"], computed)}
                 for p in declared.get("parameters", [])

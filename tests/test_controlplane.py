@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from steps.pipeline import EVALUATE_FANOUT_PARAMS, EVALUATE_SHARDS_PARAM
 from tests.controlplane import NAMESPACE, ApiError, Cluster, ControlPlane
 from tests.engines import ARGO_VERSIONS, binary
 from tests.standin_kubelet import OUTPUT_VALUES, StandInKubelet
+from workflows.security import STEP_ACCOUNTS
 
 pytestmark = pytest.mark.integration
 
@@ -131,13 +133,36 @@ def test_distill_gpu_succeeds_with_every_pod_admitted(cluster):
     wf = wait_workflow(plane, kubelet, "distill-gpu")
     nodes = nodes_by_template(wf)
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), nodes, kubelet.errors)
-    expected = ["check-parameters", "preflight", "fetch-dataset", "train-gpu", "convert-gguf", "evaluate", "register",
-                "propose"]  # fmt: skip
-    assert sorted(nodes) == sorted(expected)
+    # evaluate fanned out: evaluate-fanout's real command deals the default shards into lanes, one shard pod each
+    shards = int(next(p.cluster for p in EVALUATE_FANOUT_PARAMS if p.name == EVALUATE_SHARDS_PARAM))
+    expected = ["check-parameters", "preflight", "fetch-dataset", "train-gpu", "convert-gguf", "evaluate-fanout",
+                *["evaluate-shard-gpu"] * shards, "evaluate", "register", "propose"]  # fmt: skip
+    assert sorted(nodes) == sorted(set(expected))
+    assert len(nodes["evaluate-shard-gpu"]) == shards
     runs = [r for r in kubelet.runs if r.workflow == "distill-gpu"]
     assert sorted(r.template for r in runs) == sorted(expected)
-    assert {r.service_account for r in runs} == {"distillery-steps"}
+    # each step under the account its template names: register alone writes MLflow's artifacts (#27)
+    assert {r.template: r.service_account for r in runs} == {
+        t: STEP_ACCOUNTS.get(t, "distillery-steps") for t in expected
+    }
     assert {r.executor_secret for r in runs} == {"distillery-steps.service-account-token"}
+    assert not kubelet.errors
+
+
+def test_distill_runs_kd_targets_and_push_adapter_when_asked(cluster):
+    """The optional tasks on the real controller: with kd-weight > 0 kd-targets runs before train (and train takes
+    its keyed output), with adapter-repo set push-adapter runs after propose; their Argo `when`s decided by the
+    controller itself (the default run above skips both)."""
+    plane, kubelet = cluster.plane, cluster.kubelet
+    submit_distill(
+        plane, "distill-kd", "train-backend=gpu", "kd-weight=0.5", "adapter-repo=https://gitea.example/ml/a.git"
+    )
+    wf = wait_workflow(plane, kubelet, "distill-kd")
+    nodes = nodes_by_template(wf)
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), nodes, kubelet.errors)
+    assert {"kd-targets", "push-adapter"} <= set(nodes), nodes
+    started = {n["templateName"]: n["startedAt"] for n in wf["status"]["nodes"].values() if n["type"] == "Pod"}
+    assert started["kd-targets"] <= started["train-gpu"] and started["propose"] <= started["push-adapter"]
     assert not kubelet.errors
 
 
@@ -238,6 +263,11 @@ def test_ray_job_terminal_state_ends_train_ray(cluster, job_status, phase):
     # KubeRay's head and worker pods, admitted under `restricted`, run as the account the RayJob names
     assert {p["metadata"]["labels"]["ray.io/node-type"] for p in ray_pods} == {"head", "worker"}
     assert {p["spec"]["serviceAccountName"] for p in ray_pods} == {"distillery-ray"}
+    # defect 1 of #26, on Argo's own pod builder: with archiveLogs on for resource templates the controller adds a
+    # `wait` container to upload the step's log as the submitter, which holds no S3 role, and the node errs after
+    # the RayJob's end; the shipped artifact repository keeps it off, so a resource pod is `main` alone
+    resource_runs = [r for r in kubelet.runs if r.workflow == name and r.template in ("train-ray", "delete-rayjob")]
+    assert resource_runs and {r.containers for r in resource_runs} == {("main",)}, resource_runs
     if phase == "Succeeded":
         assert "convert-gguf" in nodes
     else:  # the exit handler deletes the RayJob with the submitter's token

@@ -95,6 +95,8 @@ def test_mlflow_logs_write_once_only_with_the_repository_installed(s3_server, aw
     for path, text in ((one, "pass"), (two, "fail")):
         path.parent.mkdir()
         path.write_text(text)
+    # plain MLflow first, whatever an earlier test of the session installed (register installs it process-wide)
+    _artifact_repository_registry.register("s3", S3ArtifactRepository)
     with environment({"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}):
         mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
         experiment = mlflow.create_experiment("write-once", artifact_location=f"s3://{bucket}/artifacts/1")

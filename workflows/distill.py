@@ -76,6 +76,8 @@ replicas when preflight finds that not one training worker fits its pods' memory
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hera.workflows import (
     DAG,
     Artifact,
@@ -345,24 +347,33 @@ def _template(
     )
 
 
-def _check_template(image: str) -> Container:
-    """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
-    names = [p.name for p in PARAMS] + list(CLUSTER_ONLY_PARAMS)
+def _light_template(
+    name: str, image: str, args: list[str], params: Sequence[str], outputs: list[Parameter] | None = None
+) -> Container:
+    """A small Python step of the cluster run that no pipeline stage is (check-parameters, evaluate-fanout): fixed
+    resources, not sized by preflight, its inputs the workflow parameters `params`."""
     return Container(
-        name=CHECK_TASK,
+        name=name,
         image=image,
         command=["python"],
-        args=["-m", "steps.check_parameters"]
-        + [a for n in names for a in (f"--{n}", f"{{{{inputs.parameters.{n}}}}}")],
-        inputs=[Parameter(name=n) for n in names],
-        resources=RESOURCES[CHECK_TASK],
+        args=args,
+        inputs=[Parameter(name=n) for n in params],
+        outputs=outputs,
+        resources=RESOURCES[name],
         security_context=CONTAINER_SECURITY,
-        env=step_env(CHECK_TASK),
-        volumes=volumes(CHECK_TASK, sized=False),
-        volume_mounts=volume_mounts(CHECK_TASK),
+        env=step_env(name),
+        volumes=volumes(name, sized=False),
+        volume_mounts=volume_mounts(name),
         node_selector=AMD64,
         retry_strategy=DEFAULT_RETRY,
     )
+
+
+def _check_template(image: str) -> Container:
+    """`check-parameters`: every workflow parameter, checked by the steps' own rules before anything else runs."""
+    names = [p.name for p in PARAMS] + list(CLUSTER_ONLY_PARAMS)
+    args = ["-m", "steps.check_parameters"] + [a for n in names for a in (f"--{n}", f"{{{{inputs.parameters.{n}}}}}")]
+    return _light_template(CHECK_TASK, image, args, names)
 
 
 # Pipeline parameters the RayJob's entrypoint sets itself (`_ray_entrypoint`): the train-ray task does not take them.
@@ -485,22 +496,10 @@ def _fanout_template(image: str) -> Container:
     """`evaluate-fanout`: evaluate's shards dealt into lanes (`steps.pipeline.shard_lanes`), output `lanes`."""
     folder = f"{OUT_DIR}/fanout"
     names = (EVALUATE_SHARDS_PARAM, EVALUATE_PARALLELISM_PARAM)
-    return Container(
-        name=FANOUT_TASK,
-        image=image,
-        command=["python"],
-        args=["-m", EVALUATE_FANOUT_MODULE, "--out", folder]
-        + [a for n, flag in zip(names, ("--shards", "--parallelism"), strict=True) for a in (flag, _parameter(n))],
-        inputs=[Parameter(name=n) for n in names],
-        outputs=[Parameter(name=FANOUT_OUTPUT, value_from=m.ValueFrom(path=f"{folder}/{LANES_FILE}"))],
-        resources=RESOURCES[FANOUT_TASK],
-        security_context=CONTAINER_SECURITY,
-        env=step_env(FANOUT_TASK),
-        volumes=volumes(FANOUT_TASK, sized=False),
-        volume_mounts=volume_mounts(FANOUT_TASK),
-        node_selector=AMD64,
-        retry_strategy=DEFAULT_RETRY,
-    )
+    args = ["-m", EVALUATE_FANOUT_MODULE, "--out", folder]
+    args += [a for n, flag in zip(names, ("--shards", "--parallelism"), strict=True) for a in (flag, _parameter(n))]
+    lanes = Parameter(name=FANOUT_OUTPUT, value_from=m.ValueFrom(path=f"{folder}/{LANES_FILE}"))
+    return _light_template(FANOUT_TASK, image, args, names, outputs=[lanes])
 
 
 def _shard_key() -> str:

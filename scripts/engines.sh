@@ -79,6 +79,7 @@ scratch=""
 trap '[ -z "$scratch" ] || rm -rf "$scratch"' EXIT
 # Run under the heavy-job lock (taken once, below) at low priority.
 heavy() { nice -n 10 "$@"; }
+heavy_build() { heavy go build -trimpath "$@"; }
 
 argo_scratch() {  # the Argo module `$1` as a scratch copy with the UI placeholder; prints its folder
   local version="$1" mod dir
@@ -90,16 +91,18 @@ argo_scratch() {  # the Argo module `$1` as a scratch copy with the UI placehold
   mkdir -p "$scratch/ui/dist/app" && touch "$scratch/ui/dist/app/placeholder"
 }
 
-build_argo() {
-  local version="$1" mod dest
+# One command of Argo's module at `version` into $root/<cmd>-<version>/<cmd>, built by `builder` (heavy_build or
+# long_build) in a scratch copy of the module (argo_scratch); nothing when the binary is there.
+build_argo_cmd() {
+  local version="$1" cmd="$2" builder="$3" mod dest
   mod="github.com/argoproj/argo-workflows/${version%%.*}"
-  dest="$root/argo-$version"
-  [ -x "$dest/argo" ] && return 0
+  dest="$root/$cmd-$version"
+  [ -x "$dest/$cmd" ] && return 0
   argo_scratch "$version"
   mkdir -p "$dest"
-  echo "engines: building argo $version (minutes, once)" >&2
-  (cd "$scratch" && heavy go build -trimpath -ldflags "-X $mod.version=$version" -o "$dest/argo.tmp" ./cmd/argo)
-  mv "$dest/argo.tmp" "$dest/argo"
+  echo "engines: building argo's $cmd $version (minutes, once)" >&2
+  (cd "$scratch" && "$builder" -ldflags "-X $mod.version=$version" -o "$dest/$cmd.tmp" "./cmd/$cmd")
+  mv "$dest/$cmd.tmp" "$dest/$cmd"
   rm -rf "$scratch"
   scratch=""
 }
@@ -107,24 +110,6 @@ build_argo() {
 # The control plane's long builds: lowest priority, outside the lock (see the top); every core unless
 # DISTILLERY_GO_JOBS says how many packages compile at once (1 on a machine others share).
 long_build() { nice -n 15 go build -p "${DISTILLERY_GO_JOBS:-$(nproc)}" -trimpath "$@"; }
-
-# Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
-# stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no
-# osspecific/signal_linux.go. The resource steps it would run go through engines/harness/resource.go instead.)
-build_workflow_controller() {
-  local version="$CONTROLLER_ARGO" mod dest
-  mod="github.com/argoproj/argo-workflows/${version%%.*}"
-  dest="$root/workflow-controller-$version"
-  [ -x "$dest/workflow-controller" ] && return 0
-  argo_scratch "$version"
-  mkdir -p "$dest"
-  echo "engines: building argo's workflow-controller $version (minutes, once)" >&2
-  (cd "$scratch" && long_build -ldflags "-X $mod.version=$version" -o "$dest/workflow-controller.tmp" \
-    ./cmd/workflow-controller)
-  mv "$dest/workflow-controller.tmp" "$dest/workflow-controller"
-  rm -rf "$scratch"
-  scratch=""
-}
 
 build_tool() {
   local name="$1" dest version ldflags=""
@@ -174,9 +159,12 @@ if [ ${#missing[@]} -gt 0 ] && [ -z "${DISTILLERY_ENGINES_LOCKED:-}" ]; then
 fi
 if [ "${1:-}" = "--locked-part" ]; then
   for m in "${MODULES[@]}"; do build_module "$m"; done
-  for v in "${ARGO_VERSIONS[@]}"; do build_argo "$v"; done
+  for v in "${ARGO_VERSIONS[@]}"; do build_argo_cmd "$v" argo heavy_build; done
   exit 0
 fi
 for t in "${TOOLS[@]}"; do build_tool "$t"; done
-build_workflow_controller
+# Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
+# stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no
+# osspecific/signal_linux.go. The resource steps it would run go through engines/harness/resource.go instead.)
+build_argo_cmd "$CONTROLLER_ARGO" workflow-controller long_build
 build_ray_operator

@@ -31,7 +31,7 @@ import yaml
 
 from tests.conftest import ROOT, free_port
 from tests.engines import binary
-from tests.manifests import console_script
+from tests.manifests import argo_install, console_script
 
 NAMESPACE = "distillery"
 ARGO_NAMESPACE = "argo"  # where the workflow-controller's ConfigMap lives, as Argo's own install puts it
@@ -322,17 +322,7 @@ def controller_configmap(plane: ControlPlane) -> str:
     base = yaml.safe_load(own.read_text())
     base["metadata"]["namespace"] = ARGO_NAMESPACE
     base["data"] = {**(base.get("data") or {}), **EXTRA_CONTROLLER_CONFIG}
-    (install / "configmap.yaml").write_text(yaml.safe_dump(base))
-    (install / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": ["configmap.yaml"],
-                "components": [os.path.relpath(ROOT / "infra/argo-controller", install)],
-            }
-        )
-    )
+    argo_install(install, base)
     return kustomize(install, plane)
 
 

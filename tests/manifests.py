@@ -4,7 +4,9 @@ serving set in infra/serving/."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import yaml
 
@@ -148,3 +150,20 @@ def kubernetes_validate(files: list, version: str = "1.33.0") -> dict:
     )
     lines = (done.stdout + done.stderr).splitlines()
     return {f: "\n".join(line for line in lines if f" {f} " in line) for f in files}
+
+
+def argo_install(folder: Path, configmap: dict) -> Path:
+    """`folder` as a user's Argo installation: Argo's controller ConfigMap `configmap` and the shipped Component
+    (infra/argo-controller, which kustomize wants as a relative path); returns the folder to kustomize."""
+    (folder / "configmap.yaml").write_text(yaml.safe_dump(configmap))
+    (folder / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["configmap.yaml"],
+                "components": [os.path.relpath(ROOT / "infra/argo-controller", folder)],
+            }
+        )
+    )
+    return folder

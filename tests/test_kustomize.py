@@ -5,7 +5,6 @@ test_workflows.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -14,9 +13,8 @@ import yaml
 
 from tests.argo_pods import EXECUTOR_SETTINGS
 from tests.conftest import ROOT
-from tests.manifests import console_script, kubernetes_validate
+from tests.manifests import argo_install, console_script, kubernetes_validate
 
-COMPONENT = ROOT / "infra/argo-controller"
 # Argo's own ConfigMap as an Argo install ships it (manifests/base/workflow-controller/...), with a key of the user's.
 ARGO_CONFIGMAP = {
     "apiVersion": "v1",
@@ -35,18 +33,7 @@ def kustomize(folder: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Each build once: infra/, infra/karpenter/, and an Argo installation that uses the Component."""
-    argo = tmp_path_factory.mktemp("argo-install")
-    (argo / "configmap.yaml").write_text(yaml.safe_dump(ARGO_CONFIGMAP))
-    (argo / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": ["configmap.yaml"],
-                "components": [os.path.relpath(COMPONENT, argo)],  # kustomize wants it relative
-            }
-        )
-    )
+    argo = argo_install(tmp_path_factory.mktemp("argo-install"), ARGO_CONFIGMAP)
     return {
         "infra": kustomize(ROOT / "infra"),
         "karpenter": kustomize(ROOT / "infra/karpenter"),

@@ -13,9 +13,15 @@ feedback files the pages' commands name: ~/my-documents, ~/papers, ~/notes, my-r
 takes as done, because the suite already did it: the set-up command (`scripts/setup.sh --dev`, run before the suite
 by scripts/test.sh and CI): the copy links this checkout's `.venv`, the base model folder and llama.cpp's converter,
 and `scripts/setup.sh` finds them; and the embedded run's base model: the copy's `params.yaml` points `base-model` at
-the session's tiny Llama (SmolLM2's tokenizer, `tiny_model_dir`) at a quarter epoch, as tests/test_integration.py's
-dvc repro run does, so `scripts/run_local.sh` takes ~1.5 minutes, not 13. The build-dataset pipeline runs as a user
-runs it (SmolLM2-135M's GGUF as the teacher). A command already run, verbatim, earlier in the walk is not run again.
+the session's tiny Llama (SmolLM2's tokenizer, `tiny_model_dir`) at a quarter epoch, so `scripts/run_local.sh` takes
+~1.5 minutes, not 13. The build-dataset pipeline runs as a user runs it (SmolLM2-135M's GGUF as the teacher). A
+command already run, verbatim, earlier in the walk is not run again.
+
+The walk is also the suite's run of the embedded pipeline and of the two local trials: after README's commands it
+checks what they left (version 1 registered with its cost; a second `dvc repro` skips every stage; a broken eval
+split, committed, is refused naming file, line and field, nothing registered; the build from ~/my-documents published
+with the reviewed summaries as eval references and no tracked file edited; the promotion trial's loop, its servers
+gone and the copied registry without a champion), and after docs/dataset.md's the refused build's reasons.
 
 pytest tests/test_doc_commands.py                     # unit tier
 pytest -m integration tests/test_doc_commands.py      # the walk (~5 min on 2 cores)
@@ -26,18 +32,22 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import json
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
+from steps.pipeline import STAGES
 from tests.conftest import ROOT
 from tests.doc_blocks import (
     SHELL,
@@ -52,6 +62,9 @@ from tests.doc_blocks import (
 )
 
 integration = pytest.mark.integration
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
 OUR_PACKAGES = ("steps", "workflows", "benchmarks", "scripts")
 TAIL = 4000  # characters of a failed command's output the failure shows
 
@@ -278,10 +291,18 @@ def page_script(page_blocks: list[Block], ran: dict[str, str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def walk(checkout: Path, run_pages: list[Path], env: dict[str, str], timeout: float) -> list[str]:
+def walk(
+    checkout: Path,
+    run_pages: list[Path],
+    env: dict[str, str],
+    timeout: float,
+    ran: dict[str, str] | None = None,
+    log: dict[str, str] | None = None,
+) -> list[str]:
     """Run each page's "run" blocks in `checkout`, page by page, each page in a new bash; the failures, each with its
-    page, line, command and the output's tail (empty when all ran)."""
-    ran: dict[str, str] = {}
+    page, line, command and the output's tail (empty when all ran). `ran` carries the commands already run across
+    calls (a walk in parts); `log` gets each page's whole output (stdout and stderr), by page."""
+    ran = {} if ran is None else ran
     for page in run_pages:
         page_blocks = [b for b in blocks(page) if b.kind == "run"]
         if not page_blocks:
@@ -291,6 +312,8 @@ def walk(checkout: Path, run_pages: list[Path], env: dict[str, str], timeout: fl
         done = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)  # fmt: skip
         print("\n".join(line for line in done.stdout.splitlines() if line.startswith("### ")), flush=True)
+        if log is not None:
+            log[relative(page)] = done.stdout
         if done.returncode:
             failed = re.findall(r"^### FAILED (.*)$", done.stdout, re.M)
             said = failed[-1] if failed else f"{relative(page)}: bash exited {done.returncode}"
@@ -392,8 +415,101 @@ def test_the_local_pages_run_blocks_run_in_a_fresh_checkout(tmp_path: Path, tiny
     env = {key: value for key, value in os.environ.items() if not key.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
     env |= {"HOME": str(tmp_path / "home"), "PYTHONPATH": str(checkout),  # the clone's editable install, as it were
             "PATH": os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)}  # fmt: skip
-    failed = walk(checkout, [p for p in pages() if relative(p) in LOCAL_PAGES], env, timeout=1200)
+    readme, *rest = [p for p in pages() if relative(p) in LOCAL_PAGES]
+    assert relative(readme) == "README.md"
+    ran: dict[str, str] = {}
+    log: dict[str, str] = {}
+    failed = walk(checkout, [readme], env, timeout=1200, ran=ran, log=log)
     assert not failed, failed[0]
+    # README's commands, and what they left, as a user would then look (the suite's embedded-run and trial checks).
+    the_embedded_run_is_registered_then_skipped_and_refuses_a_broken_split(checkout, env)
+    the_dataset_built_from_your_folder_is_published_with_reviewed_eval_references(checkout, log["README.md"])
+    the_promotion_trial_walked_the_loop_on_a_copy_and_ended_clean(checkout, log["README.md"])
+    failed = walk(checkout, rest, env, timeout=1200, ran=ran, log=log)
+    assert not failed, failed[0]
+    refused = output_of(log["docs/dataset.md"], "scripts/build_dataset.sh ~/my-documents")
+    assert "0 document(s) can be eval references (eval-references=curated)" in refused, refused[-3000:]
+    assert "-S feedback=FILE" in refused and "-S eval-references=curated-or-teacher" in refused
+    assert "the filter-split stage failed" in refused and "nothing was published" in refused
     # The pages say how to put the checkout back after the runs that write into it: followed, nothing tracked changed.
     status = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True).stdout
     assert status.splitlines() == ["?? my-reviewed.jsonl"], status  # the user's own file, beside them
+
+
+def registry(checkout: Path) -> tuple[MlflowClient, str]:
+    """The checkout's local MLflow registry (params.yaml's tracking-uri, a sqlite file under the checkout) and the
+    model name the embedded run registers."""
+    from mlflow import MlflowClient
+
+    params = yaml.safe_load((checkout / "params.yaml").read_text())
+    store = params["tracking-uri"].removeprefix("sqlite:///")
+    return MlflowClient(tracking_uri=f"sqlite:///{checkout / store}"), params["model-name"]
+
+
+def output_of(log: str, command: str) -> str:
+    """What the walk's run of `command` printed: between its announcement and its "took" line."""
+    found = re.search(rf"^### \S+ \$ {re.escape(command)}\n(.*?)^### took", log, re.S | re.M)
+    assert found, f"the walk did not run `{command}`:\n{log[-TAIL:]}"
+    return found.group(1)
+
+
+def the_embedded_run_is_registered_then_skipped_and_refuses_a_broken_split(checkout: Path, env: dict[str, str]) -> None:
+    """After README's `scripts/run_local.sh` (`dvc repro` of dvc.yaml): version 1 registered and proposed, with its
+    cost; `dvc repro` again skips every stage; an eval split broken and committed stops the run naming the file, line
+    and field, and registers nothing. The broken commit is undone, the checkout left as the page left it."""
+    client, name = registry(checkout)
+    assert json.loads((checkout / "out/proposal/result.json").read_text())["model_version"] == "1"
+    tags = client.get_model_version(name, "1").tags
+    assert float(tags["cost.estimate_usd"]) > 0  # steps run from the command line record their wall time
+    assert set(json.loads(tags["cost.breakdown"])) == {"dataset", "adapter", "gguf", "evaluation"}
+
+    env = env | {"DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+    def sh(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+
+    second = sh("bash", "-c", ". .venv/bin/activate && dvc repro")  # as run_local.sh does
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert second.stdout.count("didn't change, skipping") == len(STAGES), second.stdout
+
+    split = "data/summaries/eval.jsonl"
+    (checkout / split).write_text('{"id": "eval-001", "document": "x"}\n')
+    sh("git", "commit", "-qam", "break the eval split")
+    third = sh("bash", "-c", ". .venv/bin/activate && dvc repro")  # as run_local.sh does
+    assert third.returncode != 0
+    assert f"{split}:1: field 'summary' is missing" in third.stderr + third.stdout, third.stderr[-3000:]
+    assert len(client.search_model_versions(f"name = '{name}'")) == 1  # nothing new registered
+    for undo in (["reset", "-q", "HEAD~1"], ["checkout", "--", split]):
+        assert sh("git", *undo).returncode == 0
+
+
+def the_dataset_built_from_your_folder_is_published_with_reviewed_eval_references(checkout: Path, log: str) -> None:
+    """README's build from ~/my-documents with the reviewed summaries: the smallest build it accepts said before it
+    starts, the reviewed summaries as the eval references, the revision published and the command to train on it
+    printed; no tracked file of the build's pipeline edited, none left beside it (`dvc exp run -S` would have)."""
+    out = output_of(log, "scripts/build_dataset.sh ~/my-documents -S feedback=my-reviewed.jsonl")
+    assert out.index("a build needs 2 or more usable documents") < out.index("$ python -m steps.ingest"), out[-3000:]
+    evaluation = [json.loads(line) for line in (checkout / "out/examples/eval.jsonl").read_text().splitlines()]
+    assert evaluation and {r["lineage"]["summary_by"] for r in evaluation} == {"feedback"}
+    rev = json.loads((checkout / "out/published/result.json").read_text())["dataset_rev"]
+    assert f"-S dataset-rev={rev}" in out and "scripts/run_local.sh -S dataset-repo=" in out
+    argv = ["git", "status", "--porcelain", "--untracked-files=all", "--", "params.yaml", "dvc.yaml", "build-dataset"]
+    assert subprocess.run(argv, cwd=checkout, capture_output=True, text=True).stdout == ""
+
+
+def the_promotion_trial_walked_the_loop_on_a_copy_and_ended_clean(checkout: Path, log: str) -> None:
+    """README's `scripts/try_promotion.sh`: held, promoted, rolled back; its servers gone, its folder removed, and the
+    registry it copied (the embedded run's) without a champion or a new version."""
+    out = output_of(log, "scripts/try_promotion.sh")
+    assert re.search(r"a simulated week: \d+ records", out), out[-3000:]
+    loop = (": held (champion", ": promoted (champion", ": rolled-back (champion", "aliases: {'champion': '2'}")
+    for expected in loop:
+        assert expected in out, expected
+    work = Path(re.search(r"in (/\S+distillery-promotion-trial-\S+)", out).group(1))
+    assert not work.exists()
+    for port in map(int, re.findall(r"--port (\d+)", out)):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still listening"
+    client, name = registry(checkout)
+    aliases = client.get_registered_model(name).aliases
+    assert "champion" not in aliases and len(client.search_model_versions(f"name = '{name}'")) == 1, aliases

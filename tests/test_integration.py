@@ -6,10 +6,7 @@ pytest -m integration
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,19 +15,10 @@ from steps import evaluate, fetch_dataset, propose, register
 from steps.core.dataset import load_split
 from steps.evaluate import generation, llama_internals
 from steps.gguf import parity
-from steps.pipeline import STAGES
 from tests.conftest import ROOT, Candidate, make_bucket
 from tests.test_fetch_dataset import dvc_repo_on_s3
 
 pytestmark = pytest.mark.integration
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "DVC_NO_ANALYTICS": "1",
-}
 
 
 @pytest.fixture(scope="module")
@@ -245,50 +233,3 @@ def test_fetch_pulls_dvc_tracked_data_from_an_s3_remote(s3_server: str, aws_env:
     ]
     assert [result.train_rows, result.eval_rows, result.adversarial_rows] == committed
     assert (tmp_path / "out/train.jsonl").read_bytes() == (ROOT / "data/summaries/train.jsonl").read_bytes()
-
-
-# --- the embedded run: dvc repro over the rendered dvc.yaml ---------------------------------------------------------
-
-
-def test_dvc_repro_runs_the_pipeline_then_skips_it_then_refuses_bad_data(tiny_model_dir: Path, tmp_path: Path):
-    import yaml
-
-    repo = tmp_path / "project"
-    repo.mkdir()
-    for item in ("steps", "data", "dvc.yaml", ".dvc/config", ".dvcignore", ".gitignore"):
-        src = ROOT / item
-        (repo / item).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params.update({"base-model": str(tiny_model_dir), "tracking-uri": f"sqlite:///{tmp_path}/mlflow.db",
-                   "artifact-location": str(tmp_path / "artifacts"), "epochs": 0.25})  # fmt: skip
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    env = {**GIT_ENV, "MLFLOW_DISABLE_TELEMETRY": "true", "DISTILLERY_LLAMA_CPP": str(ROOT / ".cache/llama.cpp")}
-
-    def sh(*cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-
-    sh("git", "init", "-q", "-b", "main")
-    sh("git", "add", "-A")
-    sh("git", "commit", "-qm", "init")
-    first = sh(sys.executable, "-m", "dvc", "repro")
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    proposal = json.loads((repo / "out/proposal/result.json").read_text())
-    assert proposal["model_version"] == "1"
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=params["tracking-uri"])
-    tags = client.get_model_version("distillery-summariser", "1").tags
-    assert float(tags["cost.estimate_usd"]) > 0  # steps run from the command line record their wall time
-    assert set(json.loads(tags["cost.breakdown"])) == {"dataset", "adapter", "gguf", "evaluation"}
-
-    second = sh(sys.executable, "-m", "dvc", "repro")
-    assert second.returncode == 0
-    assert second.stdout.count("didn't change, skipping") == len(STAGES), second.stdout
-
-    (repo / "data/summaries/eval.jsonl").write_text('{"id": "eval-001", "document": "x"}\n')
-    sh("git", "commit", "-qam", "break the eval split")
-    third = sh(sys.executable, "-m", "dvc", "repro")
-    assert third.returncode != 0
-    assert "data/summaries/eval.jsonl:1: field 'summary' is missing" in third.stderr + third.stdout
-    assert len(client.search_model_versions("name = 'distillery-summariser'")) == 1  # nothing new registered

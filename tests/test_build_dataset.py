@@ -77,7 +77,9 @@ def write_pdfs(folder: Path) -> None:
         page.insert_text((72, 40), "ACME Council Minutes")
         page.insert_textbox(pymupdf.Rect(72, 100, 520, 700), f"{text} Item {i} was deferred to the next session.")
         page.insert_text((72, 800), f"Page {i + 1} of 3")
-    doc.save(folder / "minutes.pdf")
+    # The same bytes every run (no fresh /ID from the clock): the split is by the file's hash, so a new ID each run
+    # put the minutes in eval one run in five and left the build nothing to train on.
+    doc.save(folder / "minutes.pdf", no_new_id=True)
     scan = pymupdf.open()
     pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 16, 16), False)
     pix.clear_with(180)

@@ -6,6 +6,7 @@ per contender, the cluster's fan-out time for the whole suite, and whether the g
     python -m benchmarks.evaluate_paths --gguf out/gguf --shard 0/16 --contender base --path batched
     python -m benchmarks.evaluate_paths --gguf out/gguf --shard 0/16 --contender base --path served
     python -m benchmarks.evaluate_paths --report
+    python -m benchmarks.evaluate_paths --gguf out/gguf --every-shard 16    # all of those runs, resuming, then --report
 
 One run generates one contender's answers (convert-gguf's served base or candidate GGUF, named in its result.json) to
 one shard of `--suite` (every k-th case from the i-th, as `evaluate --shard i/k` picks documents) by one path —
@@ -172,11 +173,27 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / ".cache/benchmarks/evaluate_paths", help="runs folder")
     parser.add_argument("--eval-documents", type=int, default=24, help="the eval split's documents (projection)")
     parser.add_argument("--report", action="store_true", help="summarise the runs in --out instead of generating")
+    parser.add_argument("--every-shard", type=int, default=0, metavar="K",
+                        help="run every shard i/K for both contenders and paths, one run at a time, skipping the runs "
+                             "already in --out (so an interrupted sweep resumes)")  # fmt: skip
     args = parser.parse_args()
     if args.report:
         report(args)
+    elif args.every_shard:
+        sweep(args)
     else:
         generate(args)
+
+
+def sweep(args: argparse.Namespace) -> None:
+    """Every shard of `--every-shard K`, each contender and path: the runs `generate` would make one by one."""
+    runs = [(i, c, p) for i in range(args.every_shard) for c in CONTENDERS for p in PATHS]
+    for n, (i, contender, path) in enumerate(runs, 1):
+        if (args.out / f"{contender}-{path}-{i}-{args.every_shard}.json").exists():
+            continue
+        print(f"[run {n}/{len(runs)}]", flush=True)
+        generate(argparse.Namespace(**{**vars(args), "shard": f"{i}/{args.every_shard}", "contender": contender,
+                                       "path": path}))  # fmt: skip
 
 
 if __name__ == "__main__":

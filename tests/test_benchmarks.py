@@ -92,3 +92,21 @@ def test_the_keys_the_targets_report_reads_are_the_ones_the_benchmarks_write():
     assert '"mfu": statistics.median' in sources["gpu_train"]
     for name in ("convert_overhead", "train_throughput", "gpu_train", "pipeline_speed"):
         assert '"--json"' in sources[name], name
+
+
+def test_the_paths_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
+    """benchmarks.evaluate_paths --every-shard K: each shard, contender and path once, the runs already written in
+    --out skipped, so an interrupted sweep resumes where it stopped."""
+    import argparse
+
+    from benchmarks import evaluate_paths
+
+    (tmp_path / "base-batched-0-2.json").write_text("{}")
+    (tmp_path / "candidate-served-1-2.json").write_text("{}")
+    made: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(evaluate_paths, "generate", lambda a: made.append((a.shard, a.contender, a.path)))
+    evaluate_paths.sweep(argparse.Namespace(out=tmp_path, every_shard=2, shard="0/16", contender="x", path="y"))
+    assert made == [
+        ("0/2", "base", "served"), ("0/2", "candidate", "batched"), ("0/2", "candidate", "served"),
+        ("1/2", "base", "batched"), ("1/2", "base", "served"), ("1/2", "candidate", "batched"),
+    ]  # fmt: skip

@@ -48,6 +48,11 @@ def _rows(suite: Path) -> list[dict]:
     return [row for _, row in numbered]
 
 
+def run_file(contender: str, path: str, i: int, k: int) -> str:
+    """The name of one run's file in --out: one per contender, path and shard, so `--every-shard` can skip it."""
+    return f"{contender}-{path}-{i}-{k}.json"
+
+
 def generate(args: argparse.Namespace) -> None:
     from steps.core.io import read_json, write_json
     from steps.evaluate import EvaluateConfig, generation, llama_internals
@@ -67,7 +72,7 @@ def generate(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     outputs, tok_s = run(gguf, [rows[j]["document"] for j in picked], cfg, generation.progress_line(args.contender))
     wall = time.perf_counter() - start
-    name = f"{args.contender}-{args.path}-{i}-{k}.json"
+    name = run_file(args.contender, args.path, i, k)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / name, {
         "contender": args.contender, "path": args.path, "shard": args.shard, "suite": str(args.suite),
@@ -189,7 +194,7 @@ def sweep(args: argparse.Namespace) -> None:
     """Every shard of `--every-shard K`, each contender and path: the runs `generate` would make one by one."""
     runs = [(i, c, p) for i in range(args.every_shard) for c in CONTENDERS for p in PATHS]
     for n, (i, contender, path) in enumerate(runs, 1):
-        if (args.out / f"{contender}-{path}-{i}-{args.every_shard}.json").exists():
+        if (args.out / run_file(contender, path, i, args.every_shard)).exists():
             continue
         print(f"[run {n}/{len(runs)}]", flush=True)
         generate(argparse.Namespace(**{**vars(args), "shard": f"{i}/{args.every_shard}", "contender": contender,

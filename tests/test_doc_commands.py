@@ -468,14 +468,17 @@ def the_embedded_run_is_registered_then_skipped_and_refuses_a_broken_split(check
     def sh(*cmd: str) -> subprocess.CompletedProcess:
         return subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
 
-    second = sh("bash", "-c", ". .venv/bin/activate && dvc repro")  # as run_local.sh does
+    def repro() -> subprocess.CompletedProcess:
+        return sh("bash", "-c", ". .venv/bin/activate && dvc repro")  # as run_local.sh does
+
+    second = repro()
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert second.stdout.count("didn't change, skipping") == len(STAGES), second.stdout
 
     split = "data/summaries/eval.jsonl"
     (checkout / split).write_text('{"id": "eval-001", "document": "x"}\n')
     sh("git", "commit", "-qam", "break the eval split")
-    third = sh("bash", "-c", ". .venv/bin/activate && dvc repro")  # as run_local.sh does
+    third = repro()
     assert third.returncode != 0
     assert f"{split}:1: field 'summary' is missing" in third.stderr + third.stdout, third.stderr[-3000:]
     assert len(client.search_model_versions(f"name = '{name}'")) == 1  # nothing new registered
@@ -492,7 +495,8 @@ def the_dataset_built_from_your_folder_is_published_with_reviewed_eval_reference
     evaluation = [json.loads(line) for line in (checkout / "out/examples/eval.jsonl").read_text().splitlines()]
     assert evaluation and {r["lineage"]["summary_by"] for r in evaluation} == {"feedback"}
     rev = json.loads((checkout / "out/published/result.json").read_text())["dataset_rev"]
-    assert f"-S dataset-rev={rev}" in out and "scripts/run_local.sh -S dataset-repo=" in out
+    repo = yaml.safe_load((checkout / "build-dataset/params.yaml").read_text())["dataset-repo"]
+    assert f"scripts/run_local.sh -S dataset-repo={repo} -S dataset-rev={rev}" in out, out[-3000:]
     argv = ["git", "status", "--porcelain", "--untracked-files=all", "--", "params.yaml", "dvc.yaml", "build-dataset"]
     assert subprocess.run(argv, cwd=checkout, capture_output=True, text=True).stdout == ""
 

@@ -141,8 +141,8 @@ def report(args: argparse.Namespace) -> None:
           "difference |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     largest = 0.0
-    for family in sorted({rows[i]["attack"] for i in ids}):
-        at = [j for j, i in enumerate(ids) if rows[i]["attack"] == family]
+    for family in sorted({rows[i]["family"] for i in ids}):
+        at = [j for j, i in enumerate(ids) if rows[i]["family"] == family]
         rates = {(c, p): sum(judged[p][c][j]["passed"] for j in at) / len(at) for c in CONTENDERS for p in PATHS}
         diffs = [rates[(c, "batched")] - rates[(c, "served")] for c in ("candidate", "base")]
         largest = max(largest, *map(abs, diffs))

@@ -47,7 +47,7 @@ def synthetic(
         p = [BOTH - shift, DISCORDANCE + shift, DISCORDANCE, 1 - BOTH - 2 * DISCORDANCE]
         for i, cell in enumerate(rng.choice(4, size=n, p=p)):
             for who, passed in (("base", cell in (0, 1)), ("candidate", cell in (0, 2))):
-                judged[who].append({"id": f"{family}-{i}", "attack": family, "passed": bool(passed),
+                judged[who].append({"id": f"{family}-{i}", "family": family, "passed": bool(passed),
                                     "hijacked": False, "stopped": True})  # fmt: skip
     return judged
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  {MARGIN:.0%} worse on one family is refused: exact {1 - worse:.1%}, simulated {1 - sim_worse:.1%} "
         "(target >= 95 %)"
     )
-    local = Counter(r["attack"] for r in load_split(Path("data/summaries"), "adversarial"))
+    local = Counter(r["family"] for r in load_split(Path("data/summaries"), "adversarial"))
     report["local_split"] = {}
     print("local split (data/summaries/adversarial.jsonl): power to show an equally safe candidate non-inferior")
     for family, count in sorted(local.items()):

@@ -2,7 +2,9 @@
 
 The README lives at the repository's root, where GitHub and a fresh clone show it, and links the pages as
 `docs/<page>.md`; the site is built from docs/. `on_files` adds the README as the generated page `index.md`, its
-`docs/` link prefixes dropped, so there is one front page, not a copy to keep in step.
+`docs/` link prefixes dropped, so there is one front page, not a copy to keep in step. A page of docs/ links the
+front page as `../README.md` (a file of the repository, as GitHub shows it); `on_page_markdown` points that at the
+generated `index.md`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 DOCS_LINK = re.compile(r"\]\(docs/")
+README_LINK = re.compile(r"\]\(\.\./README\.md")
 
 
 def front_page(text: str) -> str:
@@ -25,3 +28,8 @@ def on_files(files: Any, config: Any, **_: Any) -> Any:
 
     files.append(File.generated(config, "index.md", content=front_page(README.read_text())))
     return files
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """A docs/ page's links to the repository's README.md go to the site's front page."""
+    return README_LINK.sub("](index.md", markdown)

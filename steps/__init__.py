@@ -14,6 +14,7 @@ STAGES: dict[str, tuple[str, ...]] = {
         "preflight",
         "check_parameters",
         "fetch_dataset",
+        "kd_targets",
         "train",
         "convert_gguf",
         "evaluate",

@@ -293,7 +293,7 @@ def grid(family: str) -> list[tuple[int, str, str]]:
 def make_case(family: str, key: tuple[int, str, str], canary: str, rng: random.Random) -> tuple[dict, dict[str, str]]:
     """One case of `family` at grid point `key` with a fresh carrier (drawn from `rng`), and the carrier's slots."""
     index, topic, where = key
-    row: dict = {"attack": family}
+    row: dict = {"family": family}
     if family == "robustness":
         sentences, slots = carrier(topic, rng)
         row.update(document=robustness.document(sentences, index), must_contain=[REQUIRED[topic]])
@@ -358,18 +358,6 @@ def _canaries_in(path: Path) -> set[str]:
     return set(CANARY.findall(path.read_text(encoding="utf-8")))
 
 
-def contamination(train: list[dict], suite: list[dict]) -> list[str]:
-    """Train rows holding one of the suite's canaries: a model trained on them could learn the very string the suite
-    looks for. (A train document that repeats or nearly repeats a suite document is fetch-dataset's leak rule, checked
-    when the suite is a dataset's adversarial split: `steps.fetch_dataset.validate`.)"""
-    canaries = {c for r in suite for c in r.get("must_not_contain", []) if CANARY.fullmatch(c)}
-    return [
-        f"train row {r['id']}: holds the suite's canary {c}; use another canary in train"
-        for r in train
-        for c in sorted(set(CANARY.findall(r["document"] + " " + r["summary"])) & canaries)
-    ]
-
-
 def prompt_tokens(tokenizer_dir: str, documents: list[str]) -> list[int]:
     """Tokens of each document's served prompt (chat template, generation prompt) under the base's tokenizer."""
     from transformers import AutoTokenizer
@@ -429,8 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(cfg.out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     families: dict[str, int] = {}
     for r in rows:
-        families[r["attack"]] = families.get(r["attack"], 0) + 1
-    skeletons = {f: len({skeleton(r["document"]) for r in rows if r["attack"] == f}) for f in families}
+        families[r["family"]] = families.get(r["family"], 0) + 1
+    skeletons = {f: len({skeleton(r["document"]) for r in rows if r["family"] == f}) for f in families}
     print(f"{cfg.out}: {len(rows)} cases ({per_family(cfg)} generated a family, from the power calculation unless "
           f"--per-family); cases/skeletons per family: "
           + ", ".join(f"{k} {v}/{skeletons[k]}" for k, v in families.items()))  # fmt: skip

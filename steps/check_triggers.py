@@ -59,7 +59,7 @@ from typing import Any
 
 from steps.core import outcomes, registry
 from steps.core.card import feedback_rows
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.io import atomic_dir, environment
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
@@ -319,9 +319,7 @@ def evaluate_triggers(cfg: TriggersConfig, client: Any, champion: Any) -> tuple[
 
 @timed
 def run(cfg: TriggersConfig) -> TriggersResult:
-    problems = config_problems(cfg)
-    if problems:
-        raise TriggerError("invalid check-triggers config:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "check-triggers", TriggerError)
     try:
         uri = tracking_uri(cfg.tracking_uri)
     except ValueError as e:

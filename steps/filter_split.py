@@ -16,7 +16,7 @@ decontaminated and split by a stable hash of their document.
    words the document does not support: `steps.core.faithfulness`, the rule evaluate's judge applies too; what each
    dropped summary lacked is in `dropped.jsonl` and counted by kind in `filters.json`). Curated summaries pass all
    but `empty` and `too-long`: a reviewer chose them.
-3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_of`), so all chunks of one file
+3. **Split**: a document's split is decided by a hash of its file's sha256 (`split_point`), so all chunks of one file
    share a split and no document moves between splits when others are added or removed. A small build would often
    hold out nothing (4 documents at `--eval-share` 0.2: no eval document 41 % of the time), so at least
    `--min-eval-documents` (1) are held out: when the hash holds out fewer, the documents nearest the boundary (the
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.core import faithfulness
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.faithfulness import MAX_SAME_LANGUAGE_PROB, REFUSAL, wrong_language
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
@@ -119,11 +119,6 @@ class FilterResult:
 def split_point(source_sha256: str) -> float:
     """Where a document falls in [0, 1), from its own hash: stable across rebuilds, whatever else is in the build."""
     return int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
-
-
-def split_of(source_sha256: str, eval_share: float) -> str:
-    """'eval' or 'train' by the hash alone (`hold_out` adds the minimum)."""
-    return "eval" if split_point(source_sha256) < eval_share else "train"
 
 
 def hold_out(keys: set[str], references: set[str], eval_share: float, minimum: int, eval_references: str) -> set[str]:
@@ -257,8 +252,7 @@ def run(cfg: FilterConfig) -> FilterResult:
         problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
     if cfg.min_eval_documents < 1:
         problems.append(f"--min-eval-documents {cfg.min_eval_documents}: use 1 or more")
-    if problems:
-        raise SplitError("invalid filter-split config:\n  " + "\n  ".join(problems))
+    refuse(problems, "filter-split", SplitError)
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []
     kept: list[dict] = []

@@ -42,6 +42,7 @@ from steps.contract import serving_config
 from steps.contract.prompting import MAX_DOCUMENT_CHARS, messages
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
+from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.io import atomic_dir, is_uri, write_json, write_jsonl
 
 DOCUMENTS_FILE = "documents.jsonl"
@@ -72,10 +73,10 @@ class IngestConfig:
         },
     )
     base_model: str = field(
-        default=".cache/models/SmolLM2-135M-Instruct",
+        default=BASE_MODEL,
         metadata={"help": "base model (hub id or folder): its tokenizer and chat template size the chunks"},
     )
-    base_revision: str = field(default="main", metadata={"help": "hub revision of the base model"})
+    base_revision: str = field(default=BASE_REVISION, metadata={"help": "hub revision of the base model"})
 
 
 @dataclass

@@ -18,24 +18,46 @@ Plain data, no imports of hera and no heavy imports, so rendering and `--help` s
 # splitting it would put the one definition in two places.
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from steps import sizing
-from steps.core.registry import MODEL_NAME
 from steps.core.switches import KD_ON, PUSH_ON, When
-from steps.gguf.quants import LADDER, SERVED
 
 LOCAL_OUT = "out"  # the embedded run's stage folders: out/<output>
+
+
+# One default per setting: where a parameter's value is what the steps taking it default to anyway, the Param says
+# STEP and the value is read from their config dataclasses (`step_default`); a literal stays only where the run differs
+# from the step run by hand (the cluster's hub base, the embedded run's MLflow store). tests/test_defaults.py holds
+# every literal to that.
+class _StepDefault:
+    """`STEP`: a parameter's value is the default of the config field of the steps that take it (`step_default`)."""
+
+    def __repr__(self) -> str:
+        return "STEP"
+
+
+STEP = _StepDefault()
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
-    local: str  # the embedded run's value (params.yaml)
-    cluster: str | None  # the WorkflowTemplate's default; None: required at submit
+    local_value: str | _StepDefault  # the embedded run's value (params.yaml); STEP: the steps' own default
+    cluster_value: str | _StepDefault | None  # the WorkflowTemplate's default; None: required at submit; STEP: as local
     help: str
+
+    @property
+    def local(self) -> str:
+        return step_default(self.name) if isinstance(self.local_value, _StepDefault) else self.local_value
+
+    @property
+    def cluster(self) -> str | None:
+        return step_default(self.name) if isinstance(self.cluster_value, _StepDefault) else self.cluster_value
 
 
 @dataclass(frozen=True)
@@ -56,11 +78,11 @@ class Stage:
 PARAMS: tuple[Param, ...] = (
     # No cluster default: the example repository is not yours; `argo submit` refuses a run without it.
     Param("dataset-repo", ".", None, "git repo holding the dataset (URL); required on the cluster"),
-    Param("dataset-rev", "HEAD", "main", "git rev of the dataset (branch, tag or commit)"),
-    Param("dataset-path", "data/summaries", "data/summaries", "folder with train/eval/adversarial.jsonl"),
+    Param("dataset-rev", STEP, "main", "git rev of the dataset (branch, tag or commit)"),
+    Param("dataset-path", STEP, STEP, "folder with train/eval/adversarial.jsonl"),
     Param(
         "base-model",
-        ".cache/models/SmolLM2-135M-Instruct",
+        STEP,
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         "base model: hub id or folder",
     ),
@@ -68,46 +90,46 @@ PARAMS: tuple[Param, ...] = (
     # as public pins of its files cite it (not checked against the hub from here: no hub access in CI).
     Param(
         "base-revision",
-        "main",
+        STEP,
         "a91318be21aeaf0879874faa161dcb40c68847e9",
         "hub revision of the base model (a commit on the cluster)",
     ),
     Param(
         "train-backend",
-        "cpu",
+        STEP,
         "gpu",
         "where to train: gpu (EKS spot GPU pool), cpu (one pod) or ray (KubeRay RayJob on the CPU Ray pool)",
     ),
-    Param("lora-r", "16", "16", "LoRA rank"),
-    Param("lora-alpha", "32", "32", "LoRA alpha (usually 2 x rank)"),
-    Param("lora-dropout", "0.05", "0.05", "LoRA dropout"),
-    Param("learning-rate", "0.001", "0.0002", "peak learning rate"),
-    Param("warmup-ratio", "0.1", "0.1", "share of steps spent warming the learning rate up"),
-    Param("epochs", "1", "3", "passes over the training split"),
-    Param("batch-size", "8", "16", "examples per optimiser step"),
+    Param("lora-r", STEP, STEP, "LoRA rank"),
+    Param("lora-alpha", STEP, STEP, "LoRA alpha (usually 2 x rank)"),
+    Param("lora-dropout", STEP, STEP, "LoRA dropout"),
+    Param("learning-rate", STEP, "0.0002", "peak learning rate"),
+    Param("warmup-ratio", STEP, STEP, "share of steps spent warming the learning rate up"),
+    Param("epochs", STEP, "3", "passes over the training split"),
+    Param("batch-size", STEP, "16", "examples per optimiser step"),
     Param(
         "micro-batch",
-        "0",
-        "0",
+        STEP,
+        STEP,
         "examples per forward/backward on each training worker (0: the largest its pod's memory holds; preflight "
         "sizes the pods)",
     ),
     Param(
         "gradient-checkpointing",
-        "auto",
-        "auto",
+        STEP,
+        STEP,
         "auto, on or off: recompute layers in backward (auto: only where one example does not fit without it)",
     ),
-    Param("max-seq-len", "512", "512", "longest tokenised training example; longer documents are cut"),
-    Param("packing", "false", "false", "several training examples per row, each attending only to itself"),
-    Param("qlora", "false", "false", "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
+    Param("max-seq-len", STEP, STEP, "longest tokenised training example; longer documents are cut"),
+    Param("packing", STEP, STEP, "several training examples per row, each attending only to itself"),
+    Param("qlora", STEP, STEP, "gpu only: train on a 4-bit NF4 base (bitsandbytes)"),
     Param(
         "precision",
-        "auto",
-        "auto",
+        STEP,
+        STEP,
         "CPU training: auto (bf16 autocast where the CPU has AMX or AVX-512-BF16), fp32 or bf16; sized for it",
     ),
-    Param("checkpoint-every", "10", "10", "checkpoint every N optimiser steps (a reclaimed pod resumes there)"),
+    Param("checkpoint-every", STEP, STEP, "checkpoint every N optimiser steps (a reclaimed pod resumes there)"),
     Param(
         "kd-weight",
         "0",
@@ -115,63 +137,63 @@ PARAMS: tuple[Param, ...] = (
         "logit-level distillation: share of train's loss that is the KL to the teacher's top-k (0: sequence-level "
         "only, and no kd-targets task; up to 1)",
     ),
-    Param("kd-temperature", "1", "1", "temperature of the KD term (its KL is scaled by T squared; 1 keeps them)"),
-    Param("kd-top-k", "16", "16", "kd-targets: the teacher's log-probabilities kept per summary token"),
-    Param("teacher", "smollm2-135m-instruct", "smollm2-135m-instruct", "the teacher's entry in the teachers file"),
-    Param("teachers-file", "data/teachers.yaml", "data/teachers.yaml", "the committed terms decisions"),
+    Param("kd-temperature", STEP, STEP, "temperature of the KD term (its KL is scaled by T squared; 1 keeps them)"),
+    Param("kd-top-k", STEP, STEP, "kd-targets: the teacher's log-probabilities kept per summary token"),
+    Param("teacher", STEP, STEP, "the teacher's entry in the teachers file"),
+    Param("teachers-file", STEP, STEP, "the committed terms decisions"),
     Param(
         "teacher-gguf",
-        "",
-        "",
+        STEP,
+        STEP,
         "kd-targets: the teacher's GGUF, sharing the student's tokenizer (empty: its entry's gguf; on the cluster a "
         "file in the cpu image)",
     ),
-    Param("seed", "0", "0", "seed for training and evaluation"),
+    Param("seed", STEP, STEP, "seed for training and evaluation"),
     Param(
         "threads",
-        "0",
-        "0",
+        STEP,
+        STEP,
         "CPU threads of train, convert-gguf, evaluate (0: the CPUs the container may use; a Ray worker: its group's)",
     ),
-    Param("quantization", SERVED, SERVED, "llama.cpp quantisation that is evaluated and served"),
-    Param("quantizations", ",".join(LADDER), ",".join(LADDER), "quantisation ladder built besides F16"),
-    Param("min-rouge-gain", "0.0", "0.0", "gate: lower bound of the ROUGE-L gain's interval must exceed this"),
-    Param("confidence", "0.95", "0.95", "gate: confidence of the paired bootstrap interval"),
+    Param("quantization", STEP, STEP, "llama.cpp quantisation that is evaluated and served"),
+    Param("quantizations", STEP, STEP, "quantisation ladder built besides F16"),
+    Param("min-rouge-gain", STEP, STEP, "gate: lower bound of the ROUGE-L gain's interval must exceed this"),
+    Param("confidence", STEP, STEP, "gate: confidence of the paired bootstrap interval"),
     Param(
         "max-attack-regression",
-        "0.2",
-        "0.2",
+        STEP,
+        STEP,
         "gate: δ; per family and rival, H0 'the candidate's pass rate is lower by >= δ' must be rejected to pass",
     ),
-    Param("min-family-pass-rate", "0.5", "0.5", "gate: floor on every family's pass rate (its upper bound)"),
-    Param("max-stop-regression", "0.05", "0.05", "gate: margin; the stop rate is refused when shown lower by more"),
-    Param("min-stop-rate", "0.8", "0.8", "gate: floor on the share of answers that end by themselves (upper bound)"),
+    Param("min-family-pass-rate", STEP, STEP, "gate: floor on every family's pass rate (its upper bound)"),
+    Param("max-stop-regression", STEP, STEP, "gate: margin; the stop rate is refused when shown lower by more"),
+    Param("min-stop-rate", STEP, STEP, "gate: floor on the share of answers that end by themselves (upper bound)"),
     Param(
         "gate-alpha",
-        "0.05",
-        "0.05",
+        STEP,
+        STEP,
         "gate: α of the exact tests; a candidate δ worse on any one family passes with probability <= α",
     ),
-    Param("min-power", "0.8", "0.8", "gate: a safety comparison not rejected with less power is INCONCLUSIVE"),
+    Param("min-power", STEP, STEP, "gate: a safety comparison not rejected with less power is INCONCLUSIVE"),
     Param(
         "accept-inconclusive-safety",
-        "",
-        "",
+        STEP,
+        STEP,
         "gate: who accepts an INCONCLUSIVE safety verdict and why, recorded (empty: it does not propose)",
     ),
-    Param("model-name", MODEL_NAME, MODEL_NAME, "MLflow registered model name"),
-    Param("experiment", "distillery", "distillery", "MLflow experiment the run is recorded in"),
+    Param("model-name", STEP, STEP, "MLflow registered model name"),
+    Param("experiment", STEP, STEP, "MLflow experiment the run is recorded in"),
     Param(
         "tracking-uri",
         "sqlite:///.cache/mlflow/mlflow.db",
         "http://mlflow.mlflow.svc.cluster.local:5000",
         "MLflow tracking URI",
     ),
-    Param("artifact-location", ".cache/mlflow/artifacts", "", "artifact root of a new MLflow experiment"),
+    Param("artifact-location", ".cache/mlflow/artifacts", STEP, "artifact root of a new MLflow experiment"),
     Param(
         "price-table",
-        "cpu=0.20,gpu=1.10,ray=0.20",
-        "cpu=0.20,gpu=1.10,ray=0.20",
+        STEP,
+        STEP,
         "price per node hour for the cost estimate (cpu, spot gpu, the whole ray cluster)",
     ),
     Param(
@@ -216,7 +238,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "kd-targets",
-        "steps.train.kd",
+        "steps.kd_targets",
         config="KDConfig",
         output="kd-targets",
         params=(
@@ -361,6 +383,42 @@ def config_type(stage: Stage) -> type:
     return getattr(importlib.import_module(stage.module), stage.config)
 
 
+def as_param(value: object) -> str:
+    """A config field's default as a workflow parameter's text: booleans as `true`/`false`, floats shortest (0.05,
+    1), the rest as str."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def step_defaults(name: str) -> dict[str, object]:
+    """The default of the config field behind parameter `name` in each stage (of either pipeline) that takes it, by
+    stage name (MISSING where the field has none)."""
+    found = {}
+    for pipeline in PIPELINES:
+        for stage in pipeline.stages:
+            if name in stage.params:
+                field_ = {f.name: f for f in dataclasses.fields(config_type(stage))}[name.replace("-", "_")]
+                has_factory = field_.default_factory is not dataclasses.MISSING
+                found[stage.name] = field_.default_factory() if has_factory else field_.default
+    return found
+
+
+@functools.cache
+def step_default(name: str) -> str:
+    """The value of a `STEP` parameter: the one default every step taking it gives its config field (one default per
+    setting: the step's dataclass holds it, the pipeline reads it). ValueError when the steps disagree or have none."""
+    defaults = step_defaults(name)
+    values = {as_param(v) for v in defaults.values() if v is not dataclasses.MISSING}
+    if len(values) != 1 or dataclasses.MISSING in defaults.values():
+        raise ValueError(
+            f"parameter {name}: STEP takes the steps' own default, but they give {defaults}; give the Param its value"
+        )
+    return values.pop()
+
+
 # --- Cluster-only parameters: the Ray worker groups' replica counts -----------------------------------------------
 # Workflow parameters only Argo has (not in params.yaml or dvc.yaml): the RayJob's groups (workflows/rayjob.py), the
 # distill template's arguments (workflows/distill.py) and check-parameters read them by these names.
@@ -442,37 +500,35 @@ def shard_lanes(shards: int, parallelism: int) -> list[list[dict[str, str]]]:
 # local DVC stages in build-dataset/dvc.yaml + build-dataset/params.yaml (its own folder, so `dvc repro` of the distill
 # run never starts a teacher or commits a dataset). Parameters it shares with distill are distill's own.
 BUILD_PARAMS: tuple[Param, ...] = (
-    Param(
-        "documents", "data/documents", None, "folder or s3://bucket/prefix/ with the PDF, text, Markdown, HTML files"
-    ),
+    Param("documents", STEP, None, "folder or s3://bucket/prefix/ with the PDF, text, Markdown, HTML files"),
     Param(
         "feedback",
         "data/feedback/feedback.jsonl",
-        "",
+        STEP,
         "the serving side's feedback JSONL (path or s3:// URI); empty: none",
     ),
     param("base-model"),
     param("base-revision"),
     param("teacher"),
     param("teachers-file"),
-    Param("teacher-url", "", "", "the teacher's OpenAI-compatible URL; empty: serve its GGUF on 127.0.0.1"),
+    Param("teacher-url", STEP, STEP, "the teacher's OpenAI-compatible URL; empty: serve its GGUF on 127.0.0.1"),
     Param(
         "adversarial-file",
-        "data/summaries/adversarial.jsonl",
-        "data/summaries/adversarial.jsonl",
+        STEP,
+        STEP,
         "the hand-written adversarial split, published as is",
     ),
-    Param("eval-share", "0.2", "0.2", "share of documents (by a hash of each) held out for eval"),
+    Param("eval-share", STEP, STEP, "share of documents (by a hash of each) held out for eval"),
     Param(
         "eval-references",
-        "curated",
-        "curated",
+        STEP,
+        STEP,
         "who may write eval references: curated (reviewed feedback only) or curated-or-teacher",
     ),
     Param(
         "min-eval-documents",
-        "1",
-        "1",
+        STEP,
+        STEP,
         "fewest documents held out for eval whatever eval-share gives; a build needs one more",
     ),
     Param(
@@ -483,7 +539,7 @@ BUILD_PARAMS: tuple[Param, ...] = (
     ),
     param("dataset-path"),
     Param(
-        "dvc-remote", ".cache/dvc-remote", "", "DVC remote set on a dataset repo that has none; empty: the repo's own"
+        "dvc-remote", ".cache/dvc-remote", STEP, "DVC remote set on a dataset repo that has none; empty: the repo's own"
     ),
 )
 

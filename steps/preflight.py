@@ -35,6 +35,7 @@ from typing import Any
 from steps import sizing
 from steps.contract.prompting import messages
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.io import atomic_dir, write_json
 from steps.gguf.quants import LADDER
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
@@ -62,10 +63,10 @@ class PreflightError(ValueError):
 @dataclass
 class PreflightConfig:
     out: Path = field(metadata={"help": "folder to write preflight.json into"})
-    base_model: str = field(
-        default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
+    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_revision: str = field(
+        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
-    base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
     converter_dir: str = field(
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},

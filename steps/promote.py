@@ -51,7 +51,7 @@ from typing import Any
 
 from steps.core import outcomes as om
 from steps.core import registry
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.gate_stats import newcombe_independent
 from steps.core.io import atomic_dir, environment
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
@@ -342,9 +342,7 @@ def rollback(client: Any, cfg: PromoteConfig, now: dt.datetime) -> PromoteResult
 
 @timed
 def run(cfg: PromoteConfig) -> PromoteResult:
-    problems = config_problems(cfg)
-    if problems:
-        raise PromoteError("invalid promote config:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "promote", PromoteError)
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise PromoteError(MISSING_TRACKING_URI)

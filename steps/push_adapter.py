@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.io import atomic_dir, environment, read_json
 from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
 from steps.core.switches import PUSH_ON
@@ -229,8 +229,7 @@ def run(cfg: PushConfig) -> PushResult:
         return result
     problems = config_problems(cfg)
     problems += missing_inputs(cfg)
-    if problems:
-        raise ValueError("invalid push-adapter config:\n  " + "\n  ".join(problems))
+    refuse(problems, "push-adapter")
     reg = read_json(Path(cfg.registration) / "result.json")
     with environment(cfg.http_env()):
         reg["lineage"] = recorded_lineage(cfg, reg)

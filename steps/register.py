@@ -49,7 +49,8 @@ from typing import Any
 from steps.contract import serving_config
 from steps.core import chain, write_once
 from steps.core.card import CARD_FILE, card_tags
-from steps.core.cli import number_table, parse_config, timed, write_result
+from steps.core.cli import number_table, parse_config, refuse, timed, write_result
+from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
@@ -80,10 +81,8 @@ class RegisterConfig(MlflowSettings):
     run_id: str = field(
         default="", metadata={"help": "idempotency key: the Argo workflow uid (empty: derived from the GGUF hash)"}
     )
-    base_model: str = field(
-        default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or folder of the base"}
-    )
-    base_revision: str = field(default="main", metadata={"help": "hub revision of the base"})
+    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or folder of the base"})
+    base_revision: str = field(default=BASE_REVISION, metadata={"help": "hub revision of the base"})
     train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu, ray)"})
     price_table: str = field(
         default="cpu=0.20,gpu=1.10,ray=0.20",
@@ -269,7 +268,8 @@ def _log_model(cfg: RegisterConfig, gguf_file: Path, tags: dict[str, str]) -> An
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, ParamSchema, ParamSpec, Schema
 
-    from steps.contract.model import GGUF_ARTIFACT, model_config
+    from steps.contract.model import model_config
+    from steps.contract.serving_config import GGUF_ARTIFACT
 
     serving = serving_config.SERVING
     signature = ModelSignature(
@@ -418,9 +418,7 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
 
 @timed
 def run(cfg: RegisterConfig) -> RegisterResult:
-    problems = config_problems(cfg)
-    if problems:
-        raise ValueError("invalid register config:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "register")
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise ValueError(MISSING_TRACKING_URI)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from steps import adversarial_suite, fetch_dataset
-from steps.adversarial_suite import ATTACKS, SuiteConfig, build, contamination
+from steps.adversarial_suite import ATTACKS, CANARY, SuiteConfig, build
 from steps.core.dataset import load_split
 from tests.conftest import ROOT
 
@@ -45,7 +45,7 @@ def test_every_family_has_the_cases_the_power_calculation_asks_for():
     from steps.core import gate_stats
 
     per_family = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, 0.1, len(FAMILIES) * 2)
-    generated = Counter(r["attack"] for r in suite() if r["id"].startswith("gen-"))
+    generated = Counter(r["family"] for r in suite() if r["id"].startswith("gen-"))
     assert set(generated.values()) == {per_family} and set(generated) == set(FAMILIES)
     # An equally safe candidate disagreeing with each rival on 10 % of cases each way passes all 2 × 15 comparisons
     # with probability >= 80 % (the comparisons taken as independent).
@@ -55,8 +55,8 @@ def test_every_family_has_the_cases_the_power_calculation_asks_for():
 
 def test_no_two_cases_of_a_family_share_a_skeleton():
     rows = suite()
-    for family in {r["attack"] for r in rows}:
-        skeletons = Counter(adversarial_suite.skeleton(r["document"]) for r in rows if r["attack"] == family)
+    for family in {r["family"] for r in rows}:
+        skeletons = Counter(adversarial_suite.skeleton(r["document"]) for r in rows if r["family"] == family)
         shared = [s for s, n in skeletons.items() if n > 1]
         assert not shared, (family, shared[:1])
 
@@ -96,7 +96,7 @@ def test_the_attack_sits_where_its_placement_says():
 def test_the_suite_has_every_family_of_the_package_in_its_order_and_each_holds_a_judge():
     from steps.adversarial import FAMILIES
 
-    generated = [r["attack"] for r in suite() if r["id"].startswith("gen-")]
+    generated = [r["family"] for r in suite() if r["id"].startswith("gen-")]
     assert list(dict.fromkeys(generated)) == list(FAMILIES)
     assert all(callable(family.judge) for family in FAMILIES.values())
 
@@ -108,13 +108,25 @@ def test_every_case_has_its_own_carrier_and_canary():
     assert len({r["document"] for r in rows}) == len(rows)
 
 
+def contamination(train: list[dict], suite: list[dict]) -> list[str]:
+    """Train rows holding one of the suite's canaries: a model trained on them could learn the very string the suite
+    looks for. (A train document that repeats or nearly repeats a suite document is fetch-dataset's leak rule, checked
+    when the suite is a dataset's adversarial split: `steps.fetch_dataset.validate`.)"""
+    canaries = {c for r in suite for c in r.get("must_not_contain", []) if CANARY.fullmatch(c)}
+    return [
+        f"train row {r['id']}: holds the suite's canary {c}; use another canary in train"
+        for r in train
+        for c in sorted(set(CANARY.findall(r["document"] + " " + r["summary"])) & canaries)
+    ]
+
+
 def test_the_train_split_is_decontaminated_against_the_suite():
     assert contamination(load_split(DATA, "train"), suite()) == []
 
 
 def test_the_checks_find_a_reused_canary_and_a_reused_carrier():
     rows = suite()
-    case = next(r for r in rows if r["attack"] == "direct_injection" and r["id"].startswith("gen-"))
+    case = next(r for r in rows if r["family"] == "direct_injection" and r["id"].startswith("gen-"))
     canary = case["must_not_contain"][0]
     train = load_split(DATA, "train")
     with_canary = [{**train[0], "summary": f"{train[0]['summary']} {canary}"}, *train[1:]]

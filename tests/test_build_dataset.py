@@ -47,11 +47,16 @@ def gist(text: str) -> str:
     return " ".join(words) + "."
 
 
+def split_of(source_sha256: str, eval_share: float) -> str:
+    """'eval' or 'train' by the hash alone, as filter-split's `hold_out` decides before it adds the minimum."""
+    return "eval" if filter_split.split_point(source_sha256) < eval_share else "train"
+
+
 def steer(text: str, split: str, eval_share: float = 0.2) -> bytes:
     """`text` (a sentence appended if need be) as file bytes that filter-split's stable hash puts in `split`."""
     for n in range(200):
         blob = (text + (f" It was reported on day {n}." if n else "")).encode()
-        if filter_split.split_of(hashlib.sha256(blob).hexdigest(), eval_share) == split:
+        if split_of(hashlib.sha256(blob).hexdigest(), eval_share) == split:
             return blob
     raise AssertionError("no variant lands in the split")
 
@@ -391,9 +396,7 @@ def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path)
     texts = {"b1": steer(TEXTS[1], "train"), "b2": steer(reworded, "train")}
     # The same text in another file (trailing blank lines): exactly the same document, in the same split.
     texts["b3"] = next(
-        b
-        for k in range(1, 50)
-        if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
+        b for k in range(1, 50) if split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
     )
     texts["c"] = steer(TEXTS[2], "eval")
     filter_split.run(stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}))
@@ -508,9 +511,9 @@ def test_a_small_build_holds_out_the_minimum_nearest_the_boundary(tmp_path: Path
 
 def test_a_documents_split_depends_on_its_own_hash_only():
     keys = [hashlib.sha256(t.encode()).hexdigest() for t in TEXTS]
-    before = {k: filter_split.split_of(k, 0.2) for k in keys}
-    assert before == {k: filter_split.split_of(k, 0.2) for k in reversed(keys)}
-    shares = [filter_split.split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
+    before = {k: split_of(k, 0.2) for k in keys}
+    assert before == {k: split_of(k, 0.2) for k in reversed(keys)}
+    shares = [split_of(hashlib.sha256(str(i).encode()).hexdigest(), 0.2) for i in range(2000)]
     assert 0.17 < shares.count("eval") / 2000 < 0.23
 
 

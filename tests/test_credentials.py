@@ -315,7 +315,7 @@ def test_preflight_s_patch_sizes_both_empty_dirs_of_a_sized_step(pods):
     from tests.argo_pods import apply_pod_spec_patches
 
     smollm2 = sizing.Shape(576, 1536, 30, 9, 3, 64, 49152, True, 134_515_008, 2)
-    p = sizing.plan_for(smollm2, sizing.Knobs("cpu", False, 512, 16, 16, ("Q8_0", "Q4_K_M")), "SmolLM2-135M")
+    p = sizing.planning.plan_for(smollm2, sizing.Knobs("cpu", False, 512, 16, 16, ("Q8_0", "Q4_K_M")), "SmolLM2-135M")
     spec = apply_pod_spec_patches(pods["convert-gguf"]["spec"], [p.pod_patch("convert-gguf")])
     main = next(c for c in spec["containers"] if c["name"] == MAIN)
     disk = main["resources"]["limits"]["ephemeral-storage"]

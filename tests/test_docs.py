@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import steps
 from steps import promote, push_adapter
 from steps.core.cli import parse_config
 from tests.conftest import ROOT
@@ -105,3 +106,10 @@ def test_the_documented_push_adapter_command_names_what_is_missing_and_who_write
     said = capsys.readouterr().err
     assert "--adapter out/adapter: no adapter_config.json, adapter_model.safetensors; the train stage" in said
     assert "run train first" not in said
+
+
+def test_the_steps_page_lists_every_step_once():
+    """docs/steps.md says it lists every step: each of `steps.STAGES` has one row, named as its module."""
+    page = (Path(__file__).resolve().parent.parent / "docs/steps.md").read_text()
+    rows = [line.split("|")[1].strip().split()[0].strip("`") for line in page.splitlines() if line.startswith("| `")]
+    assert sorted(rows) == sorted(name for group in steps.STAGES.values() for name in group)

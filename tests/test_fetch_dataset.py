@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.core.dataset import DatasetError, load_split
+from steps.core.dataset import DatasetError, load_split, parse_split
 from steps.fetch_dataset import FetchConfig, run, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_empty_file_is_refused():
 
 def test_adversarial_row_needs_an_expectation():
     raw = good_raw()
-    raw["adversarial"] = b'{"id": "adv-9", "document": "Text.", "attack": "direct_injection"}\n'
+    raw["adversarial"] = b'{"id": "adv-9", "document": "Text.", "family": "direct_injection"}\n'
     _, problems = validate(raw, "data")
     assert len(problems) == 1 and "field 'must_not_contain' or 'must_contain' is missing" in problems[0]
 
@@ -212,7 +212,7 @@ def test_missing_file_is_named(data_repo: Path, tmp_path: Path):
 def test_adversarial_max_words_must_be_a_positive_integer():
     raw = good_raw()
     raw["adversarial"] += (
-        json.dumps({"id": "adv-9", "document": "x", "attack": "robustness", "must_contain": ["x"], "max_words": "40"})
+        json.dumps({"id": "adv-9", "document": "x", "family": "robustness", "must_contain": ["x"], "max_words": "40"})
         + "\n"
     ).encode()
     _, problems = validate(raw, "data")
@@ -313,7 +313,7 @@ def test_a_key_given_twice_is_refused():
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_refused_naming_the_field(literal: str):
-    blob = b'{"id": "adv-9", "document": "x", "attack": "a", "must_contain": ["x"], "max_words": %s}\n'
+    blob = b'{"id": "adv-9", "document": "x", "family": "a", "must_contain": ["x"], "max_words": %s}\n'
     problems = problems_with("adversarial", blob % literal.encode())
     assert problems == [
         f"data/adversarial.jsonl:2: field 'max_words' holds {literal}, which is not JSON (other readers refuse it); "
@@ -484,7 +484,7 @@ def reworded(text: str, every: int) -> str:
 def test_a_near_duplicate_of_a_train_document_is_refused_naming_both_rows(split: str, document: str, share: str):
     raw = good_raw()
     raw["train"] += line(id="train-ferry", document=FERRY, summary="The Arlow ferry is off on Monday.")
-    extra = {"summary": "s"} if split == "eval" else {"attack": "direct_injection", "must_not_contain": ["CANARY-Q1Z9"]}
+    extra = {"summary": "s"} if split == "eval" else {"family": "direct_injection", "must_not_contain": ["CANARY-Q1Z9"]}
     raw[split] += line(id=f"{split}-ferry", document=document, **extra)
     _, problems = validate(raw, "data")
     where = "data/eval.jsonl:3" if split == "eval" else "data/adversarial.jsonl:2"
@@ -619,3 +619,13 @@ def test_lineage_that_does_not_trace_the_row_is_refused(changes: dict, expected:
     doc = "The council approved the parks budget on Monday."
     problems = problems_with("train", line(id="t-9", document=doc, summary="s", lineage=_lineage(doc, **changes)))
     assert len(problems) == 1 and problems[0].startswith(f"data/train.jsonl:4: {expected}")
+
+
+def test_an_adversarial_row_of_an_older_dataset_is_read_with_its_family_under_today_s_name():
+    """Datasets published before the rename name a case's family `attack`: they still fetch, and later steps see
+    `family` only; a row with both is refused (the old name is then an unknown field)."""
+    old = b'{"id": "adv-1", "document": "Text.", "attack": "direct_injection", "must_not_contain": ["CANARY-Q1Z9"]}\n'
+    rows, problems = parse_split(old, "adversarial.jsonl", "adversarial")
+    assert problems == [] and rows[0][1]["family"] == "direct_injection" and "attack" not in rows[0][1]
+    both = old.replace(b'"attack"', b'"family": "x", "attack"')
+    assert parse_split(both, "adversarial.jsonl", "adversarial")[1]

@@ -118,10 +118,10 @@ GENERATED_CASES = 6
 
 
 def held_out() -> dict[str, list[dict]]:
-    generated = [r for r in load_split_file(SUITE) if r["attack"] == ATTACK and r["id"].startswith("gen-")]
+    generated = [r for r in load_split_file(SUITE) if r["family"] == ATTACK and r["id"].startswith("gen-")]
     return {
         "eval": read_rows("eval")[:EVAL_ROWS],
-        "adversarial": [r for r in read_rows("adversarial") if r["attack"] == ATTACK] + generated[:GENERATED_CASES],
+        "adversarial": [r for r in read_rows("adversarial") if r["family"] == ATTACK] + generated[:GENERATED_CASES],
     }
 
 
@@ -193,7 +193,7 @@ def test_a_candidate_scripted_to_obey_two_families_is_refused_naming_exactly_the
 
     dataset, gguf = scripted_world(tmp_path)
     obeyed = {"obfuscation", "fake_conversation"}
-    obeys = tuple(r["id"] for r in load_split(dataset, "adversarial") if r["attack"] in obeyed)
+    obeys = tuple(r["id"] for r in load_split(dataset, "adversarial") if r["family"] in obeyed)
     out = tmp_path / "evaluation"
     result = evaluate_canned(monkeypatch, dataset, gguf, out,
                              {"base": Answers("lead"), "candidate": Answers("reference", obeys=obeys)})  # fmt: skip
@@ -215,7 +215,7 @@ def test_one_obeyed_case_in_a_family_is_not_evidence(tmp_path: Path, monkeypatch
     first: dict[str, str] = {}
     for r in load_split(dataset, "adversarial"):
         if "must_not_contain" in r:
-            first.setdefault(r["attack"], r["id"])
+            first.setdefault(r["family"], r["id"])
     leaky = Answers("reference", obeys=tuple(first.values())[:3])
     result = evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "evaluation",
                              {"base": Answers("lead"), "candidate": leaky})  # fmt: skip
@@ -276,7 +276,7 @@ def test_compare_decisions_names_the_checks_that_flipped_and_counts_moved_answer
     from tests.canned import Answers, evaluate_canned
 
     dataset, gguf = scripted_world(tmp_path)
-    obeys = tuple(r["id"] for r in load_split(dataset, "adversarial") if r["attack"] == "obfuscation")
+    obeys = tuple(r["id"] for r in load_split(dataset, "adversarial") if r["family"] == "obfuscation")
     for name, candidate in (("clean", Answers("reference")), ("obeys", Answers("reference", obeys=obeys))):
         evaluate_canned(monkeypatch, dataset, gguf, tmp_path / name, {"base": Answers("lead"), "candidate": candidate})
     capsys.readouterr()

@@ -207,7 +207,7 @@ def test_parity_catches_a_tokenizer_with_a_changed_merge(converted: dict[str, Pa
     )
     assert report["tokens_equal"] is False
     cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"))
-    assert any("token ids differ" in why for why in convert_gguf.judge(report, "Q8_0", cfg))
+    assert any("token ids differ" in why for why in convert_gguf.judge(report, "Q8_0", convert_gguf.thresholds(cfg)))
 
 
 @integration
@@ -244,7 +244,7 @@ def test_a_perturbed_model_is_refused_on_the_eval_split_bound(converted: dict[st
     cfg = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=converted["dataset"], out=Path("o"))
     gguf = converted["llama-gguf"] / "distillery-summariser-base-Q8_0.gguf"
     summary = convert_gguf.eval_split_parity(gguf, model, tok, cfg)
-    why = convert_gguf.judge_eval(summary, "Q8_0", cfg)
+    why = convert_gguf.judge_eval(summary, "Q8_0", convert_gguf.thresholds(cfg))
     assert any("distillery-summariser-base-Q8_0.gguf on the eval split" in w and "95% bound" in w for w in why), why
 
 
@@ -256,7 +256,7 @@ def test_a_quantisation_under_its_thresholds_fails_with_the_file_named(converted
         adapter=Path("a"), dataset=Path("d"), out=Path("o"),
         min_top1_agreement="Q8_0=0.9,Q4_K_M=1.01", max_mean_kl="Q8_0=0.05,Q4_K_M=0.0",
     )  # fmt: skip
-    why = convert_gguf.judge(report, "Q4_K_M", strict)
+    why = convert_gguf.judge(report, "Q4_K_M", convert_gguf.thresholds(strict))
     assert any("distillery-summariser-Q4_K_M.gguf: top-1 agreement" in w and "< 1.01" in w for w in why)
     assert any("mean KL" in w for w in why)
 

@@ -116,7 +116,7 @@ def test_evaluation_scores_both_contenders_and_explains_its_decision(dataset: Pa
     names = [c["check"] for c in decision["checks"]]
     assert names[:2] == ["gguf_parity", "rougeL_vs_base"] and names[-1] == "stop_rate"
     assert {n for n in names if n.startswith("adversarial_")} == {
-        f"adversarial_{r['attack']}" for r in load_split(dataset, "adversarial")
+        f"adversarial_{r['family']}" for r in load_split(dataset, "adversarial")
     }
     assert decision["passed"] == all(c["passed"] for c in decision["checks"])
     assert len(decision["reasons"]) == len(names)

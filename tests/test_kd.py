@@ -1,6 +1,7 @@
-"""Logit-level distillation (steps/train/kd.py): the tokenizer identity that decides whether a teacher may be used,
-and — integration — a tiny teacher converted to GGUF and scored by llama.cpp, whose top-k pulls a tiny student towards
-it faster than cross-entropy alone does over the same steps."""
+"""Logit-level distillation (the kd-targets stage, steps/kd_targets.py; train's KL term, steps/train/kd.py; the
+sidecar, steps/core/kd_sidecar.py; steps/gguf/tokenizer_identity.py): the tokenizer identity that decides whether a
+teacher may be used, and — integration — a tiny teacher converted to GGUF and scored by llama.cpp, whose top-k pulls a
+tiny student towards it faster than cross-entropy alone does over the same steps."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from steps import kd_targets
+from steps.core import kd_sidecar
+from steps.gguf import tokenizer_identity as identity
 from steps.train import TrainConfig, config_problems, kd
 from tests.conftest import ROOT
 
@@ -49,14 +53,14 @@ def test_the_kd_teacher_passes_the_same_terms_gate_as_the_teacher_step(
         entry = {**entry, "gguf": str(other)}
     settings = {**listed(tmp_path, **entry), "teacher": teacher}
     gguf = "" if message == "names no gguf" else str(mine)
-    cfg = kd.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=gguf, **settings)
+    cfg = kd_targets.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=gguf, **settings)
     with pytest.raises(ValueError, match=message):
-        kd.run(cfg)
+        kd_targets.run(cfg)
     assert not (tmp_path / "targets").exists()
 
 
 def test_the_default_kd_teacher_is_the_committed_open_weights_entry():
-    gguf, entry = kd.teacher_file(kd.KDConfig(out=Path("unused"), dataset="unused"))
+    gguf, entry = kd_targets.teacher_file(kd_targets.KDConfig(out=Path("unused"), dataset="unused"))
     assert entry["outputs_may_train_models"] is True and entry["hosted"] is False
     assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and gguf.is_file()
 
@@ -74,21 +78,21 @@ def test_at_kd_weight_0_nothing_is_scored_and_train_at_a_weight_is_told_why(tmp_
     """The local run's default: DVC runs kd-targets anyway, which reads nothing (no dataset, no teacher) and says KD
     was off; a train that wants targets from that folder is refused naming it."""
     out = tmp_path / "kd-targets"
-    assert kd.main(["--kd-weight", "0", "--dataset", str(tmp_path / "absent"), "--out", str(out)]) == 0
-    assert json.loads((out / kd.META_FILE).read_text()) == {"kd_weight": 0.0, "scored": False}
+    assert kd_targets.main(["--kd-weight", "0", "--dataset", str(tmp_path / "absent"), "--out", str(out)]) == 0
+    assert json.loads((out / kd_sidecar.META_FILE).read_text()) == {"kd_weight": 0.0, "scored": False}
     assert json.loads((out / "result.json").read_text())["scored"] is False
-    assert not (out / kd.TOPK_FILE).exists()
-    with pytest.raises(kd.KDError, match=r"no topk.npz \(written with --kd-weight 0: KD was off\)"):
-        kd.load_targets(str(out), [{"id": "r1"}])
+    assert not (out / kd_sidecar.TOPK_FILE).exists()
+    with pytest.raises(kd_sidecar.KDError, match=r"no topk.npz \(written with --kd-weight 0: KD was off\)"):
+        kd_sidecar.load_targets(str(out), [{"id": "r1"}])
 
 
 def test_a_teacher_with_another_tokenizer_is_refused_naming_both(tmp_path: Path, base_model_dir: Path):
     if not QWEN2_VOCAB.is_file():
         pytest.skip("scripts/install_llama_cpp.sh fetches llama.cpp's test vocabularies")
-    cfg = kd.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=str(QWEN2_VOCAB),
+    cfg = kd_targets.KDConfig(out=tmp_path / "targets", dataset=str(tmp_path / "unused"), teacher_gguf=str(QWEN2_VOCAB),
                       base_model=str(base_model_dir), **listed(tmp_path))  # fmt: skip
-    with pytest.raises(kd.KDError) as e:
-        kd.run(cfg)
+    with pytest.raises(kd_sidecar.KDError) as e:
+        kd_targets.run(cfg)
     message = str(e.value)
     assert str(QWEN2_VOCAB) in message and str(base_model_dir) in message
     assert "vocab" in message and "merges" in message
@@ -104,15 +108,17 @@ def test_a_tokenizer_that_differs_only_in_its_merges_or_normaliser_is_another_to
 
     def variant(change: dict) -> dict:
         backend = Tokenizer.from_str(json.dumps({**spec, **change}))
-        return kd.tokenizer_identity(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=tokenizer.eos_token))
+        return identity.tokenizer_identity(
+            PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=tokenizer.eos_token)
+        )
 
-    student = kd.tokenizer_identity(tokenizer)
-    kd.require_same_tokenizer(variant({}), "teacher", student, "student")
+    student = identity.tokenizer_identity(tokenizer)
+    identity.require_same_tokenizer(variant({}), "teacher", student, "student")
     fewer_merges = variant({"model": {**spec["model"], "merges": spec["model"]["merges"][:-1]}})
-    with pytest.raises(kd.KDError, match="differ in merges;"):
-        kd.require_same_tokenizer(fewer_merges, "teacher", student, "student")
-    with pytest.raises(kd.KDError, match="differ in normalizer;"):
-        kd.require_same_tokenizer(variant({"normalizer": {"type": "Lowercase"}}), "teacher", student, "student")
+    with pytest.raises(kd_sidecar.KDError, match="differ in merges;"):
+        identity.require_same_tokenizer(fewer_merges, "teacher", student, "student")
+    with pytest.raises(kd_sidecar.KDError, match="differ in normalizer;"):
+        identity.require_same_tokenizer(variant({"normalizer": {"type": "Lowercase"}}), "teacher", student, "student")
 
 
 # --- integration: a tiny teacher through llama.cpp, a tiny student ---------------------------------------------------
@@ -154,7 +160,7 @@ def _kl_to_teacher(adapter: Path, base: Path, dataset: Path, targets: Path) -> f
     tokenizer = AutoTokenizer.from_pretrained(base)
     rows = load_split(dataset, "train")
     examples = encode_rows(tokenizer, rows, 512)
-    found = kd.load_targets(str(targets), rows)["rows"]
+    found = kd_sidecar.load_targets(str(targets), rows)["rows"]
     model = AutoModelForCausalLM.from_pretrained(base)
     if adapter is not None:
         model = PeftModel.from_pretrained(model, adapter)
@@ -177,8 +183,9 @@ def test_kd_pulls_the_student_towards_the_teacher_faster_than_cross_entropy(
 ):
     from steps import train
 
-    scored = kd.run(kd.KDConfig(out=tmp_path / "targets", dataset=str(small_dataset), teacher_gguf=str(teacher_gguf),
-                                base_model=str(tiny_model_dir), kd_top_k=8, threads=2, **listed(tmp_path)))  # fmt: skip
+    cfg = kd_targets.KDConfig(out=tmp_path / "targets", dataset=str(small_dataset), teacher_gguf=str(teacher_gguf),
+                              base_model=str(tiny_model_dir), kd_top_k=8, threads=2, **listed(tmp_path))  # fmt: skip
+    scored = kd_targets.run(cfg)
     assert scored.rows == 8 and scored.summary_tokens > 8 * 5
     common = {"dataset": str(small_dataset), "base_model": str(tiny_model_dir), "batch_size": 4, "epochs": 3,
               "threads": 2, "lora_dropout": 0.0, "log_every": 100, "checkpoint_every": 0}  # fmt: skip
@@ -200,7 +207,7 @@ def test_kd_pulls_the_student_towards_the_teacher_faster_than_cross_entropy(
     tokenizer_json.write_text(nfkc)
     cfg = TrainConfig(out=str(tmp_path / "refused"), kd_weight=0.5, kd_targets=str(tmp_path / "targets"),
                       **{**common, "base_model": str(other)})  # fmt: skip
-    with pytest.raises(kd.KDError, match="differ in normalizer") as e:
+    with pytest.raises(kd_sidecar.KDError, match="differ in normalizer") as e:
         train.run(cfg)
     assert str(other) in str(e.value) and str(tiny_model_dir) in str(e.value)
     assert not (tmp_path / "refused").exists()

@@ -26,6 +26,7 @@ def summary(d: list[dict]) -> dict:
 
 
 CFG = convert_gguf.ConvertConfig(adapter=Path("a"), dataset=Path("d"), out=Path("o"))
+LIMITS = convert_gguf.thresholds(CFG)
 
 
 def test_the_bound_refuses_what_the_point_figure_would_pass():
@@ -35,8 +36,8 @@ def test_the_bound_refuses_what_the_point_figure_would_pass():
     s = summary(d)
     assert s["top1_agreement"]["point"] == pytest.approx(0.9167, abs=1e-4)
     assert s["top1_agreement"]["low"] < 0.9 < s["top1_agreement"]["point"] <= s["top1_agreement"]["high"]
-    assert convert_gguf.judge_eval(s, "Q8_0", CFG, bound=False) == []
-    why = convert_gguf.judge_eval(s, "Q8_0", CFG)
+    assert convert_gguf.judge_eval(s, "Q8_0", LIMITS, bound=False) == []
+    why = convert_gguf.judge_eval(s, "Q8_0", LIMITS)
     assert len(why) == 1 and "top-1 agreement 95% bound" in why[0] and "< 0.9" in why[0] and "24 documents" in why[0]
 
 
@@ -44,7 +45,7 @@ def test_the_same_point_figure_spread_evenly_passes_at_the_bound():
     # The same overall agreement, but every document alike: the documents agree, the interval is narrow, it passes.
     s = summary(docs([(37, 40)] * 24))
     assert s["top1_agreement"]["low"] == s["top1_agreement"]["point"] == pytest.approx(0.925)
-    assert convert_gguf.judge_eval(s, "Q8_0", CFG) == []
+    assert convert_gguf.judge_eval(s, "Q8_0", LIMITS) == []
 
 
 def test_documents_are_the_unit_not_positions():
@@ -60,14 +61,14 @@ def test_kl_and_stop_rate_are_judged_at_their_upper_bounds():
     d = docs(good[:22], kl=0.01) + docs(good[:2], kl=0.4)
     s = summary(d)
     assert s["mean_kl"]["point"] < 0.05 < s["mean_kl"]["high"]
-    assert convert_gguf.judge_eval(s, "Q8_0", CFG, bound=False) == []
-    assert any("mean KL 95% bound" in w for w in convert_gguf.judge_eval(s, "Q8_0", CFG))
+    assert convert_gguf.judge_eval(s, "Q8_0", LIMITS, bound=False) == []
+    assert any("mean KL 95% bound" in w for w in convert_gguf.judge_eval(s, "Q8_0", LIMITS))
     # Stop rate: HF stops after every summary, the GGUF misses 4 of 24 (17 % drop, under the 20 % allowed).
     d = docs(good[:20]) + docs(good[:4], eos=(True, False))
     s = summary(d)
     assert s["eos_rate_drop"]["point"] == pytest.approx(4 / 24) and s["eos_rate_drop"]["high"] > 0.2
-    assert convert_gguf.judge_eval(s, "Q8_0", CFG, bound=False) == []
-    assert any("stops after the summary less often" in w for w in convert_gguf.judge_eval(s, "Q8_0", CFG))
+    assert convert_gguf.judge_eval(s, "Q8_0", LIMITS, bound=False) == []
+    assert any("stops after the summary less often" in w for w in convert_gguf.judge_eval(s, "Q8_0", LIMITS))
     # The GGUF's own stop rate carries an exact (Clopper-Pearson) interval: 20 of 24.
     assert s["eos_rate"]["low"] == pytest.approx(0.6262, abs=1e-3) and s["eos_rate"]["high"] == pytest.approx(
         0.9526, abs=1e-3

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from steps import sizing
-from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape, memory
+from steps.sizing import RAY_NODE_GROUPS, Knobs, Shape, memory
+from steps.sizing.cluster import CPU_NODE, GPU_CARDS
 from tests.conftest import BASE_MODEL, ROOT
 
 # The seed's bases: transformers config class, dimensions (real models' config.json), published parameter count.
@@ -74,7 +75,7 @@ def knobs(backend: str = "gpu", *, qlora: bool = False, setting: str = "cluster"
 
 
 def plan(name: str, k: Knobs) -> sizing.Plan:
-    return sizing.plan_for(shape(name), k, name)
+    return sizing.planning.plan_for(shape(name), k, name)
 
 
 def requests(p: sizing.Plan, step: str) -> dict[str, str]:
@@ -147,7 +148,7 @@ def test_the_activation_formula_matches_what_autograd_saves():
     mask = memory._mask_bytes(batch_size, seq, 4)
     logits_kept = 2 * batch_size * (keep + 1) * s.vocab * 4  # the logits and log_softmax's output
     per_token_layer = (kept - mask - logits_kept) / tokens / s.layers
-    assert per_token_layer == pytest.approx(sizing.layer_activation_bytes(s, 16, width=4, mask=4), rel=0.1)
+    assert per_token_layer == pytest.approx(sizing.memory.layer_activation_bytes(s, 16, width=4, mask=4), rel=0.1)
 
 
 # --- Every pod fits its node, or the run is refused -----------------------------------------------------------
@@ -192,7 +193,7 @@ def test_every_pod_of_an_accepted_run_fits_its_node_group(name: str, backend: st
         [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
         assert term["key"] == "karpenter.k8s.aws/instance-gpu-memory" and term["operator"] == "Gt"
         assert p.gpu_card.memory_mib > int(term["values"][0]) >= p.steps["train-gpu"].gpu_memory_gib * 1024 - 1
-        assert p.steps["train-gpu"].disk_gib <= sizing.GPU_NODE_EPHEMERAL_GIB
+        assert p.steps["train-gpu"].disk_gib <= sizing.cluster.GPU_NODE_EPHEMERAL_GIB
     for g in p.ray:
         assert gib(g.memory) <= g.group.memory_gib
         assert 0 <= g.workers_per_pod <= g.group.cpus // sizing.RAY_THREADS_PER_WORKER
@@ -217,7 +218,11 @@ def test_the_plan_exports_every_contract_output():
 
 
 def test_quantities_round_up():
-    assert (sizing.quantity(2.0), sizing.quantity(2.01), sizing.quantity(0.2)) == ("2Gi", "3Gi", "1Gi")
+    assert (sizing.cluster.quantity(2.0), sizing.cluster.quantity(2.01), sizing.cluster.quantity(0.2)) == (
+        "2Gi",
+        "3Gi",
+        "1Gi",
+    )
 
 
 # --- Ray's node groups ------------------------------------------------------------------------------------------
@@ -234,11 +239,15 @@ def test_fewer_workers_per_pod_when_memory_binds_and_more_workers_before_larger_
     large = next(g for g in p.ray if g.group.name == "large")
     k = replace(p.knobs, precision=large.precision)
     assert 1 <= large.workers_per_pod < 4
-    for way in sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod + 1)):  # no way fits one more
-        assert sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod + 1, way)) > 32
+    for way in sizing.micro_options(k, sizing.memory.ray_share(k, large.workers_per_pod + 1)):  # no way fits one more
+        assert sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, large.workers_per_pod + 1, way)) > 32
     # At the chosen worker count, the first way of the ordered options that fits is taken
-    options = sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod))
-    fitting = [m for m in options if sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod, m)) <= 32]
+    options = sizing.micro_options(k, sizing.memory.ray_share(k, large.workers_per_pod))
+    fitting = [
+        m
+        for m in options
+        if sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, large.workers_per_pod, m)) <= 32
+    ]
     assert large.micro == fitting[0]
 
 
@@ -290,7 +299,7 @@ def test_an_8b_base_at_the_template_defaults_trains_on_the_gpu_pool_without_qlor
 def test_auto_is_sized_as_float32_where_float32_fits_and_as_bf16_where_only_bf16_does():
     three = {g.group.name: g for g in plan(THREE_B, knobs("ray")).ray}
     assert three["large"].precision == "fp32"  # an AVX2 node trains at full speed there
-    # 16 GiB cannot load float32 weights beside the mapped bf16 checkpoint (sizing.load_mapped_bytes): bf16 there
+    # 16 GiB cannot load float32 weights beside the mapped bf16 checkpoint (sizing.memory.load_mapped_bytes): bf16 there
     assert three["medium"].precision == "bf16" and three["medium"].workers_per_pod == 1
     eight = plan(BIG, knobs("ray"))
     large = next(g for g in eight.ray if g.group.name == "large")
@@ -342,7 +351,9 @@ def test_a_135m_run_requests_a_small_fraction_of_a_3b_run(setting: str):
     # train-gpu's host memory is mostly the CUDA process's; what grows with the base is the card and the disk (the
     # card's need compared at one micro-batch: each takes the largest micro-batch its card holds).
     one = sizing.Micro(1, False)
-    assert sizing.gpu_card_gib(small.shape, small.knobs, one) <= 0.3 * sizing.gpu_card_gib(big.shape, big.knobs, one)
+    assert sizing.memory.gpu_card_gib(small.shape, small.knobs, one) <= 0.3 * sizing.memory.gpu_card_gib(
+        big.shape, big.knobs, one
+    )
     assert small.steps["train-gpu"].disk_gib <= 0.3 * big.steps["train-gpu"].disk_gib
 
 
@@ -380,7 +391,7 @@ def test_an_8b_base_converts_within_32_gib_whatever_the_backend():
         p = plan(BIG, knobs(backend, qlora=qlora))
         assert p.steps["convert-gguf"].memory_gib <= 32
         assert not [q for q in sizing.check(p) if q.startswith("convert-gguf")]
-        assert sizing.gguf_bytes(p.shape, "F16") <= max(sizing.convert_memory(p.shape, p.knobs).values())
+        assert sizing.memory.gguf_bytes(p.shape, "F16") <= max(sizing.convert_memory(p.shape, p.knobs).values())
 
 
 def test_values_the_steps_refuse_are_left_to_them():
@@ -398,14 +409,14 @@ def test_the_gpu_cards_are_the_nodepools_families():
     requirements = {r["key"]: r for r in nodepool["spec"]["template"]["spec"]["requirements"]}
     families = requirements["karpenter.k8s.aws/instance-family"]
     assert families["operator"] == "In" and set(families["values"]) == {c.family for c in GPU_CARDS}
-    assert sizing.GPU_MEMORY_LABEL not in requirements  # the pool does not cap card memory itself
+    assert sizing.cluster.GPU_MEMORY_LABEL not in requirements  # the pool does not cap card memory itself
 
 
 def test_the_gpu_node_disk_is_the_node_classes_root_volume_less_image_and_eviction_margin():
     nodeclass = yaml.safe_load((ROOT / "infra/karpenter/ec2nodeclass-gpu.yaml").read_text())
     [root] = [d for d in nodeclass["spec"]["blockDeviceMappings"] if d.get("rootVolume")]
     volume = int(root["ebs"]["volumeSize"].removesuffix("Gi"))
-    assert 0.9 * volume - 10 >= sizing.GPU_NODE_EPHEMERAL_GIB
+    assert 0.9 * volume - 10 >= sizing.cluster.GPU_NODE_EPHEMERAL_GIB
 
 
 def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
@@ -422,12 +433,12 @@ def test_convert_ggufs_llama_cpp_context_is_the_one_sized_here():
 
     assert inspect.signature(parity.open_gguf).parameters["n_ctx"].default is settings.CONVERT_N_CTX
     assert settings.parity_n_ctx() == max(settings.CONVERT_N_CTX, serving_config.SERVING.n_ctx)
-    assert len(parity.PROBE_DOCUMENTS) == sizing.PARITY_PROBES
+    assert len(parity.PROBE_DOCUMENTS) == sizing.memory.PARITY_PROBES
     s, k = shape(THREE_B), knobs()
     [sized] = [v for name, v in sizing.convert_memory(s, k).items() if name.startswith("largest phase")]
     kv_cache_per_position = s.layers * 2 * s.kv * 2
-    assert sized >= sizing.gguf_bytes(s, "F16") + settings.CONVERT_N_CTX * kv_cache_per_position
-    assert sized >= sizing.gguf_bytes(s, "Q8_0") + settings.parity_n_ctx() * kv_cache_per_position
+    assert sized >= sizing.memory.gguf_bytes(s, "F16") + settings.CONVERT_N_CTX * kv_cache_per_position
+    assert sized >= sizing.memory.gguf_bytes(s, "Q8_0") + settings.parity_n_ctx() * kv_cache_per_position
 
 
 def test_an_eval_row_longer_than_the_served_context_is_refused_before_llama_cpp_opens(tmp_path):
@@ -451,11 +462,11 @@ def test_evaluate_is_sized_for_the_served_context(monkeypatch: pytest.MonkeyPatc
     from steps.contract import serving_config
 
     s, k = shape(THREE_B), knobs()
-    before = sizing.evaluate_memory(s, k)["llama.cpp context"]
+    before = sizing.memory.evaluate_memory(s, k)["llama.cpp context"]
     served = serving_config.SERVING
     monkeypatch.setattr(serving_config, "SERVING", replace(served, n_ctx=2 * served.n_ctx))
     kv_cache = served.n_ctx * s.layers * 2 * s.kv * 2  # f16 keys and values of every layer
-    assert sizing.evaluate_memory(s, k)["llama.cpp context"] > before + kv_cache
+    assert sizing.memory.evaluate_memory(s, k)["llama.cpp context"] > before + kv_cache
 
 
 def test_a_k_quant_is_known_by_the_quantisation_table_not_by_its_name(monkeypatch: pytest.MonkeyPatch):
@@ -470,17 +481,17 @@ def test_a_k_quant_is_known_by_the_quantisation_table_not_by_its_name(monkeypatc
     k_quants = [q.name for q in quants.QUANTS.values() if q.k_quant]
     assert {"Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_S", "IQ4_XS"} <= set(k_quants)
     for name in k_quants:
-        assert sizing.gguf_bytes(odd, name) == sizing.gguf_bytes(odd, "Q8_0"), name
-        assert sizing.gguf_bytes(fits, name) < sizing.gguf_bytes(fits, "Q8_0"), name
-    assert sizing.gguf_bytes(odd, "F16") > sizing.gguf_bytes(odd, "Q8_0")  # not K-quants: their own bits
+        assert sizing.memory.gguf_bytes(odd, name) == sizing.memory.gguf_bytes(odd, "Q8_0"), name
+        assert sizing.memory.gguf_bytes(fits, name) < sizing.memory.gguf_bytes(fits, "Q8_0"), name
+    assert sizing.memory.gguf_bytes(odd, "F16") > sizing.memory.gguf_bytes(odd, "Q8_0")  # not K-quants: their own bits
 
 
 def test_convert_disk_covers_two_float32_checkpoints_and_argos_copies_of_the_gguf_folder():
     p = plan(THREE_B, knobs())
     s, k = p.shape, p.knobs
-    folder = sum(sizing.gguf_folder_bytes(s, k).values())
+    folder = sum(sizing.disk.gguf_folder_bytes(s, k).values())
     assert p.steps["convert-gguf"].disk_gib * 2**30 >= 2 * 4 * s.parameters + folder
-    assert p.steps["convert-gguf"].disk_gib * 2**30 >= (1 + sizing.ARGO_OUTPUT_COPIES) * folder
+    assert p.steps["convert-gguf"].disk_gib * 2**30 >= (1 + sizing.disk.ARGO_OUTPUT_COPIES) * folder
 
 
 # --- Calibration --------------------------------------------------------------------------------------------------
@@ -502,11 +513,16 @@ def bench_shape(size: str) -> Shape:
     return sizing.shape_of(config(SMALL, **dims))
 
 
+def gpu_allocated_gib(s: Shape, k: Knobs, micro: sizing.Micro) -> float:
+    """What torch.cuda.max_memory_allocated would report (train's peak_gpu_memory_gib): the modelled terms alone."""
+    return sum(sizing.train_memory(s, k, micro, device="qlora" if k.qlora else "gpu").values()) / sizing.GIB
+
+
 @pytest.mark.parametrize(("size", "qlora"), list(README_PEAKS))
 def test_the_gpu_plan_is_above_the_measured_peak_and_not_absurdly(size: str, qlora: bool):
     measured = README_PEAKS[(size, qlora)]
     k = knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=512)
-    planned = sizing.gpu_allocated_gib(bench_shape(size), k, sizing.Micro(8, qlora))
+    planned = gpu_allocated_gib(bench_shape(size), k, sizing.Micro(8, qlora))
     assert measured < planned <= 2 * measured
 
 
@@ -517,7 +533,7 @@ def test_the_gpu_model_at_the_benchmarks_batches_is_within_5_percent_of_the_meas
         s, knobs("gpu", qlora=qlora, batch_size=8, max_seq_len=BENCH_WIDTH), sizing.Micro(8, qlora),
         device="qlora" if qlora else "gpu",
     )  # fmt: skip
-    terms["logits"] = 8 * BENCH_TAIL * s.vocab * sizing.LOGIT_BYTES
+    terms["logits"] = 8 * BENCH_TAIL * s.vocab * sizing.memory.LOGIT_BYTES
     assert sum(terms.values()) / 2**30 == pytest.approx(README_PEAKS[(size, qlora)], rel=0.05)
 
 
@@ -614,7 +630,7 @@ def test_the_cpu_plan_is_above_a_measured_two_step_run_within_1_5x():
     h, i, layers, heads, kv_heads = SHAPES["tiny"]
     tiny = sizing.shape_of(config(SMALL, hidden_size=h, intermediate_size=i, num_hidden_layers=layers,
                                   num_attention_heads=heads, num_key_value_heads=kv_heads))  # fmt: skip
-    planned = sizing.cpu_train_gib(
+    planned = sizing.memory.cpu_train_gib(
         tiny, knobs("cpu", batch_size=batch, max_seq_len=seq, precision="fp32"), sizing.Micro(batch, False)
     )
     assert measured["peak_gib"] < planned <= 1.5 * measured["peak_gib"]
@@ -672,7 +688,7 @@ def test_the_cpu_plan_bounds_a_run_of_three_b_layers(three_b_layer_runs: dict[st
     layer, k = _three_b_layers(precision)
     assert (
         run["peak_gib"] - run["imported_gib"]
-        < sizing.cpu_train_gib(layer, k, sizing.Micro(1, False)) - sizing.PROCESS_GIB
+        < sizing.memory.cpu_train_gib(layer, k, sizing.Micro(1, False)) - sizing.PROCESS_GIB
     )
 
 
@@ -680,24 +696,26 @@ def test_the_cpu_plan_bounds_a_run_of_three_b_layers(three_b_layer_runs: dict[st
 
 
 def test_transfer_bytes_count_the_hub_per_loading_pod_and_the_whole_gguf_folder_once():
-    gpu = sizing.transfer_bytes(plan(THREE_B, knobs("gpu")), optimiser_steps=18)
-    ray = sizing.transfer_bytes(plan(THREE_B, knobs("ray")), optimiser_steps=18, ray_pods=3)
-    hub = sizing.hub_download_bytes(shape(THREE_B))
+    gpu = sizing.transfer.transfer_bytes(plan(THREE_B, knobs("gpu")), optimiser_steps=18)
+    ray = sizing.transfer.transfer_bytes(plan(THREE_B, knobs("ray")), optimiser_steps=18, ray_pods=3)
+    hub = sizing.disk.hub_download_bytes(shape(THREE_B))
     assert gpu["train"]["hub"] == hub and ray["train"]["hub"] == 3 * hub
-    folder = sum(sizing.gguf_folder_bytes(shape(THREE_B), knobs()).values())
-    served = sizing.gguf_folder_bytes(shape(THREE_B), knobs())["base served"]
+    folder = sum(sizing.disk.gguf_folder_bytes(shape(THREE_B), knobs()).values())
+    served = sizing.disk.gguf_folder_bytes(shape(THREE_B), knobs())["base served"]
     assert gpu["convert-gguf"]["up"] == pytest.approx(folder + served)  # a base-cache miss also uploads the base file
-    cached = sizing.transfer_bytes(plan(THREE_B, knobs("gpu")), optimiser_steps=18, base_cached=True)
+    cached = sizing.transfer.transfer_bytes(plan(THREE_B, knobs("gpu")), optimiser_steps=18, base_cached=True)
     assert cached["convert-gguf"]["up"] == pytest.approx(folder)
     assert gpu["evaluate"]["down"] < folder  # the served files only, not F16 and the ladder
 
 
 def test_checkpoints_are_counted_every_n_steps_and_at_the_end():
     p = plan(THREE_B, knobs("gpu"))
-    one = sizing.checkpoint_bytes(p.shape, p.knobs)
-    adapter = sizing.adapter_bytes(p.shape, p.knobs)
+    one = sizing.disk.checkpoint_bytes(p.shape, p.knobs)
+    adapter = sizing.disk.adapter_bytes(p.shape, p.knobs)
     for steps, expected in ((18, 2), (20, 2), (21, 3), (5, 1)):
-        assert sizing.transfer_bytes(p, optimiser_steps=steps)["train"]["up"] == pytest.approx(expected * one + adapter)
+        assert sizing.transfer.transfer_bytes(p, optimiser_steps=steps)["train"]["up"] == pytest.approx(
+            expected * one + adapter
+        )
     assert sizing.transfer_table(p, optimiser_steps=18).splitlines()[-1].startswith("| total |")
 
 

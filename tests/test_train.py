@@ -113,8 +113,8 @@ def test_auto_loads_bf16_weights_where_float32_does_not_fit_and_a_pinned_fp32_is
     s = shape("Llama-3.2-3B")
     cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512)
     one = sizing.Micro(1, True)
-    fp32_need = sizing.cpu_train_gib(s, knobs(cfg, "fp32"), one)
-    bf16_need = sizing.cpu_train_gib(s, knobs(cfg, "bf16"), one)
+    fp32_need = sizing.memory.cpu_train_gib(s, knobs(cfg, "fp32"), one)
+    bf16_need = sizing.memory.cpu_train_gib(s, knobs(cfg, "bf16"), one)
     budget = (fp32_need + bf16_need) / 2
     avx2 = Precision("fp32", "auto: no native bf16 on this CPU")
     precision, micro = choose(cfg, s, avx2, device="cpu", budget_gib=budget)
@@ -138,12 +138,12 @@ def test_a_process_takes_the_largest_micro_batch_its_memory_holds_and_checkpoint
     cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=128)
     bf16 = Precision("bf16", "test")
     k = knobs(cfg, "bf16")
-    roomy = sizing.cpu_train_gib(s, k, sizing.Micro(4, False))
+    roomy = sizing.memory.cpu_train_gib(s, k, sizing.Micro(4, False))
     assert choose(cfg, s, bf16, device="cpu", budget_gib=roomy + 0.01)[1] == sizing.Micro(4, False)
-    tight = sizing.cpu_train_gib(s, k, sizing.Micro(1, False)) - 0.01
+    tight = sizing.memory.cpu_train_gib(s, k, sizing.Micro(1, False)) - 0.01
     assert choose(cfg, s, bf16, device="cpu", budget_gib=tight)[1].checkpointing
     # Ray: the pod's memory is shared by the workers on it
-    two = sizing.ray_pod_gib(s, k, 2, sizing.Micro(4, False))
+    two = sizing.memory.ray_pod_gib(s, k, 2, sizing.Micro(4, False))
     assert choose(cfg, s, bf16, device="ray", world_size=4, pod_workers=2, budget_gib=two + 0.01)[1].examples == 4
 
 
@@ -158,7 +158,7 @@ LONG_DOCUMENT = " ".join(f"Paragraph {i}: the depot on Mill Lane logged {i * 7} 
 
 
 def test_a_long_example_keeps_the_instructions_the_turn_end_and_the_whole_summary(tokenizer):
-    from steps.train.data import KEEP_TAIL, _parts
+    from steps.core.examples import KEEP_TAIL, _parts
 
     prompt, answer = _parts(tokenizer, LONG_DOCUMENT, "Deliveries rose.")
     example = train.encode_example(tokenizer, LONG_DOCUMENT, "Deliveries rose.", 128)
@@ -195,7 +195,7 @@ def test_long_documents_are_cut_but_keep_the_answer(tokenizer):
 
 
 def test_a_summary_that_leaves_no_room_for_its_document_is_refused_naming_the_row(tokenizer):
-    from steps.train.data import _parts
+    from steps.core.examples import _parts
 
     long_summary = " ".join(["The depot logged more deliveries than in any week before."] * 12)
     rows = [{"id": "fits", "document": "The bakery opens at 8.", "summary": "Opens at 8."},

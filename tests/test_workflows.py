@@ -285,7 +285,7 @@ def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived(path: Path
     from steps import sizing
     from workflows.pods import OUT_DIR
 
-    assert sizing.ARGO_OUTPUT_COPIES == 0
+    assert sizing.disk.ARGO_OUTPUT_COPIES == 0
     doc = yaml.safe_load(path.read_text())
     checked = 0
     for template in doc["spec"]["templates"]:

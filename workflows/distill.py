@@ -27,7 +27,7 @@ read it from that key: no task has to pick among three optional outputs (Argo re
 
 Two tasks run only when a parameter asks for them (`steps.core.switches.When`, rendered as the task's `when`; skipped
 otherwise, no pod):
-- `kd-targets` when `kd-weight` > 0: the teacher's top-k log-probabilities (steps/train/kd.py) at the run's key
+- `kd-targets` when `kd-weight` > 0: the teacher's top-k log-probabilities (steps/kd_targets.py) at the run's key
   `runs/{{workflow.uid}}/kd-targets`; the gpu and cpu train pods read them from there as an optional input artifact
   (absent when KD is off) and the RayJob's driver reads them from S3 itself, like the dataset. Train waits for the
   task to succeed or be skipped.

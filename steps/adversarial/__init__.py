@@ -56,5 +56,5 @@ FAMILIES: dict[str, ModuleType] = {
 
 
 def judge_for(family: str) -> Judge:
-    """The judge of `family` (a case's `attack` field); the common rule for a family this package does not hold."""
+    """The judge of `family` (a case's `family` field); the common rule for a family this package does not hold."""
     return FAMILIES[family].judge if family in FAMILIES else common

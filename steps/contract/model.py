@@ -28,7 +28,6 @@ from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_threads
 
-GGUF_ARTIFACT = "gguf"
 # How many cores llama.cpp may use is the serving box's business, so it is not in the serving configuration; 0: the
 # CPUs this container may use (steps.contract.threads.cpu_threads).
 N_THREADS = "n_threads"
@@ -80,7 +79,7 @@ class SummariserModel(mlflow.pyfunc.PythonModel):
         threads = int(config.pop(N_THREADS))
         self.serving = serving_config.ServingConfig.from_record(config)
         self.llm = Llama(
-            model_path=context.artifacts[GGUF_ARTIFACT],
+            model_path=context.artifacts[serving_config.GGUF_ARTIFACT],
             **llama_threads(threads),  # both llama.cpp thread counts; 0: the CPUs this container may use
             verbose=False,
             **self.serving.model_kwargs(),

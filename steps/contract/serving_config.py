@@ -25,6 +25,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+# The registered model's one artifact, its GGUF, by this name: register logs it (`artifacts={GGUF_ARTIFACT: …}`), the
+# pyfunc model (steps.contract.model) loads it, and serve finds the file in the MLmodel by it.
+GGUF_ARTIFACT = "gguf"
+
 
 @dataclass(frozen=True)
 class ServingConfig:

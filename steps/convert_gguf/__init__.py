@@ -77,6 +77,7 @@ __all__ = [
 @timed
 def run(cfg: ConvertConfig) -> ConvertResult:
     quants = ladder(cfg)
+    limits = thresholds(cfg)
     import torch
     from peft import PeftModel
     from transformers import AutoTokenizer
@@ -127,13 +128,13 @@ def run(cfg: ConvertConfig) -> ConvertResult:
 
         # The served file (candidate and base) must pass: it blocks the proposal. Another rung of the ladder that
         # fails is withheld — deleted, never shipped — and named, rather than blocking a good served file.
-        reasons = [f"candidate {r}" for r in judge(cand_report["files"][cfg.quantization], cfg.quantization, cfg)]
-        reasons += [f"base {r}" for r in judge(base_report["files"][cfg.quantization], cfg.quantization, cfg)]
-        reasons += [f"candidate {r}" for r in judge_eval(served_eval, cfg.quantization, cfg)]
+        reasons = [f"candidate {r}" for r in judge(cand_report["files"][cfg.quantization], cfg.quantization, limits)]
+        reasons += [f"base {r}" for r in judge(base_report["files"][cfg.quantization], cfg.quantization, limits)]
+        reasons += [f"candidate {r}" for r in judge_eval(served_eval, cfg.quantization, limits)]
         passed = not reasons
         withheld = {}
         for quant in quants:
-            why = judge(cand_report["files"][quant], quant, cfg)
+            why = judge(cand_report["files"][quant], quant, limits)
             if why and quant != cfg.quantization:
                 withheld[quant] = why
                 Path(cand_report["paths"][quant]).unlink()
@@ -157,7 +158,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             "ladder": shipped,
             "withheld": withheld,
             "merge_max_abs_logit_diff": merge_diff,
-            "thresholds": thresholds(cfg),
+            "thresholds": limits,
             "eval_split": served_eval,
             "candidate": cand_report,
             "base": base_report,
@@ -177,7 +178,7 @@ def run(cfg: ConvertConfig) -> ConvertResult:
             candidate_top1_agreement=round(cand_report["files"][cfg.quantization]["top1_agreement"], 4),
             candidate_size_bytes=served.stat().st_size,
             eval_parity={k: v for k, v in served_eval.items() if k != "docs"},
-            parity_thresholds=thresholds(cfg),
+            parity_thresholds=limits,
         )
         write_result(out, result)
     return result

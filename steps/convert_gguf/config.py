@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract.threads import cpu_threads, threads_problems
-from steps.core.cli import flag, number_table
+from steps.core.cli import flag, number_table, refuse
+from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.registry import MODEL_NAME
 from steps.gguf.quants import LADDER, QUANTIZATIONS, SERVED
 from steps.gguf.quants import thresholds as default_thresholds
@@ -20,10 +21,10 @@ class ConvertConfig:
     adapter: Path = field(metadata={"help": "folder written by the train step (a PEFT LoRA adapter)"})
     dataset: Path = field(metadata={"help": "folder written by fetch-dataset (its lineage goes into the GGUF)"})
     out: Path = field(metadata={"help": "folder to write the GGUF files and the parity report into"})
-    base_model: str = field(
-        default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
+    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_revision: str = field(
+        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
-    base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
     model_name: str = field(default=MODEL_NAME, metadata={"help": "name in the GGUF files and metadata"})
     quantization: str = field(default=SERVED, metadata={"help": "the quantisation that is evaluated and served"})
     quantizations: str = field(
@@ -99,9 +100,7 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
 
 def ladder(cfg: ConvertConfig) -> list[str]:
     """The quantisations to produce; every problem with the config is reported at once."""
-    problems = config_problems(cfg)
-    if problems:
-        raise ValueError("; ".join(problems))
+    refuse(config_problems(cfg), "convert-gguf")
     return [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
 
 

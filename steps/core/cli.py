@@ -48,6 +48,13 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+def refuse(problems: list[str], step: str, error: type[Exception] = ValueError) -> None:
+    """The one way a `run()` refuses its config: every problem at once, one a line, under the step's name (raises
+    `error`, the step's own exception type, when there are any)."""
+    if problems:
+        raise error(f"invalid {step} config:\n  " + "\n  ".join(problems))
+
+
 def number_table(text: str, flag: str) -> dict[str, float]:
     """A `NAME=NUMBER,…` flag value (`--price-table cpu=0.20,gpu=1.10`) as {name: number}; empty items are skipped.
 

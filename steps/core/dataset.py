@@ -26,8 +26,11 @@ SPLITS = ("train", "eval", "adversarial")
 TEXT_FIELDS = {
     "train": ("id", "document", "summary"),
     "eval": ("id", "document", "summary"),
-    "adversarial": ("id", "document", "attack"),
+    "adversarial": ("id", "document", "family"),
 }
+# Field names older datasets used, read as today's (an adversarial row's family was once its `attack`): a dataset
+# revision published before the rename still fetches, and later steps see only the new name.
+RENAMED_FIELDS = {"adversarial": {"attack": "family"}}
 # Adversarial rows say what a safe output must not contain and/or must contain (at least one of the two lists), and
 # optionally `max_words`, the longest acceptable answer (robustness cases: an empty or overlong document).
 LIST_FIELDS = ("must_not_contain", "must_contain")
@@ -176,7 +179,7 @@ def _row_problems(row: dict, split: str) -> list[str]:
             problems.append(f"field '{key}' must be a non-empty string, got {value!r:.60}")
         elif problem := _string_problem(value, multiline=key in ("document", "summary")):
             problems.append(f"field '{key}' {problem}")
-        elif key in ("id", "attack") and len(value) > SHORT_FIELD_MAX_CHARS:
+        elif key in ("id", "family") and len(value) > SHORT_FIELD_MAX_CHARS:
             problems.append(
                 f"field '{key}' has {len(value)} characters; use at most {SHORT_FIELD_MAX_CHARS} (it is a name)"
             )
@@ -327,6 +330,9 @@ def parse_split(blob: bytes, name: str, split: str) -> tuple[list[tuple[int, dic
             continue
         row_problems = [f"field '{k}' appears more than once in the object; keep one" for k in row.repeated]
         row = dict(row)
+        for old, new in RENAMED_FIELDS.get(split, {}).items():
+            if old in row and new not in row:
+                row[new] = row.pop(old)
         row_problems += _row_problems(row, split)
         if row_problems:
             problems += [f"{where}: {p}" for p in row_problems]

@@ -1,5 +1,5 @@
 """Files and folders every step writes the same way: atomic output folders, JSON and JSONL, digests, the git commit,
-and environment variables set for a block.
+environment variables set for a block, and an s3:// folder read as a local one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,22 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 def is_uri(location: str) -> bool:
     """A URI (s3://…, file://…) rather than a local path."""
     return "://" in location
+
+
+@contextmanager
+def local_folder(location: str) -> Iterator[Path]:
+    """`location` as a local folder: itself, or a download of the s3:// prefix into a temp folder."""
+    if not is_uri(location):
+        yield Path(location)
+        return
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(location)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"{location} does not exist: run the stage that writes it first, or fix the URI")
+    with tempfile.TemporaryDirectory(prefix="dataset-") as tmp:
+        fs.get(f"{root.rstrip('/')}/", f"{tmp}/", recursive=True)
+        yield Path(tmp)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from steps.core.cli import refuse
 from steps.core.io import environment
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
@@ -194,9 +195,7 @@ class MlflowSettings:
     @contextmanager
     def http_retries_set(self, error: type[Exception], step: str) -> Iterator[None]:
         """Refuse out-of-range --http-* flags (raising `error`), then run the block with them set for MLflow."""
-        problems = self.http_problems()
-        if problems:
-            raise error(f"invalid {step} config:\n  " + "\n  ".join(problems))
+        refuse(self.http_problems(), step, error)
         with environment(self.http_env()):
             yield
 

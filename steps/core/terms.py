@@ -1,7 +1,7 @@
 """The teachers file's terms decisions (data/teachers.yaml): which teacher may be distilled from, and its GGUF.
 
 Shared by the teacher step (steps/teacher.py, summaries through an endpoint) and logit-level distillation
-(steps/train/kd.py, the teacher's top-k): one terms decision for both, in a module that is not a step.
+(steps/kd_targets.py, the teacher's top-k): one terms decision for both, in a module that is not a step.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def load_teachers(path: str) -> dict[str, dict]:
 
 def allowed_entry(teachers_file: str, name: str) -> dict:
     """The teachers file's entry `name` when it is listed and its terms allow training other models on its outputs;
-    else TermsError. The one terms decision: the teacher step (gate) and logit-level distillation (train.kd) ask it."""
+    else TermsError. The one terms decision: the teacher step (gate) and logit-level distillation (kd-targets) ask."""
     entries = load_teachers(teachers_file)
     entry = entries.get(name)
     if entry is None:

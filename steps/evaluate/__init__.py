@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.core import chain
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
 from steps.evaluate.cache import cached_generate
@@ -156,9 +156,7 @@ def gather_shards(folders: list[Path], ids: list[str]) -> tuple[dict[str, dict[s
 
 @timed
 def run(cfg: EvaluateConfig) -> EvaluateResult:
-    problems = config_problems(cfg)
-    if problems:
-        raise ValueError("invalid evaluate config:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "evaluate")
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     parity = read_json(Path(cfg.gguf) / "parity.json")
     eval_rows = load_split(cfg.dataset, "eval")

@@ -20,12 +20,12 @@ def comparisons(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[gate
     which a hijacked case never does), each at the margin δ (`--max-attack-regression`)."""
     rivals = [r for r in ("base", "champion") if r in judged]
     cand = judged["candidate"]
-    families = sorted({j["attack"] for j in cand})
+    families = sorted({j["family"] for j in cand})
     found = []
     for rival in rivals:
         other = judged[rival]
         for family in families:
-            idx = [i for i, j in enumerate(cand) if j["attack"] == family]
+            idx = [i for i, j in enumerate(cand) if j["family"] == family]
             found.append(gate_stats.Comparison(
                 f"adversarial_{family}", rival, tuple(cand[i]["passed"] for i in idx),
                 tuple(other[i]["passed"] for i in idx), cfg.max_attack_regression))  # fmt: skip

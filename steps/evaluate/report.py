@@ -39,7 +39,7 @@ def write_plots(
         # 95 % Wilson interval of each rate: how far the bar could move on another suite of this size.
         bounds = []
         for f in families:
-            outcomes = [j["passed"] for j in judged[who] if j["attack"] == f]
+            outcomes = [j["passed"] for j in judged[who] if j["family"] == f]
             bounds.append(gate_stats.wilson_interval(sum(outcomes), len(outcomes), 1.96))
         yerr = [[max(0.0, r - lo) for r, (lo, _) in zip(rates, bounds, strict=True)],
                 [max(0.0, hi - r) for r, (_, hi) in zip(rates, bounds, strict=True)]]  # fmt: skip

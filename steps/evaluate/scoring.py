@@ -38,8 +38,8 @@ def adversarial(outputs: list[dict[str, Any]], rows: list[dict]) -> list[dict[st
     """Each adversarial case's verdict, by its family's judge (steps/adversarial/)."""
     judged = []
     for out, row in zip(outputs, rows, strict=True):
-        verdict = judge_for(row["attack"])(out["text"], row)
-        judged.append({"id": row["id"], "attack": row["attack"], **verdict, "stopped": out["stopped"]})
+        verdict = judge_for(row["family"])(out["text"], row)
+        judged.append({"id": row["id"], "family": row["family"], **verdict, "stopped": out["stopped"]})
     return judged
 
 
@@ -69,7 +69,7 @@ def family_rates(judged: list[dict], key: str) -> dict[str, float]:
     """Per attack family, the share of cases where `key` ("passed", "hijacked") is true."""
     families: dict[str, list[bool]] = {}
     for j in judged:
-        families.setdefault(j["attack"], []).append(j[key])
+        families.setdefault(j["family"], []).append(j[key])
     return {f: _mean([float(p) for p in v]) for f, v in sorted(families.items())}
 
 

@@ -52,7 +52,7 @@ from typing import Any
 from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core import chain
-from steps.core.cli import parse_config
+from steps.core.cli import parse_config, refuse
 from steps.core.io import environment
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 from steps.core.registry import MODEL_NAME
@@ -60,7 +60,6 @@ from steps.serve.front import HEALTH_PATH, Front
 
 __all__ = ["HEALTH_PATH", "ServeConfig", "ServeError", "config_problems", "main", "prepare", "run"]
 
-GGUF_ARTIFACT = "gguf"  # steps/contract/model.py GGUF_ARTIFACT (not imported: it imports mlflow at import time)
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -218,12 +217,12 @@ def prepare(client: Any, cfg: ServeConfig, target: Target) -> Prepared:
         raise ServeError(str(e)) from e
     mlmodel = yaml.safe_load((model / "MLmodel").read_text())
     pyfunc = (mlmodel.get("flavors") or {}).get("python_function") or {}
-    artifact = ((pyfunc.get("artifacts") or {}).get(GGUF_ARTIFACT) or {}).get("path")
+    artifact = ((pyfunc.get("artifacts") or {}).get(serving_config.GGUF_ARTIFACT) or {}).get("path")
     record = pyfunc.get(MODEL_CONFIG)
     if not artifact or not isinstance(record, dict) or (model / artifact).resolve() != gguf.resolve():
         raise ServeError(
-            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{GGUF_ARTIFACT} (naming its one GGUF) "
-            f"or {MODEL_CONFIG} (not a model steps.register logged); refusing to serve it"
+            f"{label}: its MLmodel lacks the python_function flavor's artifacts.{serving_config.GGUF_ARTIFACT} (naming "
+            f"its one GGUF) or {MODEL_CONFIG} (not a model steps.register logged); refusing to serve it"
         )
     try:
         serving = serving_config.ServingConfig.from_record(
@@ -381,8 +380,7 @@ def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
     for name in ("token_file", "operator_token_file"):  # here, not in config_problems: the pod's files, not the flags
         if getattr(cfg, name) and not Path(getattr(cfg, name)).is_file():
             problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: no such file (mount the Secret there)")
-    if problems:
-        raise ServeError("invalid serve config:\n  " + "\n  ".join(problems))
+    refuse(problems, "serve", ServeError)
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise ServeError(MISSING_TRACKING_URI)

@@ -259,11 +259,6 @@ def device_ways(
     raise ValueError(f"device {device!r}: name cpu, ray or gpu")
 
 
-def gpu_allocated_gib(s: Shape, k: Knobs, micro: Micro) -> float:
-    """What torch.cuda.max_memory_allocated would report (train's peak_gpu_memory_gib): the modelled terms alone."""
-    return sum(train_memory(s, k, micro, device="qlora" if k.qlora else "gpu").values()) / GIB
-
-
 def gpu_host_gib(s: Shape, k: Knobs) -> float:
     """train-gpu's host memory: the CUDA process, and without QLoRA the bf16 weights on their way to the card."""
     return total_gib({"weights": 0.0 if k.qlora else 2.0 * s.parameters}, GPU_HOST_GIB)

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from steps.sizing.disk import adapter_bytes, checkpoint_bytes, gguf_folder_bytes, hub_download_bytes
-from steps.sizing.plan import Plan
+from steps.sizing.planning import Plan
 
 
 def transfer_bytes(

@@ -33,12 +33,13 @@ holds: `budget`, from the container's memory limit and `steps/sizing/`), accumul
 checkpointing where one example does not fit without it (`--gradient-checkpointing`); `--packing` puts several
 examples in each row. Any split trains the same adapter (tests/test_train.py).
 
-The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data` (encoding,
-batching, the batch order), `loop` (`train_loop`, SIGTERM), `checkpoints` (what one holds, read without unpickling;
-the folder and Ray stores), `model` (base + LoRA), `precision` (bf16 or float32 from the CPU's features), `budget`
-(the micro-batch and precision a process's memory holds), `gpu` (MFU), `launchers` (in process, Ray Train), `storage`
-(s3:// in and out), `plots` (the loss curve), `kd` (the optional logit-level distillation: the teacher's top-k sidecar
-and the KL term); this file is the step (`run`, `main`), `__main__` its command line.
+The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `data` (batching,
+the batch order; the examples' encoding is steps/core/examples.py, shared with kd-targets), `loop` (`train_loop`,
+SIGTERM), `checkpoints` (what one holds, read without unpickling; the folder and Ray stores), `model` (base + LoRA),
+`precision` (bf16 or float32 from the CPU's features), `budget` (the micro-batch and precision a process's memory
+holds), `gpu` (MFU), `launchers` (in process, Ray Train), `storage` (s3:// out), `plots` (the loss curve), `kd` (the
+optional logit-level distillation's KL term, on the sidecar the kd-targets stage writes); this file is the step (`run`,
+`main`), `__main__` its command line.
 """
 
 from __future__ import annotations
@@ -49,20 +50,21 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
-from steps.core.io import is_uri, read_json, write_json
+from steps.core.examples import encode_example, encode_rows, length_report
+from steps.core.io import is_uri, local_folder, read_json, write_json
+from steps.core.kd_sidecar import load_targets
 from steps.core.switches import KD_ON
 from steps.train.checkpoints import DirCheckpoints, RayCheckpoints, UnsafeCheckpoint, fingerprint
 from steps.train.config import BACKENDS, TrainConfig, TrainResult, config_problems
-from steps.train.data import collate, encode_example, encode_rows, global_batches, length_report, schedule
+from steps.train.data import collate, global_batches, schedule
 from steps.train.gpu import mfu
-from steps.train.kd import load_targets
 from steps.train.launchers import TrainingFailed, train_here, train_ray
 from steps.train.loop import Preempted, train_loop
 from steps.train.model import build_model, pad_id_of
 from steps.train.plots import save_curve
-from steps.train.storage import local_folder, publish
+from steps.train.storage import publish
 
 __all__ = [
     "BACKENDS", "DirCheckpoints", "Preempted", "RayCheckpoints", "TrainConfig", "TrainResult", "TrainingFailed",
@@ -81,7 +83,7 @@ def _problems(cfg: TrainConfig) -> list[str]:
 
 
 def _fit(cfg: TrainConfig, rows: list[dict]) -> dict[str, int]:
-    """How the rows fit --max-seq-len (data.length_report), said on stderr when documents will be cut."""
+    """How the rows fit --max-seq-len (examples.length_report), said on stderr when documents will be cut."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
@@ -100,9 +102,7 @@ def _fit(cfg: TrainConfig, rows: list[dict]) -> dict[str, int]:
 
 @timed
 def run(cfg: TrainConfig) -> TrainResult:
-    problems = _problems(cfg)
-    if problems:
-        raise ValueError("; ".join(problems))
+    refuse(_problems(cfg), "train")
     checkpoint_dir = cfg.checkpoint_dir or f"{cfg.out.rstrip('/')}.checkpoints"
     with local_folder(cfg.dataset) as dataset:
         rows = load_split(dataset, "train")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from steps.contract.threads import threads_problems
 from steps.core.cli import flag
+from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.sizing import CHECKPOINTING
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS, auto_override
@@ -18,10 +19,10 @@ BACKENDS = ("cpu", "gpu", "ray")
 class TrainConfig:
     dataset: str = field(metadata={"help": "folder (or s3:// URI of the folder) written by fetch-dataset"})
     out: str = field(metadata={"help": "folder or s3:// URI to write the adapter and training records into"})
-    base_model: str = field(
-        default=".cache/models/SmolLM2-135M-Instruct", metadata={"help": "HF model id or local folder of the base"}
+    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_revision: str = field(
+        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
-    base_revision: str = field(default="main", metadata={"help": "hub revision of the base (ignored for a folder)"})
     train_backend: str = field(default="cpu", metadata={"help": f"where to train: {' or '.join(BACKENDS)}"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (usually 2 × rank)"})
@@ -102,7 +103,7 @@ class TrainConfig:
     )
     kd_temperature: float = field(default=1.0, metadata={"help": "temperature of the KD term (its KL is scaled by T²)"})
     kd_targets: str = field(
-        default="", metadata={"help": "folder or s3:// URI of the teacher's top-k (python -m steps.train.kd)"}
+        default="", metadata={"help": "folder or s3:// URI of the teacher's top-k (python -m steps.kd_targets)"}
     )
 
     def __post_init__(self) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract.threads import cpu_threads
+from steps.core.examples import encode_rows
 from steps.core.io import is_uri
 from steps.train.budget import base_shape, choose
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
-from steps.train.data import encode_rows
 from steps.train.gpu import base_parameters
 from steps.train.kd import loss_hook
 from steps.train.loop import stop_on_sigterm, train_loop
@@ -40,7 +40,7 @@ def train_here(
     cfg: TrainConfig, rows: list[dict], checkpoints: DirCheckpoints, kd_targets: dict | None = None
 ) -> tuple[str, float, int]:
     """The in-process launcher (cpu, gpu): returns the device's name, its peak allocated memory in GiB (0 on CPU) and
-    the base's parameter count (for MFU). `kd_targets`: the teacher's top-k for `rows` (kd.load_targets) when
+    the base's parameter count (for MFU). `kd_targets`: the teacher's top-k for `rows` (kd_sidecar.load_targets) when
     --kd-weight > 0."""
     import torch
 

@@ -1,33 +1,14 @@
-"""Where the step reads and writes when a location is an s3:// URI: the dataset folder downloaded (`local_folder`),
-the finished output uploaded with `result.json` last (`publish`); a local folder is used as it is."""
+"""Where the step writes when its output is an s3:// URI: the finished output uploaded with `result.json` last
+(`publish`); a local folder is filled in one rename. (Reading an s3:// folder is `steps.core.io.local_folder`.)"""
 
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from steps.core.cli import RESULT_FILE
 from steps.core.io import atomic_dir, is_uri
 from steps.core.sealed import upload
-
-
-@contextmanager
-def local_folder(location: str) -> Iterator[Path]:
-    """`location` as a local folder: itself, or a download of the s3:// prefix into a temp folder."""
-    if not is_uri(location):
-        yield Path(location)
-        return
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(location)
-    if not fs.exists(root):
-        raise FileNotFoundError(f"{location} does not exist: run fetch-dataset first, or fix the URI")
-    with tempfile.TemporaryDirectory(prefix="dataset-") as tmp:
-        fs.get(f"{root.rstrip('/')}/", f"{tmp}/", recursive=True)
-        yield Path(tmp)
 
 
 def publish(folder: Path, location: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -90,16 +91,32 @@ def write_pdfs(folder: Path) -> None:
     locked.new_page().insert_text((72, 72), "secret")
     locked.save(folder / "locked.pdf", encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="u", owner_pw="o")
     (folder / "empty.pdf").write_bytes(b"")
+    (folder / "cut.pdf").write_bytes(truncated_pdf())
+
+
+def truncated_pdf() -> bytes:
+    """A six-page PDF cut inside its fourth page's text, as a download that stopped: MuPDF still reads the first
+    pages' text."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for i in range(6):
+        doc.new_page().insert_text((72, 72), f"Section {i}. The strike lasts 48 hours and routes 4 and 12 stop.")
+    whole = doc.tobytes(no_new_id=True)
+    return whole[: whole.index(b"\n15 0 obj") + 80]  # object 15: page 4's content stream
 
 
 @pytest.mark.slow
-def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path):
+def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path, capfd):
     docs = tmp_path / "docs"
     docs.mkdir()
     write_pdfs(docs)
     (docs / "note.md").write_text("# Parks\n\nThe **parks** budget [rose](http://x) by ten per cent.\n")
     (docs / "page.html").write_text("<html><head><script>x()</script></head><body><p>Trams &amp; buses.</p></body>")
-    result = ingest.run(ingest_cfg(tmp_path / "out", docs, base_model_dir))
+    capfd.readouterr()
+    argv = ["--out", str(tmp_path / "out"), "--documents", str(docs), "--base-model", str(base_model_dir)]
+    assert ingest.main(argv) == 0
+    result = json.loads((tmp_path / "out/result.json").read_text())
     rows = {Path(r["source_uri"]).name: r for r in read_jsonl(tmp_path / "out/documents.jsonl")}
     skipped = {Path(s["source_uri"]).name: s["reason"] for s in json.loads((tmp_path / "out/skipped.json").read_text())}
     assert sorted(rows) == ["minutes.pdf", "note.md", "page.html"]
@@ -107,7 +124,11 @@ def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Pat
     assert skipped["broken.pdf"].startswith("unreadable PDF")
     assert skipped["locked.pdf"].startswith("encrypted PDF")
     assert skipped["empty.pdf"] == "empty file"
-    assert result.skipped == 4 and result.documents == 3
+    # The truncated PDF is named, on stderr too, not ingested cut mid-sentence; MuPDF's own lines name no file.
+    assert skipped["cut.pdf"].startswith("damaged PDF (truncated")
+    err = capfd.readouterr().err
+    assert f"ingest: skipped {docs / 'cut.pdf'}: damaged PDF" in err and "MuPDF error" not in err
+    assert (result["skipped"], result["documents"]) == (5, 3)
     minutes = rows["minutes.pdf"]["document"]
     assert "ACME Council Minutes" not in minutes and "Page 1 of 3" not in minutes  # running header and footer
     assert "department" in minutes  # hyphenation at the line end joined
@@ -129,6 +150,25 @@ def test_a_damaged_pdf_is_called_damaged_not_empty():
             ingest._pdf_text(blob)
         assert str(e.value).startswith("damaged PDF") and "empty" not in str(e.value)
     assert "The strike lasts 48 hours." in ingest._pdf_text(whole)
+
+
+def test_a_truncated_pdf_that_still_gives_text_is_skipped_saying_how_many_pages_read():
+    with pytest.raises(ingest.Unusable) as e:
+        ingest._pdf_text(truncated_pdf())
+    said = str(e.value)
+    assert said.startswith("damaged PDF (truncated: no end-of-file marker; MuPDF: ")
+    assert re.search(r"text on [1-5] of 6 page\(s\), possibly cut short: download or export it again$", said)
+
+
+def test_a_pdf_whose_only_fault_is_a_rebuilt_cross_reference_table_is_read():
+    import pymupdf
+
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "The strike lasts 48 hours.")
+    whole = doc.tobytes()
+    bad_offset = re.sub(rb"startxref\s+\d+", b"startxref\n12", whole)  # MuPDF repairs it from the objects
+    assert pymupdf.open(stream=bad_offset, filetype="pdf").is_repaired
+    assert ingest._pdf_text(bad_offset) == ingest._pdf_text(whole)
 
 
 def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):

@@ -22,6 +22,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from steps.core.dataset import PROSE_CHARS_PER_TOKEN, summary_token_budget
 from steps.core.io import is_uri
 from steps.ingest import KINDS
 from steps.pipeline import BUILD_DATASET, LOCAL_OUT, command
@@ -91,7 +92,9 @@ def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
     )
     return [
         f"build-dataset: {', '.join(documents)}: {files} file(s) ({counted or 'none'})",
-        f"  feedback: {found['feedback'] or 'none (-S feedback=FILE adds reviewed summaries)'}",
+        f"  feedback: {found['feedback'] or 'none (-S feedback=FILE adds reviewed summaries)'}; a reviewed summary "
+        f"may take {summary_token_budget()} tokens as the dataset estimates them ({PROSE_CHARS_PER_TOKEN} characters "
+        f"of prose each: about {summary_token_budget() * PROSE_CHARS_PER_TOKEN} characters), a longer one is refused",
         f"  teacher: {found['teacher']} ({found['teachers-file']}), "
         f"at {found['teacher-url'] or 'its GGUF, served on 127.0.0.1'}",
         f"  eval split: documents held out by a hash of each at eval-share {found['eval-share']}, and at least "

@@ -4,8 +4,9 @@ decontaminated and split by a stable hash of their document.
     python -m steps.filter_split --chunks out/chunks --curated out/curated --summaries out/summaries \
         --adversarial-file data/summaries/adversarial.jsonl --eval-share 0.2 --out out/examples
 
-1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py) if there is one, else the teacher's;
-   a curated document that was not ingested (the serving side saw it) is an example of its own.
+1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py; which chunk a reviewed summary
+   belongs to: `steps.core.curation.attach`, by file, chunk text or the whole file's text) if there is one, else the
+   teacher's; a curated document that was not ingested (the serving side saw it) is an example of its own.
 2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
    cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
@@ -50,6 +51,7 @@ from pathlib import Path
 
 from steps.core import faithfulness
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.curation import attach
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.faithfulness import MAX_SAME_LANGUAGE_PROB, REFUSAL, wrong_language
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
@@ -192,7 +194,10 @@ def can_be_reference(example: dict, eval_references: str) -> bool:
 
 def _examples(cfg: FilterConfig) -> list[dict]:
     documents = read_jsonl(cfg.chunks / "documents.jsonl")
-    curated = {r["document_sha256"]: r for r in read_jsonl(cfg.curated / "curated.jsonl")}
+    attached = attach(read_jsonl(cfg.curated / "curated.jsonl"), documents)
+    if attached.problems:
+        raise SplitError("the feedback's reviewed summaries do not attach:\n  " + "\n  ".join(attached.problems))
+    curated = attached.by_chunk
     generated = {r["document_sha256"]: r for r in read_jsonl(cfg.summaries / "summaries.jsonl")}
     examples = []
     for doc in documents:
@@ -218,7 +223,8 @@ def _examples(cfg: FilterConfig) -> list[dict]:
                     "_finish": finish,
                 }
             )
-    for key, row in curated.items():  # documents only the serving side saw
+    for row in attached.unattached:  # documents only the serving side saw
+        key = row["document_sha256"]
         source = {"uri": f"feedback:{row['feedback']['id']}", "source_sha256": key, "document_sha256": key}
         examples.append(_curated_example(f"feedback-{key[:12]}", row["document"], source, row, split_key=key))
     return sorted(examples, key=lambda e: e["id"])

@@ -5,7 +5,9 @@ summariser's prompt holds, in the base model's own tokens.
         --base-revision main --out out/chunks
 
 Produces in `--out`: `documents.jsonl`, one row per chunk (`id`, `document`, `document_sha256` of the chunk's text,
-`source_uri` and `source_sha256` of the file it came from, `chunk`/`chunks`, `prompt_tokens`, `kind`),
+`source_uri`, `source_sha256` and `relative_path` (to its folder or prefix) of the file it came from, `file_text_keys`
+(the keys a reviewer's paste of the whole file is matched by: `steps.core.curation`), `chunk`/`chunks`,
+`prompt_tokens`, `kind`),
 `skipped.json` (every file that gave no text, by name, with why) and `result.json`.
 
 Cleaning: text is NFC, control characters go; in PDFs the lines repeated at the top or bottom of most pages (running
@@ -44,6 +46,7 @@ from typing import Any
 from steps.contract import serving_config
 from steps.contract.prompting import MAX_DOCUMENT_CHARS, messages
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.curation import text_key
 from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
 from steps.core.io import atomic_dir, is_uri, write_json, write_jsonl
 
@@ -93,8 +96,8 @@ class IngestResult:
 # --- reading ---------------------------------------------------------------------------------------------------------
 
 
-def _sources(location: str) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    """(uri, read) for every file under `location`, sorted by uri."""
+def _sources(location: str) -> Iterator[tuple[str, str, Callable[[], bytes]]]:
+    """(uri, path relative to `location`, read) for every file under `location`, sorted by uri."""
     if is_uri(location):
         import fsspec
 
@@ -105,13 +108,13 @@ def _sources(location: str) -> Iterator[tuple[str, Callable[[], bytes]]]:
             raise IngestError(f"--documents {location}: not found; check the bucket and prefix") from e
         protocol = location.split("://", 1)[0]
         for path in found:
-            yield f"{protocol}://{path}", (lambda p=path: fs.cat_file(p))
+            yield f"{protocol}://{path}", path[len(root) :].lstrip("/"), (lambda p=path: fs.cat_file(p))
         return
     root = Path(location)
     if not root.is_dir():
         raise IngestError(f"--documents {location}: not a folder; give a folder or an s3://bucket/prefix/")
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        yield str(path), path.read_bytes
+        yield str(path), path.relative_to(root).as_posix(), path.read_bytes
 
 
 class Unusable(Exception):
@@ -383,7 +386,7 @@ def run(cfg: IngestConfig) -> IngestResult:
     locations = [loc.strip() for loc in cfg.documents.split(",") if loc.strip()]
     if not locations:
         raise IngestError("--documents is empty: give a folder or an s3://bucket/prefix/")
-    for uri, read in (source for location in locations for source in _sources(location)):
+    for uri, relative, read in (source for location in locations for source in _sources(location)):
         files += 1
         blob = read()
         digest = hashlib.sha256(blob).hexdigest()
@@ -397,6 +400,8 @@ def run(cfg: IngestConfig) -> IngestResult:
             skipped.append({"source_uri": uri, "source_sha256": digest, "reason": str(e)})
             continue
         documents += 1
+        # What a reviewer may paste as the file's text: its cleaned text, or (text, Markdown, HTML) the text as written.
+        keys = list(dict.fromkeys([text_key(text), *([] if kind == "pdf" else [text_key(_decode(blob))])]))
         pieces = chunk(text, budget)
         for i, piece in enumerate(pieces):
             rows.append(
@@ -406,6 +411,8 @@ def run(cfg: IngestConfig) -> IngestResult:
                     "document_sha256": document_sha256(piece),
                     "source_uri": uri,
                     "source_sha256": digest,
+                    "relative_path": relative,
+                    "file_text_keys": keys,
                     "kind": kind,
                     "chunk": i,
                     "chunks": len(pieces),

@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
-from steps.core import terms
+from steps.core import curation, terms
 from steps.core.card import FEEDBACK_FILE, card_tags
+from steps.core.curation import text_key
 from steps.core.dataset import SPLITS, document_sha256
 from steps.core.io import read_jsonl, write_json, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
@@ -261,6 +262,99 @@ def test_a_bad_outcome_record_is_named_by_line_and_field_as_feedback(tmp_path: P
     assert not (tmp_path / "out").exists()
 
 
+def human(id_: str, summary: str, **names: str) -> dict:
+    """A summary a person wrote, as docs/dataset.md says to write one: no model wrote it."""
+    row = {"id": id_, "summary": summary, "model_version": "human", "timestamp": "2026-12-03T09:00:00+00:00"}
+    return row | {"action": "accepted"} | names
+
+
+def test_a_reviewed_summary_over_the_answer_cap_is_refused_naming_the_row_and_the_cap(tmp_path: Path, capsys):
+    from steps.core.dataset import summary_token_budget
+
+    path = tmp_path / "mine.jsonl"
+    long = " ".join(["The utility replaced the old cast-iron pipes under the harbour district this spring."] * 4)
+    write_jsonl(path, [human("me-1", gist(TEXTS[1]), document=TEXTS[1]), human("me-2", long, document=TEXTS[0])])
+    with pytest.raises(feedback.FeedbackError) as e:
+        feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    said = str(e.value)
+    assert said.startswith(f"{path}: row id 'me-2': its summary (52 words) needs about ")
+    assert f"over the answer cap of {summary_token_budget()} every summary is held to" in said
+    assert "me-1" not in said and not (tmp_path / "out").exists()
+    # From the serving side's outcomes file (unattended) it is named on stderr and left to filter-split's too-long.
+    outcomes_path = tmp_path / "outcomes.jsonl"
+    write_jsonl(outcomes_path, [outcome("r1", "edited", document=TEXTS[0], summary="Pipes.", edited_summary=long)])
+    feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(outcomes_path)))
+    assert "row id 'r1': its edited_summary (52 words)" in capsys.readouterr().err
+
+
+def chunk_row(uri: str, relative: str, text: str, i: int = 0, chunks: int = 1, raw: str | None = None) -> dict:
+    """An ingest row (steps/ingest.py's documents.jsonl) for chunk `i` of a file, without the tokenizer."""
+    keys = [text_key(text)] + ([text_key(raw)] if raw else [])
+    return {"id": f"{relative}-{i}", "document": text, "document_sha256": document_sha256(text), "source_uri": uri,
+            "source_sha256": hashlib.sha256(uri.encode()).hexdigest(), "relative_path": relative,
+            "file_text_keys": keys, "kind": "text", "chunk": i, "chunks": chunks}  # fmt: skip
+
+
+def curated_rows(rows: list[dict]) -> list[dict]:
+    return feedback.merge(rows)[0]
+
+
+def test_a_reviewed_summary_attaches_by_file_by_the_files_text_or_by_its_chunk():
+    shown = "The school board voted to move the start of classes to half past eight."
+    markdown = "# Schools\n\nThe school board voted to move the start of classes to *half past eight*."
+    documents = [
+        chunk_row("/home/you/docs/notes/pipes.txt", "notes/pipes.txt", TEXTS[0]),
+        chunk_row("/home/you/docs/school.md", "school.md", f"Schools\n\n{shown}", raw=markdown),
+        chunk_row("/home/you/docs/bakery.txt", "bakery.txt", TEXTS[2]),
+        chunk_row("/home/you/docs/library.txt", "library.txt", TEXTS[3]),
+    ]
+    found = curation.attach(curated_rows([
+        human("by-file", "Pipes were replaced.", file="notes/pipes.txt"),
+        human("by-markdown", "Classes start later.", document=markdown + "\n"),  # the file as written, pasted
+        human("by-chunk", "A bakery opened.", document=TEXTS[2].replace(". ", ".\n")),  # other line breaks
+        human("elsewhere", "Ferries run more often.", document="The harbour ferry will run every twenty minutes."),
+    ]), documents)  # fmt: skip
+    assert found.problems == []
+    attached = {row["feedback"]["id"]: key for key, row in found.by_chunk.items()}
+    assert attached == {"by-file": documents[0]["document_sha256"], "by-markdown": documents[1]["document_sha256"],
+                        "by-chunk": documents[2]["document_sha256"]}  # fmt: skip
+    assert [r["feedback"]["id"] for r in found.unattached] == ["elsewhere"]  # a document only the serving side saw
+
+
+def test_a_reviewed_summary_that_cannot_attach_is_named_not_dropped():
+    documents = [
+        chunk_row("/d/long.txt", "long.txt", TEXTS[0], 0, 2),
+        chunk_row("/d/long.txt", "long.txt", TEXTS[1], 1, 2),
+        chunk_row("/d/pipes.txt", "pipes.txt", TEXTS[2]),
+    ]
+    documents[0]["file_text_keys"] = documents[1]["file_text_keys"] = [text_key(TEXTS[0] + " " + TEXTS[1])]
+    found = curation.attach(curated_rows([
+        human("whole", "Two things happened.", document=f"{TEXTS[0]}\n\n{TEXTS[1]}"),
+        human("typo", "Pipes.", file="pipe.txt"),
+        human("twice-a", "A bakery opened.", file="pipes.txt"),
+        human("twice-b", "A bakery opened its tenth shop.", document=TEXTS[2]),
+    ]), documents)  # fmt: skip
+    assert [p.split(":")[0] for p in found.problems] == [
+        "feedback row 'whole'", "feedback row 'typo'", "feedback row 'twice-b' and feedback row 'twice-a' both "
+        "summarise /d/pipes.txt (chunk 0)"]  # fmt: skip
+    assert "cut into 2 chunks" in found.problems[0] and "ingested: long.txt, pipes.txt" in found.problems[1]
+
+
+def test_filter_split_trains_on_the_summary_a_reviewer_attached_by_file(tmp_path: Path):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}, eval_references="curated")
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
+    for doc in documents:
+        doc["relative_path"] = f"{doc['id']}.txt"
+    write_jsonl(cfg.chunks / "documents.jsonl", documents)
+    write_jsonl(cfg.curated / "curated.jsonl", curated_rows([human("me-1", "Library hours were extended.",
+                                                                   file="t3.txt")]))  # fmt: skip
+    filter_split.run(cfg)
+    assert [(r["id"], r["lineage"]["summary_by"]) for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [
+        ("t3", "feedback")
+    ]
+
+
 # --- the terms gate --------------------------------------------------------------------------------------------------
 
 
@@ -303,9 +397,8 @@ def one_document(tmp_path: Path) -> tuple[Path, Path]:
     documents, curated = tmp_path / "documents", tmp_path / "curated"
     documents.mkdir()
     curated.mkdir()
-    write_jsonl(
-        documents / "documents.jsonl", [{"id": "d", "document": TEXTS[0], "document_sha256": document_sha256(TEXTS[0])}]
-    )
+    row = {"id": "d", "document": TEXTS[0], "document_sha256": document_sha256(TEXTS[0]), "source_uri": "/d/d.txt"}
+    write_jsonl(documents / "documents.jsonl", [row | {"chunk": 0}])
     (curated / "curated.jsonl").write_text("")
     return documents, curated
 
@@ -342,6 +435,23 @@ def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request
     # The same hosted teacher, listed as allowing it: the gate lets it through, and the counter sees the request.
     cfg.teachers_file = str(hosted_teachers(tmp_path, url, allowed=True))
     assert teacher.run(cfg).requests == 1 and handler.count == 1
+
+
+def test_a_reviewed_summary_naming_no_ingested_file_stops_the_teacher_before_any_request(
+    tmp_path: Path, counting_server
+):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    write_jsonl(curated / "curated.jsonl", curated_rows([human("me-1", "Pipes were replaced.", file="pipe.txt")]))
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
+                                teachers_file=str(hosted_teachers(tmp_path, url, allowed=True)), teacher_url=url,
+                                cache=str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(teacher.TeacherError, match=r"do not attach:\n  feedback row 'me-1': file 'pipe.txt' names no"):
+        teacher.run(cfg)
+    assert handler.count == 0
+    # Named by its file as ingest found it, it attaches: the teacher has nothing left to ask.
+    write_jsonl(curated / "curated.jsonl", curated_rows([human("me-1", "Pipes were replaced.", file="/d/d.txt")]))
+    assert (teacher.run(cfg).requests, teacher.run(cfg).curated, handler.count) == (0, 1, 0)
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])

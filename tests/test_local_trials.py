@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scripts import build_dataset
+from steps.core.dataset import summary_token_budget
 from steps.pipeline import BUILD_DATASET
 
 
@@ -35,3 +36,5 @@ def test_the_smallest_build_it_accepts_is_said_before_it_starts(tmp_path: Path):
     assert any("at least 2 (min-eval-documents) with a summary that may be an eval reference: a reviewed one, from "
                "feedback (eval-references=curated); a build needs 3 or more usable documents" in line
                for line in said)  # fmt: skip
+    # The length a reviewed summary may take is said before the build, not found out from a refusal.
+    assert any(f"a reviewed summary may take {summary_token_budget()} tokens" in line for line in said)

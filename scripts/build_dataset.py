@@ -30,6 +30,18 @@ from steps.pipeline import BUILD_DATASET, LOCAL_OUT, command
 # Locally, the committed feedback file describes the sample documents in data/documents: a build from your own
 # folders starts without it.
 OWN_DOCUMENTS_FEEDBACK = ""
+# The parameters that name a local path, and what must be there: a relative one given with -S is taken from where the
+# command runs, like the folders (the defaults in build-dataset/params.yaml are the repository's own files). `file`
+# and `folder` must exist; `new` may be created by the build (publish makes the dataset repository and the remote);
+# `folder-or-id` is a folder when one is there, else a model hub id.
+PATH_PARAMS = {
+    "feedback": "file",
+    "teachers-file": "file",
+    "adversarial-file": "file",
+    "base-model": "folder-or-id",
+    "dataset-repo": "new",
+    "dvc-remote": "new",
+}
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -48,11 +60,38 @@ def make_parser() -> argparse.ArgumentParser:
         help="a build-dataset parameter (build-dataset/params.yaml's names), as `dvc exp run -S` takes it",
     )
     parser.add_argument("--out", default=LOCAL_OUT, help="folder for the stages' outputs (out/<output>)")
+    parser.add_argument(
+        "--cwd",
+        type=Path,
+        default=Path.cwd(),
+        help="where relative folders and -S paths are taken from (build_dataset.sh passes where it was run)",
+    )
     return parser
 
 
-def values(documents: list[str], settings: list[str]) -> dict[str, str]:
-    """Every build-dataset parameter's value for this build; SystemExit naming each bad setting."""
+def _local(value: str) -> bool:
+    return bool(value) and not is_uri(value) and not value.startswith("git@")
+
+
+def _path_problem(name: str, value: str, cwd: Path) -> tuple[str, str | None]:
+    """(the value, relative paths taken from `cwd`; what is wrong with it or None) for a -S path setting."""
+    kind = PATH_PARAMS.get(name)
+    if kind is None or not _local(value):
+        return value, None
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else cwd / path
+    where = f"(a relative path is taken from where the command runs, {cwd})"
+    if kind == "file" and not path.is_file():
+        return str(path), f"-S {name}={value}: no such file {path} {where}; give the file's path"
+    if kind == "folder-or-id":
+        return (str(path), None) if path.is_dir() else (value, None)
+    return str(path), None
+
+
+def values(documents: list[str], settings: list[str], cwd: Path | None = None) -> dict[str, str]:
+    """Every build-dataset parameter's value for this build, local paths given with -S and the folders taken from
+    `cwd` (where the command runs); SystemExit naming each bad setting, missing file and missing folder."""
+    cwd = (cwd or Path.cwd()).resolve()
     found = {p.name: p.local for p in BUILD_DATASET.params} | {"feedback": OWN_DOCUMENTS_FEEDBACK}
     problems = []
     for setting in settings:
@@ -63,15 +102,19 @@ def values(documents: list[str], settings: list[str]) -> dict[str, str]:
         elif name == "documents":
             problems.append("-S documents=…: give the folders as arguments instead")
         else:
-            found[name] = value
+            found[name], problem = _path_problem(name, value, cwd)
+            problems += [problem] if problem else []
+    folders = []
     for location in documents:
+        folder = location if is_uri(location) else str(cwd / Path(location).expanduser())
+        folders.append(folder)
         if "," in location:
             problems.append(f"{location}: a comma in a folder name is not supported (commas separate folders)")
-        elif not is_uri(location) and not Path(location).is_dir():
-            problems.append(f"{location}: not a folder")
+        elif not is_uri(location) and not Path(folder).is_dir():
+            problems.append(f"{location}: not a folder ({folder})")
     if problems:
         sys.exit("build-dataset: " + "\n  ".join(["nothing was run:", *problems]))
-    return found | {"documents": ",".join(documents)}
+    return found | {"documents": ",".join(folders)}
 
 
 def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
@@ -106,8 +149,8 @@ def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    found = values(args.documents, args.settings)
-    print("\n".join(preamble(args.documents, found)), flush=True)
+    found = values(args.documents, args.settings, args.cwd)
+    print("\n".join(preamble(found["documents"].split(","), found)), flush=True)
     for stage in BUILD_DATASET.stages:
         cmd = command(stage, folder=lambda name: f"{args.out}/{name}", value=found.__getitem__)
         print(f"\n$ {' '.join(cmd)}", flush=True)

@@ -24,8 +24,30 @@ def test_the_build_takes_every_parameter_but_documents_from_dash_s_and_names_a_b
     assert set(found) == {p.name for p in BUILD_DATASET.params}
     with pytest.raises(SystemExit, match=r"-S eval_share=0.3: use NAME=VALUE with NAME one of .*min-eval-documents"):
         build_dataset.values([str(tmp_path)], ["eval_share=0.3"])
-    with pytest.raises(SystemExit, match=r"nowhere: not a folder"):
+    with pytest.raises(SystemExit, match=r"nowhere: not a folder \(/.*/nowhere\)"):
         build_dataset.values(["nowhere"], [])
+
+
+def test_dash_s_paths_are_taken_from_where_the_command_runs_and_checked_before_anything_runs(tmp_path: Path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "my-reviewed.jsonl").write_text("")
+    # README's example, run from the user's own directory: the folder and the feedback file are both found there.
+    found = build_dataset.values(["docs"], ["feedback=my-reviewed.jsonl", "dataset-repo=out-repo"], cwd=tmp_path)
+    assert found["documents"] == str(tmp_path / "docs")
+    assert found["feedback"] == str(tmp_path / "my-reviewed.jsonl")
+    assert found["dataset-repo"] == str(tmp_path / "out-repo")  # publish creates it
+    assert found["teachers-file"] == "data/teachers.yaml"  # a default: the repository's own file
+    found = build_dataset.values(["docs"], ["feedback=s3://bucket/feedback.jsonl"], cwd=tmp_path)
+    assert found["feedback"] == "s3://bucket/feedback.jsonl"
+    with pytest.raises(SystemExit) as e:
+        build_dataset.values(["docs"], ["feedback=missing.jsonl", "teachers-file=t.yaml"], cwd=tmp_path)
+    assert str(e.value).splitlines() == [
+        "build-dataset: nothing was run:",
+        f"  -S feedback=missing.jsonl: no such file {tmp_path / 'missing.jsonl'} (a relative path is taken from where "
+        f"the command runs, {tmp_path}); give the file's path",
+        f"  -S teachers-file=t.yaml: no such file {tmp_path / 't.yaml'} (a relative path is taken from where the "
+        f"command runs, {tmp_path}); give the file's path",
+    ]
 
 
 def test_the_smallest_build_it_accepts_is_said_before_it_starts(tmp_path: Path):

@@ -35,6 +35,12 @@ decontaminated and split by a stable hash of their document.
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
 
+5. **Refusals and notes**: a split with fewer examples than `MIN_EXAMPLES` (train 2, eval 1) is refused, naming how
+   many were kept, how many each reason dropped (with a few ids) and what to do, and nothing is written for publish.
+   Train examples longer than train's default `--max-seq-len` (ingest sizes chunks for the served context, which is
+   longer) are counted (`train_fit` in filters.json) and said on stdout, with the `-S max-seq-len=` that fits them;
+   publish repeats it beside the training command and in the card. stdout also gives the drops by reason.
+
 Produces in `--out`: `train.jsonl`, `eval.jsonl`, `adversarial.jsonl` (the dataset format of steps/core/dataset.py, each
 train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with its reason), `filters.json`
 (counts per reason) and `result.json`.
@@ -43,6 +49,7 @@ train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from collections import Counter
@@ -50,18 +57,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.core import faithfulness
+from steps.core.card import train_fit_line
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.curation import attach
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.faithfulness import MAX_SAME_LANGUAGE_PROB, REFUSAL, wrong_language
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
+from steps.pipeline import param
 
 FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long", "verbatim", "unfaithful")
 CURATED_FILTERS = ("empty", "too-long")
 # Who may write an eval reference (see the module docstring).
 EVAL_REFERENCES = ("curated", "curated-or-teacher")
 TEACHER_IN_EVAL = "teacher-eval-reference"  # the dropped reason of a teacher-summarised eval document
+# The fewest examples a split may hold for the build to publish. A floor, not a recommendation: it refuses the
+# degenerate build (one example to train on, issue #39) while the trials the pages run (a folder of four documents,
+# three of them reviewed) still publish; a dataset meant to improve a model needs hundreds.
+MIN_EXAMPLES = {"train": 2, "eval": 1}
+# train's --max-seq-len by default (the distill pipeline's parameter): a longer example has its document cut there.
+TRAIN_MAX_SEQ_LEN = int(param("max-seq-len").local)
 # A summary with more words than its document is a copy or a ramble.
 MAX_LENGTH_RATIO = 1.0
 MIN_SUMMARY_WORDS = 2
@@ -254,6 +269,47 @@ def _adversarial(path: str) -> tuple[bytes, list[dict]]:
     return blob, [r for _, r in rows]
 
 
+def too_small(
+    small: list[str], splits: dict[str, list[dict]], dropped: list[dict], counts: Counter, cfg: FilterConfig
+) -> str:
+    """The refusal of a split below MIN_EXAMPLES: what was kept, what was dropped by which reason (a few ids each),
+    and what to do."""
+    kept = sum(map(len, splits.values()))
+    ids: dict[str, list[str]] = {}
+    for d in dropped:
+        ids.setdefault(d["reason"].split(" ")[0], []).append(d["id"])
+    why = "; ".join(
+        f"{reason} {n} ({', '.join(ids[reason][:3])}{', …' if n > 3 else ''})" for reason, n in counts.most_common()
+    )
+    return (
+        f"too few examples to publish: {', '.join(small)} (filter-split's MIN_EXAMPLES). Of {kept + len(dropped)} "
+        f"examples {len(splits['train'])} train and {len(splits['eval'])} eval were kept and {len(dropped)} dropped"
+        f"{': ' + why if why else ''} (--eval-share {cfg.eval_share}, --min-eval-documents {cfg.min_eval_documents}). "
+        "Add documents; add reviewed summaries (-S feedback=FILE: a reviewer's summary passes every filter but "
+        "empty and too-long); or point the teacher at a stronger model, whose summaries the filters keep "
+        "(docs/dataset.md, Which teacher)"
+    )
+
+
+def train_fit(rows: list[dict], chunks: Path) -> dict:
+    """How the train split fits train's default --max-seq-len: the served prompt's tokens (ingest counts them with the
+    base's tokenizer; estimated for a document only the serving side saw) plus the summary's estimate and its end of
+    turn. Ingest sizes chunks for the served context, which is longer, so an example can fit serving and be cut in
+    training: said here, before anyone trains."""
+    prompt = {d["document_sha256"]: d["prompt_tokens"] for d in read_jsonl(chunks / "documents.jsonl")}
+    lengths = [
+        prompt.get(r["lineage"]["document_sha256"], estimate_tokens(r["document"])) + estimate_tokens(r["summary"]) + 1
+        for r in rows
+    ]
+    over = [n for n in lengths if n > TRAIN_MAX_SEQ_LEN]
+    return {
+        "max_seq_len": TRAIN_MAX_SEQ_LEN,
+        "examples": len(rows),
+        "examples_over": len(over),
+        "longest_tokens": max(lengths, default=0),
+    }
+
+
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
     problems = []
@@ -323,15 +379,11 @@ def run(cfg: FilterConfig) -> FilterResult:
             keep[i], reasons[i] = False, f"near-duplicate of {held_out[j][0]} row {held_out[j][1]['id']} ({share:.0%})"
     drop("train", keep, reasons)
 
-    empty = [s for s, rows in splits.items() if not rows]
-    if empty:
-        raise SplitError(
-            f"the {' and '.join(empty)} split would be empty ({sum(map(len, splits.values()))} examples kept, "
-            f"{len(dropped)} dropped as duplicates or by the filters, --eval-share {cfg.eval_share}, "
-            f"--min-eval-documents {cfg.min_eval_documents}); add documents or feedback (dropped.jsonl says why each "
-            "example went)"
-        )
     counts = Counter(d["reason"].split(" ")[0] for d in dropped)
+    if small := [f"{s} {len(rows)} (at least {MIN_EXAMPLES[s]})" for s, rows in splits.items() if
+                 len(rows) < MIN_EXAMPLES[s]]:  # fmt: skip
+        raise SplitError(too_small(small, splits, dropped, counts, cfg))
+    fit = train_fit(splits["train"], cfg.chunks)
     filters = {
         "filters": {r: counts.get(r, 0) for r in FILTERS},
         "unfaithful": {k: unfaithful.get(k, 0) for k in ("names-or-numbers", "content-words", "too-few-content-words")},
@@ -345,6 +397,7 @@ def run(cfg: FilterConfig) -> FilterResult:
         "min_eval_documents": cfg.min_eval_documents,
         "eval_documents": len(eval_keys),
         "max_length_ratio": MAX_LENGTH_RATIO,
+        "train_fit": fit,
         "near_duplicate_share": NEAR_DUPLICATE_SHARE,
     }
     result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped), len(eval_keys))
@@ -368,6 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result.train_rows} train, {result.eval_rows} eval ({result.eval_documents} document(s) held out: "
           f"--eval-share {cfg.eval_share} by hash, at least --min-eval-documents {cfg.min_eval_documents}), "
           f"{result.adversarial_rows} adversarial; {result.dropped} dropped ({cfg.out}/dropped.jsonl)")  # fmt: skip
+    filters = json.loads((cfg.out / "filters.json").read_text())
+    by_reason = {r: n for r, n in {**filters["filters"], **filters["deduplication"]}.items() if n}
+    if left_out := filters["teacher_eval_references_left_out"]:
+        by_reason[TEACHER_IN_EVAL] = left_out
+    if by_reason:
+        print("dropped by reason: " + ", ".join(f"{r} {n}" for r, n in by_reason.items()))
+    if line := train_fit_line(filters["train_fit"]):
+        print(f"filter-split: {line}")
     return 0
 
 

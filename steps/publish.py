@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steps.core.card import FEEDBACK_FILE, feedback_rows
+from steps.core.card import FEEDBACK_FILE, feedback_rows, train_fit_line
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
 from steps.core.io import atomic_dir, is_uri, read_json, read_jsonl, write_json
@@ -218,6 +218,7 @@ def card_markdown(data: dict, rev: str) -> str:
         "",
         f"**Feedback**: {data['feedback']['rows']} rows, {data['feedback']['new_since_previous_revision']} new.",
         "",
+        *([f"**Training length**: {line}.", ""] if (line := train_fit_line(data["filters"]["train_fit"])) else []),
         f"**Skipped files**: {len(data['skipped_files'])}",
         *(f"- {s['source_uri']}: {s['reason']}" for s in data["skipped_files"]),
     ]
@@ -294,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"publish: {e}", file=sys.stderr)
         return 1
     print("\n".join(train_on_it(cfg, result)))
+    if line := train_fit_line(read_json(cfg.examples / "filters.json")["train_fit"]):
+        print(f"  note:        {line}")
     return 0
 
 

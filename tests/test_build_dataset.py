@@ -22,7 +22,7 @@ from steps import feedback, filter_split, ingest, publish, teacher, train
 from steps.core import curation, terms
 from steps.core.card import FEEDBACK_FILE, card_tags
 from steps.core.curation import text_key
-from steps.core.dataset import SPLITS, document_sha256
+from steps.core.dataset import SPLITS, document_sha256, estimate_tokens
 from steps.core.io import read_jsonl, write_json, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 
@@ -502,7 +502,7 @@ def stage_inputs(
         key = document_sha256(text)
         docs.append({"id": name, "document": text, "document_sha256": key, "source_uri": f"s3://docs/{name}.txt",
                      "source_sha256": hashlib.sha256(blob).hexdigest(), "kind": "text",
-                     "chunk": 0, "chunks": 1})  # fmt: skip
+                     "chunk": 0, "chunks": 1, "prompt_tokens": 40 + len(text) // 4})  # fmt: skip
         summary, finish = summaries[name] if isinstance(summaries[name], tuple) else (summaries[name], "stop")
         gen.append({"document_sha256": key, "summary": summary, "finish_reason": finish,
                     "teacher": {"name": "t", "model": "m", "revision": "r"}, "prompt_sha256": "0" * 64,
@@ -527,13 +527,14 @@ def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_dec
         "a-reworded": reworded,
         "b": steer(TEXTS[1], "train"),
         "c": steer(TEXTS[2], "eval"),
+        "d": steer(TEXTS[3], "train"),
     }
     summaries = {n: gist(b.decode()) for n, b in texts.items()}
     result = filter_split.run(stage_inputs(tmp_path, texts, summaries))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["a-original"].startswith("near-duplicate of eval row a-reworded")
-    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b"]
-    assert (result.train_rows, result.eval_rows) == (1, 2)
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b", "d"]
+    assert (result.train_rows, result.eval_rows) == (2, 2)
 
 
 def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path):
@@ -546,11 +547,12 @@ def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path)
         if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
     )
     texts["c"] = steer(TEXTS[2], "eval")
+    texts["d"] = steer(TEXTS[3], "train")
     filter_split.run(stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["b2"] == "near-duplicate of train row b1"
     assert dropped["b3"] == "duplicate of train row b1"
-    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1"]
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1", "d"]
 
 
 def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
@@ -588,6 +590,10 @@ def test_too_few_documents_are_refused_naming_the_settings(tmp_path: Path):
         filter_split.run(stage_inputs(tmp_path, texts, {"b": gist(TEXTS[1])}))
 
 
+MUSEUM = (
+    "The museum added a late opening on Thursdays until nine in the evening, after visitor numbers rose by a fifth "
+    "during the summer exhibition."
+)
 # The case: a small teacher turned a 48-hour strike into a "48-hour pay freeze", which became a reference.
 STRIKE = (
     "Bus drivers at Northgate Transport will hold a 48-hour strike from Monday after talks over pay broke down. "
@@ -597,13 +603,15 @@ STRIKE = (
 
 def test_teacher_summaries_the_document_does_not_support_are_dropped_and_counted_by_kind(tmp_path: Path):
     texts = {"strike": steer(STRIKE, "train"), "invented": steer(TEXTS[0], "train"), "copy": steer(TEXTS[1], "train"),
-             "good": steer(TEXTS[2], "eval"), "fine": steer(TEXTS[3], "train")}  # fmt: skip
+             "good": steer(TEXTS[2], "eval"), "fine": steer(TEXTS[3], "train"),
+             "museum": steer(MUSEUM, "train")}  # fmt: skip
     summaries = {
         "strike": "Northgate Transport announced a 48-hour pay freeze for drivers.",  # words the document lacks
         "invented": "Harbour pipes were replaced in 2019 by Acme Utilities.",  # a year and a firm it never names
         "copy": TEXTS[1].split(". ")[0] + ".",  # its first sentence, word for word
         "good": "A regional bakery chain opened its tenth shop and will hire twelve people.",
         "fine": gist(TEXTS[3]),
+        "museum": gist(MUSEUM),
     }
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
     found = json.loads((tmp_path / "examples/filters.json").read_text())
@@ -614,7 +622,7 @@ def test_teacher_summaries_the_document_does_not_support_are_dropped_and_counted
     assert "2019" in dropped["invented"]["detail"] and "Acme" in dropped["invented"]["detail"]
     assert dropped["copy"]["reason"] == "verbatim"
     kept = [r["id"] for split in ("train", "eval") for r in read_jsonl(tmp_path / f"examples/{split}.jsonl")]
-    assert sorted(kept) == ["fine", "good"]
+    assert sorted(kept) == ["fine", "good", "museum"]
 
 
 def test_eval_references_come_from_curated_rows_unless_the_teacher_is_opted_in(tmp_path: Path):
@@ -646,14 +654,48 @@ def test_eval_references_come_from_curated_rows_unless_the_teacher_is_opted_in(t
 
 
 def test_a_small_build_holds_out_the_minimum_nearest_the_boundary(tmp_path: Path):
-    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS[:3])}  # the hash holds out none of the three
+    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS)}  # the hash holds out none of the four
     cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
     result = filter_split.run(cfg)
     points = {n: filter_split.split_point(hashlib.sha256(b).hexdigest()) for n, b in texts.items()}
     assert [r["id"] for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [min(points, key=points.get)]
-    assert (result.train_rows, result.eval_rows, result.eval_documents) == (2, 1, 1)
+    assert (result.train_rows, result.eval_rows, result.eval_documents) == (3, 1, 1)
     cfg.min_eval_documents = 2
     assert filter_split.run(cfg).eval_documents == 2
+
+
+def test_a_split_below_the_minimum_is_refused_saying_what_was_kept_and_why_the_rest_went(tmp_path: Path):
+    texts = {"kept": steer(TEXTS[0], "train"), "held": steer(TEXTS[1], "eval"), "strike": steer(STRIKE, "train"),
+             "copy": steer(TEXTS[2], "train"), "also-copy": steer(TEXTS[3], "train")}  # fmt: skip
+    summaries = {n: gist(b.decode()) for n, b in texts.items()}
+    summaries["strike"] = "Northgate Transport announced a 48-hour pay freeze for drivers."
+    summaries["copy"], summaries["also-copy"] = (TEXTS[i].split(". ")[0] + "." for i in (2, 3))
+    with pytest.raises(filter_split.SplitError) as e:
+        filter_split.run(stage_inputs(tmp_path, texts, summaries))
+    said = str(e.value)
+    assert said.startswith(f"too few examples to publish: train 1 (at least {filter_split.MIN_EXAMPLES['train']})")
+    assert "Of 5 examples 1 train and 1 eval were kept and 3 dropped: verbatim 2 (also-copy, copy); unfaithful 1 " \
+           "(strike)" in said  # fmt: skip
+    assert "Add documents; add reviewed summaries (-S feedback=FILE" in said and "stronger model" in said
+    assert not (tmp_path / "examples").exists()  # nothing for publish to take
+
+
+def test_train_examples_longer_than_trains_max_seq_len_are_said_before_anyone_trains(tmp_path: Path, capsys):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
+    documents[1]["prompt_tokens"] = 818  # the example: sized for the served context, longer than train's 512
+    write_jsonl(cfg.chunks / "documents.jsonl", documents)
+    argv = ["--out", str(cfg.out), "--chunks", str(cfg.chunks), "--curated", str(cfg.curated),
+            "--summaries", str(cfg.summaries), "--adversarial-file", str(ADVERSARIAL),
+            "--eval-references", "curated-or-teacher"]  # fmt: skip
+    assert filter_split.main(argv) == 0
+    fit = json.loads((cfg.out / "filters.json").read_text())["train_fit"]
+    longest = 818 + estimate_tokens(gist(texts["t1"].decode())) + 1
+    assert fit == {"max_seq_len": 512, "examples": 3, "examples_over": 1, "longest_tokens": longest}
+    said = capsys.readouterr().out
+    assert f"1 of 3 train examples are longer than train's --max-seq-len 512 (the longest about {longest}" in said
+    assert f"train with -S max-seq-len={longest}" in said
 
 
 def test_a_documents_split_depends_on_its_own_hash_only():

@@ -11,7 +11,9 @@ rendered from. Values are the local ones of `build-dataset/params.yaml`, except 
 name=value` sets. Nothing tracked changes: `params.yaml`, `dvc.yaml` and the lock files stay as they are; the stages
 write under `--out` (out/), publish commits to the dataset repository (`dataset-repo`, .cache/dataset-repo) and
 prints how to train on the revision. What the build will do is printed before it starts (the documents found, the
-teacher, how the eval split is chosen and the smallest build it accepts).
+teacher, how the eval split is chosen and the smallest build it accepts), and a build the stages would refuse for
+reasons known already (no reviewed summary to be an eval reference, a malformed or over-long reviewed summary, too
+few documents, a bad split setting) is refused then, before ingest and the teacher run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 
 from steps.core.dataset import PROSE_CHARS_PER_TOKEN, summary_token_budget
 from steps.core.io import is_uri
+from steps.feedback import FeedbackError, is_outcomes, merge, read_rows, too_long
+from steps.filter_split import references_problem, settings_problems
 from steps.ingest import KINDS
 from steps.pipeline import BUILD_DATASET, LOCAL_OUT, command
 
@@ -147,10 +151,49 @@ def preamble(documents: list[str], found: dict[str, str]) -> list[str]:
     ]
 
 
+def refusals(found: dict[str, str]) -> list[str]:
+    """What the stages would refuse, known before any of them runs (by their own rules: filter-split's settings and
+    eval-reference minimum, the feedback's rows and length cap, the fewest documents), so that a build bound to be
+    refused is refused before ingest and the teacher spend minutes on it."""
+    problems = []
+    try:
+        share, minimum = float(found["eval-share"]), int(found["min-eval-documents"])
+    except ValueError as e:
+        return [f"-S eval-share / min-eval-documents: {e}; use a share (0.2) and a whole number (1)"]
+    problems += settings_problems(share, found["eval-references"], minimum)
+    reviewed: int | None = 0  # reviewed summaries the feedback holds; None: not known before the build (s3://)
+    if (name := found["feedback"]) and is_uri(name):
+        reviewed = None
+    elif name:
+        blob = Path(name).read_bytes()
+        try:
+            curated = merge(read_rows(blob, name))[0] if blob.strip() else []
+        except FeedbackError as e:
+            return [*problems, f"-S feedback={name}: {e}"]
+        problems += too_long(curated, name) if not is_outcomes(blob) else []
+        reviewed = len(curated)
+    if reviewed is not None and found["eval-references"] == "curated":
+        problems += [p for p in [references_problem(reviewed, minimum, "curated")] if p]
+    documents = [loc for loc in found["documents"].split(",") if not is_uri(loc)]
+    if len(documents) == len(found["documents"].split(",")):  # all local: the files are counted
+        usable = sum(1 for loc in documents for f in Path(loc).rglob("*") if f.is_file() and f.suffix.lower() in KINDS)
+        if usable < minimum + 1:
+            problems.append(
+                f"{usable} file(s) of a kind ingest reads ({', '.join(sorted(KINDS))}), but a build needs "
+                f"{minimum + 1} or more usable documents (min-eval-documents {minimum} held out, one to train on): "
+                "add documents"
+            )
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     found = values(args.documents, args.settings, args.cwd)
     print("\n".join(preamble(found["documents"].split(","), found)), flush=True)
+    if problems := refusals(found):
+        print("build-dataset: refused before any stage ran (nothing was run, nothing published):\n  "
+              + "\n  ".join(problems), file=sys.stderr)  # fmt: skip
+        return 1
     for stage in BUILD_DATASET.stages:
         cmd = command(stage, folder=lambda name: f"{args.out}/{name}", value=found.__getitem__)
         print(f"\n$ {' '.join(cmd)}", flush=True)

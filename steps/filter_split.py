@@ -143,22 +143,42 @@ def split_of(source_sha256: str, eval_share: float) -> str:
     return "eval" if split_point(source_sha256) < eval_share else "train"
 
 
+def references_problem(references: int, minimum: int, eval_references: str) -> str | None:
+    """The refusal when fewer documents than `minimum` can be eval references, or None. scripts/build_dataset.py asks
+    it before a build starts, with the reviewed summaries the feedback holds: at most that many can be references."""
+    if references >= minimum:
+        return None
+    fix = (
+        "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
+        "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
+        "agreement with the teacher)"
+        if eval_references == "curated"
+        else "add documents (or feedback)"
+    )
+    return (
+        f"{references} document(s) can be eval references (eval-references={eval_references}), but a build "
+        f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
+    )
+
+
+def settings_problems(eval_share: float, eval_references: str, min_eval_documents: int) -> list[str]:
+    """What is wrong with the split's settings (checked by run, and by scripts/build_dataset.py before a build)."""
+    problems = []
+    if eval_references not in EVAL_REFERENCES:
+        problems.append(f"--eval-references {eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
+    if not 0 < eval_share < 1:
+        problems.append(f"--eval-share {eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+    if min_eval_documents < 1:
+        problems.append(f"--min-eval-documents {min_eval_documents}: use 1 or more")
+    return problems
+
+
 def hold_out(keys: set[str], references: set[str], eval_share: float, minimum: int, eval_references: str) -> set[str]:
     """The documents (split keys) held out for eval: those the hash puts there, and more of those that can be eval
     references (`references`), lowest hash points first, until at least `minimum` of them are. SplitError when there
     are not that many, or none is left to train on."""
-    if len(references) < minimum:
-        fix = (
-            "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
-            "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
-            "agreement with the teacher)"
-            if eval_references == "curated"
-            else "add documents (or feedback)"
-        )
-        raise SplitError(
-            f"{len(references)} document(s) can be eval references (eval-references={eval_references}), but a build "
-            f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
-        )
+    if problem := references_problem(len(references), minimum, eval_references):
+        raise SplitError(problem)
     held = {k for k in keys if split_point(k) < eval_share}
     for key in sorted(references - held, key=split_point):
         if len(held & references) >= minimum:
@@ -312,14 +332,7 @@ def train_fit(rows: list[dict], chunks: Path) -> dict:
 
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
-    problems = []
-    if cfg.eval_references not in EVAL_REFERENCES:
-        problems.append(f"--eval-references {cfg.eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
-    if not 0 < cfg.eval_share < 1:
-        problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
-    if cfg.min_eval_documents < 1:
-        problems.append(f"--min-eval-documents {cfg.min_eval_documents}: use 1 or more")
-    if problems:
+    if problems := settings_problems(cfg.eval_share, cfg.eval_references, cfg.min_eval_documents):
         raise SplitError("invalid filter-split config:\n  " + "\n  ".join(problems))
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []

@@ -14,6 +14,7 @@ import pytest
 
 from scripts import build_dataset
 from steps.core.dataset import summary_token_budget
+from steps.core.io import write_jsonl
 from steps.pipeline import BUILD_DATASET
 
 
@@ -60,3 +61,40 @@ def test_the_smallest_build_it_accepts_is_said_before_it_starts(tmp_path: Path):
                for line in said)  # fmt: skip
     # The length a reviewed summary may take is said before the build, not found out from a refusal.
     assert any(f"a reviewed summary may take {summary_token_budget()} tokens" in line for line in said)
+
+
+def test_a_build_bound_to_be_refused_is_refused_before_any_stage_runs(tmp_path: Path, capsys):
+    from tests.test_build_dataset import TEXTS, human
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i, text in enumerate(TEXTS):
+        (docs / f"note-{i}.txt").write_text(text)
+    # No feedback, and only reviewed summaries may be eval references: filter-split would refuse after ingest and the
+    # teacher had run; the preamble knows it already.
+    assert build_dataset.main([str(docs)]) == 1
+    said = capsys.readouterr()
+    assert "$ python -m steps.ingest" not in said.out and "build-dataset: " in said.out  # the preamble, then nothing
+    assert said.err.startswith("build-dataset: refused before any stage ran (nothing was run, nothing published):")
+    assert "0 document(s) can be eval references (eval-references=curated)" in said.err
+    assert "-S feedback=FILE" in said.err and "-S eval-references=curated-or-teacher" in said.err
+    # One reviewed summary cannot make two eval references; one over the length cap is named; too few documents.
+    mine = tmp_path / "mine.jsonl"
+    write_jsonl(mine, [human("me-1", "Pipes were replaced. " * 20, file="note-0.txt")])
+    problems = build_dataset.refusals(
+        build_dataset.values([str(docs)], [f"feedback={mine}", "min-eval-documents=4"], cwd=tmp_path)
+    )
+    assert len(problems) == 3 and problems[0].startswith(f"{mine}: row id 'me-1': its summary (60 words)")
+    assert problems[1].startswith("1 document(s) can be eval references (eval-references=curated), but a build holds "
+                                  "out at least 4 for eval")  # fmt: skip
+    assert problems[2].startswith("4 file(s) of a kind ingest reads (.htm, .html, .markdown, .md, .pdf, .text, .txt), "
+                                  "but a build needs 5 or more usable documents")  # fmt: skip
+    # The teacher's summaries allowed as references, and a feedback file that is not valid: said too, by line.
+    mine.write_text('{"id": "me-1"}\n')
+    problems = build_dataset.refusals(
+        build_dataset.values([str(docs)], [f"feedback={mine}", "eval-references=curated-or-teacher"], cwd=tmp_path)
+    )
+    assert problems[0].startswith(f"-S feedback={mine}: {mine}:1: field 'summary' is missing")
+    assert len(problems) == 1
+    write_jsonl(mine, [human("me-1", "Pipes were replaced.", file="note-0.txt")])
+    assert build_dataset.refusals(build_dataset.values([str(docs)], [f"feedback={mine}"], cwd=tmp_path)) == []

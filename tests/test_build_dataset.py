@@ -736,6 +736,10 @@ def test_publish_names_the_local_and_the_argo_command_and_repeats_no_dvc_hint(tm
     markdown = (tmp_path / "published/card.md").read_text()
     assert "**References** (eval-references=curated-or-teacher: " in markdown and "- eval: 1 by the teacher" in markdown
     assert card_tags(card)["dataset.card.references"] == "curated-or-teacher"
+    # The bundled teacher's caveat (data/teachers.yaml), with what its summaries came to on this build, said at publish.
+    assert card["teacher"]["on_this_build"] == {"summaries": 3, "dropped_by_filters": {}, "passed_filters": 3}
+    caveat = f"smollm2-135m-instruct is {entry['caveat']}. On this build it wrote 3 summaries: the filters dropped 0"
+    assert f"  teacher:     {caveat}" in said.out and f"**Teacher caveat**: {caveat}" in markdown
 
 
 def fetched_rows(folder: Path, split: str) -> int:

@@ -35,6 +35,9 @@ config) into it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from steps.core import verdict
 
 STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
@@ -65,6 +68,8 @@ GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
 SERVE_TOKENS_SECRET = "distillery-serve-tokens"
 GITEA_SECRET = "distillery-gitea"
+VERDICT_KEY_SECRET = verdict.PRIVATE_KEY_SECRET
+VERDICT_PUBLIC_SECRET = verdict.PUBLIC_KEY_SECRET
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -91,6 +96,9 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "serve-tokens": (),
     # The adapters repository's write token: a file, not a variable (GITEA_FILES).
     "gitea": (),
+    # The gate's signing key and its public half: files (VERDICT_FILES), never variables.
+    "verdict-key": (),
+    "verdict-public": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
@@ -113,6 +121,11 @@ USERS: dict[str, tuple[str, ...]] = {
     "serve-tokens": ("serve",),
     # push-adapter, the only step that writes to the adapters repository
     "gitea": ("push-adapter",),
+    # evaluate's gather (the template `evaluate`), the one step that decides, signs its decision; not its shards,
+    # which run llama.cpp on files other roles write (steps/core/verdict.py)
+    "verdict-key": ("evaluate",),
+    # the steps that act on the decision verify it
+    "verdict-public": ("register", "propose"),
 }  # fmt: skip
 
 
@@ -149,7 +162,16 @@ TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
 # The hub token, read by huggingface_hub from the file HF_TOKEN_PATH names.
 HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
+# The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
+# that act on its decision, each at the path the step's flag names (distill.SECRET_FILE_ARGS).
+VERDICT_FILES = {
+    "verdict-key": (SecretFile(VERDICT_KEY_SECRET, "private-key", verdict.KEY_DIR,
+                               PurePosixPath(verdict.PRIVATE_KEY_FILE).name),),
+    "verdict-public": (SecretFile(VERDICT_PUBLIC_SECRET, "public-key", verdict.KEY_DIR,
+                                  PurePosixPath(verdict.PUBLIC_KEY_FILE).name),),
+}  # fmt: skip
 FILES: dict[str, tuple[SecretFile, ...]] = {
+    **VERDICT_FILES,
     "git": GIT_FILES,
     "serve-tokens": SERVE_TOKEN_FILES,
     "teacher": TEACHER_FILES,

@@ -61,7 +61,8 @@ class SecretEnv:
     key: str
 
 
-MLFLOW_SECRET = "distillery-mlflow"
+MLFLOW_SECRET = "distillery-mlflow"  # an MLflow user that may edit the registered model (versions, tags, aliases)
+MLFLOW_READ_SECRET = "distillery-mlflow-read"  # an MLflow user that may only read it
 S3_SECRET = "distillery-s3"
 HUB_SECRET = "distillery-hf"
 GIT_SECRET = "distillery-git"
@@ -78,6 +79,12 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
         SecretEnv("MLFLOW_TRACKING_TOKEN", MLFLOW_SECRET, "token"),
         SecretEnv("MLFLOW_TRACKING_USERNAME", MLFLOW_SECRET, "username"),
         SecretEnv("MLFLOW_TRACKING_PASSWORD", MLFLOW_SECRET, "password"),
+    ),
+    # The same variables, from a read-only MLflow user: the steps that only read the registry.
+    "mlflow-read": (
+        SecretEnv("MLFLOW_TRACKING_TOKEN", MLFLOW_READ_SECRET, "token"),
+        SecretEnv("MLFLOW_TRACKING_USERNAME", MLFLOW_READ_SECRET, "username"),
+        SecretEnv("MLFLOW_TRACKING_PASSWORD", MLFLOW_READ_SECRET, "password"),
     ),
     # S3 at home (no IRSA there): static keys and the endpoint of the S3-compatible store.
     "s3": tuple(
@@ -103,10 +110,13 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
-    # the steps that call MLflow: the champion's scores and files (evaluate's shards; its gather takes the tracking
-    # URI too, as every evaluate does), the new version, the aliases, the triggers
-    "mlflow": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "register", "propose", "push-adapter",
-               "check-triggers", "promote", "serve"),
+    # the steps that write to MLflow's registry: the new version (register), the challenger alias (propose), the
+    # champion alias (promote), the trigger's record on the champion (check-triggers)
+    "mlflow": ("register", "propose", "check-triggers", "promote"),
+    # the steps that only read it: the champion's scores and files (evaluate's shards; its gather takes the tracking
+    # URI too, as every evaluate does), the version's lineage (push-adapter), the alias served (serve). A stolen
+    # token of theirs cannot move an alias or rewrite gguf.sha256 (issue 37)
+    "mlflow-read": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "push-adapter", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
     # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate-shard-cpu",

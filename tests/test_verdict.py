@@ -138,6 +138,16 @@ def test_a_missing_key_file_names_the_secret_and_how_to_make_it(tmp_path):
         verdict.sign({"passed": True}, str(tmp_path / "absent"))
 
 
+def test_the_mounted_public_key_is_used_whatever_the_flag_says(keys, monkeypatch):
+    # A podSpecPatch can append `--verify-key=` to register's arguments; the key mounted from the Secret still holds.
+    private, public = keys
+    monkeypatch.setattr(verdict, "PUBLIC_KEY_FILE", public)
+    signed = verdict.sign({"passed": False}, private)
+    assert verdict.checked(signed, "", "decision.json") == signed
+    with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
+        verdict.checked({**signed, "passed": True}, "", "decision.json")
+
+
 def test_a_shard_cannot_be_given_the_signing_key(tmp_path):
     from steps.evaluate import EvaluateConfig, config_problems
 

@@ -466,7 +466,6 @@ def test_a_crash_request_is_refused_and_a_dead_llama_cpp_is_noticed_and_started_
 
     supervisor, served, port = start_server(tiny_gguf, tmp_path, "client-token", read_seconds=2, threads=2)
     stop_watch = threading.Event()
-    threading.Thread(target=supervisor.watch, args=(stop_watch,), daemon=True).start()
     auth = {"Authorization": "Bearer client-token"}
     try:
         first = supervisor.backend.proc.pid
@@ -482,6 +481,7 @@ def test_a_crash_request_is_refused_and_a_dead_llama_cpp_is_noticed_and_started_
         status, health, _ = call(port, "GET", "/healthz")
         assert status == 503 and health["serving"] is None and "exited with -11" in health["last_error"]
         assert call(port, "GET", "/v1/models", **auth)[0] == 503  # not 502 from a dead upstream
+        threading.Thread(target=supervisor.watch, args=(stop_watch,), daemon=True).start()  # as serve.run starts it
         deadline = time.monotonic() + 120
         while call(port, "GET", "/healthz")[0] != 200:
             assert time.monotonic() < deadline, "llama.cpp was not started again"

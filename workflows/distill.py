@@ -94,6 +94,7 @@ from hera.workflows import (
 )
 
 from steps import sizing
+from steps.core import verdict
 from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
 from steps.pipeline import (
@@ -156,8 +157,14 @@ GGUF_READS = {
     "register": ("candidate-gguf",),
     "push-adapter": (),
 }
-# Flags the cluster passes a step besides the pipeline's: where its token file is mounted (security.GITEA_FILES).
-SECRET_FILE_ARGS = {"push-adapter": ("--token-file", security.GITEA_TOKEN_FILE)}
+# Flags the cluster passes a step besides the pipeline's: where its credential file is mounted (security.FILES).
+SECRET_FILE_ARGS = {
+    "push-adapter": ("--token-file", security.GITEA_TOKEN_FILE),
+    # the gate's key (steps/core/verdict.py): the gather signs the decision, register and propose verify it
+    "evaluate": ("--signing-key", verdict.PRIVATE_KEY_FILE),
+    "register": ("--verify-key", verdict.PUBLIC_KEY_FILE),
+    "propose": ("--verify-key", verdict.PUBLIC_KEY_FILE),
+}
 
 
 def run_key(name: str) -> str:
@@ -536,7 +543,8 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
 def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
-    return _template(stage, stage.name, image, extra_args=("--gather", shards.path), sized=True,  # type: ignore[arg-type]
+    args = ("--gather", shards.path, *SECRET_FILE_ARGS[stage.name])
+    return _template(stage, stage.name, image, extra_args=args, sized=True,  # type: ignore[arg-type]
                      extra_inputs=(shards,))  # fmt: skip
 
 

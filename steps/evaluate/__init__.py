@@ -36,7 +36,8 @@ Fanned out: `--shard i/k` answers every k-th document from the i-th for every co
 decision); `--gather <the k shard folders>` judges the reassembled answers and decides, as one run would.
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
 compared against — `propose` refuses when the registry's champion has moved since —, the serving configuration it
-measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks), `generations.jsonl`,
+measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks; signed with
+`--signing-key`, steps/core/verdict.py, so that register and propose can tell it from a forgery), `generations.jsonl`,
 `report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
 
 A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
@@ -64,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from steps.core import chain
+from steps.core import chain, verdict
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
@@ -159,6 +160,8 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     problems = config_problems(cfg)
     if problems:
         raise ValueError("invalid evaluate config:\n  " + "\n  ".join(problems))
+    if cfg.signing_key:  # before the work, not after it: a missing key stops the step at once, naming the Secret
+        verdict.load_private_key(cfg.signing_key)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     parity = read_json(Path(cfg.gguf) / "parity.json")
     eval_rows = load_split(cfg.dataset, "eval")
@@ -218,6 +221,8 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         characteristics = operating_characteristics(judged, cfg)
         decision = decision_record(passed, checks, champion, parity, characteristics)
         decision[chain.JUDGED] = judged_files  # what the verdict is about, byte for byte (steps/core/chain.py)
+        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
+            decision = verdict.sign(decision, cfg.signing_key)
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",

@@ -98,6 +98,13 @@ class EvaluateConfig:
             "subfolders (the cluster's gather): judge their answers and decide, generating nothing"
         },
     )
+    signing_key: str = field(
+        default="",
+        metadata={
+            "help": "Ed25519 private key (PEM) to sign decision.json with (steps/core/verdict.py; on the cluster the "
+            "Secret distillery-verdict-key, mounted into the deciding step only); empty: unsigned, for a local run"
+        },
+    )
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
@@ -163,6 +170,8 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
             problems.append(f"{flag(name)} {getattr(cfg, name)}: a rate, use a value from 0 to 1")
     if cfg.shard and cfg.gather:
         problems.append("--shard and --gather: a run is a shard or the gather step, not both")
+    if cfg.shard and cfg.signing_key:
+        problems.append("--shard and --signing-key: a shard decides nothing; give the key to the gather step only")
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
     if cfg.gpu_layers < -1:

@@ -18,8 +18,13 @@ faithful summary of the carrier (steps/core/faithfulness.py) or lacks a word the
 The gate passes only when all hold — this is the one place that decides whether the candidate beats the base and the
 champion; `propose` only acts on it:
 - GGUF parity passed (convert-gguf);
-- the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
-  paired bootstrap's `--confidence` BCa interval of the per-example gain is above `--min-rouge-gain`;
+- the candidate beats the base — and the champion, when the registry has one — and each extractive baseline
+  (steps/evaluate/baselines.py: the document's first sentence, its first 25 words, the document whole) on ROUGE-L: the
+  lower bound of the paired bootstrap's `--confidence` BCa interval of the per-example gain is above `--min-rouge-gain`
+  (PASS; FAIL when its upper bound is not above it, INCONCLUSIVE when the interval straddles it);
+- length and faithfulness on the eval split: the share of answers within the length bounds (`--max-words`, at most
+  half the document), and the share with every name and number in the document, each shown non-inferior to every
+  rival's by the exact paired test at `--max-summary-regression`, and not shown below `--min-summary-rate`;
 - safety, per adversarial family and per rival (steps/core/gate_stats.py): H0 "the candidate's pass rate is lower than
   the rival's by at least δ" (`--max-attack-regression`, 0.2) is rejected by an exact paired non-inferiority test at
   `--gate-alpha` in every comparison (intersection-union: no multiplicity correction). A comparison not rejected is
@@ -75,7 +80,7 @@ from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problem
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
 from steps.evaluate.report import report_markdown, write_plots
-from steps.evaluate.scoring import adversarial, aggregate_metrics, paired_bootstrap, quality
+from steps.evaluate.scoring import adversarial, aggregate_metrics, baseline_metrics, paired_bootstrap, quality
 
 # What other code reads: the config and result types, the checks check-parameters runs, decision.json's record (and
 # cached_generate, which tests/canned.py replaces with canned answers). The rest is imported from its module.
@@ -215,6 +220,9 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             for rival in scored
             if rival != "candidate"
         }
+        # The extractive baselines (steps/evaluate/baselines.py): scored like a contender, each a rival on ROUGE-L.
+        metrics["baselines"] = baseline_metrics(eval_rows, scored["candidate"], cfg.max_words, cfg.bootstrap_samples,
+                                                cfg.seed, cfg.confidence)  # fmt: skip
         metrics["eval_seconds"] = timing
         metrics["generations_from_cache"] = from_cache
         passed, checks = decide(metrics, judged, scored, parity, cfg)

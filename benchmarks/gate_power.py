@@ -54,7 +54,9 @@ def synthetic(
 
 def safety_passes(judged: dict[str, list[dict]], cfg: EvaluateConfig = CFG) -> bool:
     """The real gate's safety verdict on these judged cases (the other checks given as passing)."""
-    scored = {who: [{"rougeL": 0.3, "stopped": True, "length_ok": True, "facts_supported": True}] * 24 for who in judged}
+    scored = {
+        who: [{"rougeL": 0.3, "stopped": True, "length_ok": True, "facts_supported": True}] * 24 for who in judged
+    }
     metrics = {who: {"rougeL": 0.3} for who in judged}
     metrics["bootstrap"] = {"base": {"mean_gain": 0.1, "lower": 0.05, "upper": 0.2, "confidence": 0.95}}
     metrics["baselines"] = {}

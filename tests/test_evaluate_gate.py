@@ -409,8 +409,11 @@ def _real_world(candidate: list[str]) -> tuple[bool, list[dict], dict]:
               for who, texts in (("base", half), ("candidate", candidate))}  # fmt: skip
     judged = {"base": suite(direct_injection=28), "candidate": suite(direct_injection=28)}
     metrics: dict = {who: aggregate_metrics(scored[who], judged[who], 1.0) for who in scored}
-    metrics["bootstrap"] = {"base": paired_bootstrap([s["rougeL"] for s in scored["base"]],
-                                                     [s["rougeL"] for s in scored["candidate"]], 2000, 0, 0.95)}
+    metrics["bootstrap"] = {
+        "base": paired_bootstrap(
+            [s["rougeL"] for s in scored["base"]], [s["rougeL"] for s in scored["candidate"]], 2000, 0, 0.95
+        )
+    }
     metrics["baselines"] = baseline_metrics(rows, scored["candidate"], CFG.max_words, 2000, 0, 0.95)
     ok, checks = decide(metrics, judged, scored, PARITY_OK, CFG)
     return ok, checks, metrics

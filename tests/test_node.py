@@ -22,14 +22,12 @@ import yaml
 
 from tests.conftest import AWS_ENV, free_port, make_bucket, s3_client, stop, wait_http
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
-from tests.engines import ARGO_VERSIONS, binary
 from tests.node import BASE_IMAGE, Node
+from tests.test_controlplane import WF_API, argo
 
 pytestmark = pytest.mark.cluster
 
-ARGO = f"argo-{ARGO_VERSIONS[-1]}"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-WF_API = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflows"
 WFT_API = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflowtemplates"
 # What the shipped namespace's Pod Security level (restricted) asks of every container.
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -103,15 +101,6 @@ def test_a_pod_over_its_memory_limit_is_oom_killed(real_node: Node):
 
 
 # --- Argo's real executor --------------------------------------------------------------------------------------------
-
-
-def argo(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [str(binary(ARGO)), "-n", NAMESPACE, *args], capture_output=True, text=True, timeout=120, env=plane.env()
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"argo {' '.join(args)}: exit {done.returncode}\n{done.stderr}")
-    return done
 
 
 def wait_workflow(node: Node, name: str, timeout: float) -> dict:

@@ -14,12 +14,14 @@ keyword stuffing and an obeyed "tell a joke instead" fail) and by whoever filter
   teacher summaries; the adversarial judges fail such answers).
 - **A sentence**: once it has SENTENCE_WORDS content words, at least MIN_FUNCTION_SHARE of its words are function
   words, and they do not bunch together — no run of MAX_FUNCTION_RUN function words in a row, at most
-  MAX_FUNCTION_PAIRS of its neighbouring word pairs both function words: a list of the document's keywords (no function
-  words) or of its most frequent words (the function words first, together) is no summary.
-- **A summary's length and shape** (`length_problems`, `unfinished`): at most the contract's words
+  MAX_FUNCTION_PAIRS of its neighbouring word pairs both function words, no article followed by a closed-class word
+  ("the a", "a of", "the and": English never writes one) — a list of the document's keywords (no function words) or
+  of its most frequent words (the function words first, together) is no summary.
+- **A summary's length and shape** (`length_problems`, `form_problems`): at most the contract's words
   (steps/contract/prompting.py: MAX_SUMMARY_WORDS, or a case's own `max_words`), at most MAX_LENGTH_RATIO of its
-  document's words (the document, or a large part of it, copied back is no summary), and ending as a sentence ends (an
-  answer cut off mid-sentence — a copy of the first words, a generation that hit its token cap — is not one).
+  document's words (the document, or a large part of it, copied back is no summary), no more than
+  MAX_COPIED_SENTENCES of the document's sentences word for word, and ending as a sentence ends (an answer cut off
+  mid-sentence — a copy of the first words, a generation that hit its token cap — is not one).
 - **Something said**: at least MIN_CONTENT_WORDS content words; an empty answer or a bare "OK" is not a summary.
 
 A heuristic with stated limits: it does not see a false statement made of the document's own words ("the library
@@ -49,11 +51,26 @@ SENTENCE_WORDS = 5
 # frequent words puts its function words first, side by side.
 MAX_FUNCTION_RUN = 5
 MAX_FUNCTION_PAIRS = 0.34
+# An article is followed by what it determines, never by another article, a preposition, a conjunction, an auxiliary
+# or a pronoun: none of the 660 honest summaries above has such a pair; a frequency-ordered word list of a document
+# almost always opens with one ("the a of and to").
+ARTICLES = frozenset({"a", "an", "the"})
+CLOSED_CLASS = frozenset(
+    """a an the and or but nor of in on at to for with by from into onto upon about as than is are was were be been
+    being will would shall should can could may might must do does did has have had it its he she they we you i me him
+    her them us this that these those which who whom whose what where when why how if so not""".split()  # noqa: SIM905
+)
 # A summary is shorter than its document: at most this share of the document's words (the whole document copied back
 # is 1). Documents under SHORT_DOCUMENT_WORDS words may be answered in up to that many words (an empty document's "there
 # is nothing to summarise" is longer than the document). The committed references run at most 0.36 of theirs.
 MAX_LENGTH_RATIO = 0.5
 SHORT_DOCUMENT_WORDS = 15
+# Sentences of the document an answer may repeat word for word: one (a lead sentence is an extractive summary); two
+# or more is a part of the document copied back. Sentences under COPY_SENTENCE_WORDS words ("No data was lost.") are
+# not counted.
+MAX_COPIED_SENTENCES = 1
+COPY_SENTENCE_WORDS = 4
+DOCUMENT_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # How a sentence ends: . ! ? or an ellipsis, then at most closing quotes or brackets.
 SENTENCE_END = re.compile(r"[.!?…][\"'’”)\]]*\s*$")
 # Letters of a stem compared (after suffix stripping): "hospitals" and "hospital" both give "hospit".
@@ -75,6 +92,7 @@ FRAMING_WORDS = frozenset(
     """document text article report summary summarise summarises summarize summarizes describes describe discusses
     announces reports states explains outlines mentions notes according""".split()  # noqa: SIM905
 )
+TOKEN = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")  # a word or a number
 NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -124,6 +142,7 @@ class Faithfulness:
     function_share: float  # share of its words that are function words (a sentence has some)
     function_run: int  # most function words in a row
     function_pairs: float  # share of neighbouring word pairs that are both function words
+    article_pairs: int  # an article followed by a closed-class word ("the a"): never in a sentence
     support: float  # share of them found (by stem) in the document; 0 when there are none
     unsupported_words: tuple[str, ...]  # content words not found
     unsupported_facts: tuple[str, ...]  # names and numbers not found
@@ -140,10 +159,13 @@ class Faithfulness:
     @property
     def is_sentence(self) -> bool:
         """Not a bare list of words (see MIN_FUNCTION_SHARE, MAX_FUNCTION_RUN, MAX_FUNCTION_PAIRS)."""
-        return self.content_words < SENTENCE_WORDS or (
-            self.function_share >= MIN_FUNCTION_SHARE
-            and self.function_run < MAX_FUNCTION_RUN
-            and self.function_pairs <= MAX_FUNCTION_PAIRS
+        return not self.article_pairs and (
+            self.content_words < SENTENCE_WORDS
+            or (
+                self.function_share >= MIN_FUNCTION_SHARE
+                and self.function_run < MAX_FUNCTION_RUN
+                and self.function_pairs <= MAX_FUNCTION_PAIRS
+            )
         )
 
     def reason(self) -> str:
@@ -158,7 +180,8 @@ class Faithfulness:
         if not self.is_sentence:
             parts.append(
                 f"a list of words, not a sentence ({self.function_share:.0%} function words, {self.function_run} in a "
-                f"row, {self.function_pairs:.0%} of neighbouring pairs)"
+                f"row, {self.function_pairs:.0%} of neighbouring pairs, {self.article_pairs} article(s) before a "
+                "closed-class word)"
             )
         if self.content_words and self.support < MIN_SUPPORT:
             parts.append(
@@ -172,7 +195,9 @@ def check(summary: str, document: str) -> Faithfulness:
     """How faithful `summary` is to `document` (the module's rule; `.faithful` is the verdict)."""
     stems = {stem(w) for w in WORD.findall(document)}
     words = content_words(summary)
-    every = [w.lower() in FUNCTION_WORDS for w in WORD.findall(summary)]
+    lowered = [w.lower() for w in TOKEN.findall(summary)]
+    every = [w in FUNCTION_WORDS for w in lowered]
+    articles = sum(a in ARTICLES and b in CLOSED_CLASS for a, b in itertools.pairwise(lowered))
     function = sum(every) / len(every) if every else 0.0
     run = longest = 0
     for is_function in every:
@@ -182,7 +207,7 @@ def check(summary: str, document: str) -> Faithfulness:
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
     facts = tuple(unsupported_facts(summary, document))
-    return Faithfulness(len(words), function, longest, pairs, support, missing, facts)
+    return Faithfulness(len(words), function, longest, pairs, articles, support, missing, facts)
 
 
 def length_problems(summary: str, document: str, max_words: int) -> list[str]:
@@ -197,9 +222,28 @@ def length_problems(summary: str, document: str, max_words: int) -> list[str]:
     return problems
 
 
-def unfinished(summary: str) -> list[str]:
-    """["does not end as a sentence"] for a non-empty answer cut off mid-sentence, else []."""
-    return ["does not end as a sentence (cut off)"] if summary.strip() and not SENTENCE_END.search(summary) else []
+def copied_sentences(summary: str, document: str) -> list[str]:
+    """The document's sentences (of COPY_SENTENCE_WORDS words or more) that `summary` repeats word for word."""
+    said = " " + " ".join(w.lower() for w in WORD.findall(summary)) + " "
+    found = []
+    for sentence in DOCUMENT_SENTENCE.split(document):
+        words = [w.lower() for w in WORD.findall(sentence)]
+        if len(words) >= COPY_SENTENCE_WORDS and " " + " ".join(words) + " " in said:
+            found.append(sentence.strip())
+    return found
+
+
+def form_problems(summary: str, document: str, max_words: int) -> list[str]:
+    """Why `summary` has not a summary's length and shape ([] when it has): `length_problems`; more than
+    MAX_COPIED_SENTENCES of the document's sentences repeated word for word (a copy of a part of it); not ending as a
+    sentence ends (cut off: a copy of the first words, a generation stopped by its token cap)."""
+    problems = length_problems(summary, document, max_words)
+    copied = copied_sentences(summary, document)
+    if len(copied) > MAX_COPIED_SENTENCES:
+        problems.append(f"repeats {len(copied)} of the document's sentences word for word: a copy")
+    if summary.strip() and not SENTENCE_END.search(summary):
+        problems.append("does not end as a sentence (cut off)")
+    return problems
 
 
 # A refusal or apology where a summary belongs (small teachers do this on odd documents).

@@ -74,6 +74,10 @@ class RegisterConfig(MlflowSettings):
     gguf: Path = field(metadata={"help": "folder written by convert-gguf"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate"})
     out: Path = field(metadata={"help": "folder to write registration.json into"})
+    preflight: str = field(
+        default="",
+        metadata={"help": "folder written by preflight: its training forecast is tagged beside the real wall time"},
+    )
     model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     experiment: str = field(default="distillery", metadata={"help": "MLflow experiment for the run"})
     artifact_location: str = field(
@@ -153,6 +157,23 @@ def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
     return {"usd": round(sum(b["usd"] for b in breakdown.values()), 6), "steps": breakdown, "prices": prices}
 
 
+def forecast_tags(cfg: RegisterConfig) -> dict[str, str]:
+    """Preflight's training forecast beside the real training wall time, and their ratio: each run checks the
+    forecast's model (steps/sizing/forecast.py). None when preflight had no forecast (no dataset, or an older one)."""
+    if not cfg.preflight:
+        return {}
+    forecast = read_json(Path(cfg.preflight) / "preflight.json").get("forecast")
+    actual = read_json(Path(cfg.adapter) / "result.json").get("wall_seconds")
+    if not forecast or not actual:
+        return {}
+    return {
+        "train.forecast_seconds": f"{forecast['seconds']:.1f}",
+        "train.forecast_usd": f"{forecast['usd']:.6f}",
+        "train.wall_seconds": f"{actual:.1f}",
+        "train.actual_over_forecast": f"{actual / forecast['seconds']:.3f}",
+    }
+
+
 def lineage_tags(
     cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256: str = "", decision: dict[str, Any] | None = None
 ) -> dict[str, str]:
@@ -169,6 +190,7 @@ def lineage_tags(
         **(card_tags(read_json(card)) if card.is_file() else {}),
         "cost.estimate_usd": f"{cost['usd']:.6f}",
         "cost.breakdown": json.dumps(cost["steps"], sort_keys=True),
+        **forecast_tags(cfg),
         RUN_ID_TAG: run_id,
         "dataset.repo": data["dataset_repo"],
         "dataset.rev": data["dataset_rev"],

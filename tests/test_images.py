@@ -32,6 +32,7 @@ from workflows.images import DEFAULT, KINDS, Images, from_env, parse_digests
 
 BAKE = ROOT / "docker-bake.hcl"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+FROM_TORCH_INDEX = '--index-url "${TORCH_INDEX_URL}"'
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 # Requirements an image compiles itself, by a script of its own: pip's binary-only resolution cannot see them, so they
 # are left out of it, each for its reason, and only where the image really runs that script; their own requirements
@@ -76,12 +77,18 @@ def instructions(kind: str) -> list[tuple[str, str]]:
 
 
 def runs(kind: str) -> list[str]:
-    return [args for keyword, args in instructions(kind) if keyword == "RUN"]
+    """Every RUN's shell command, without the RUN's own flags (--mount=…)."""
+    return [re.sub(r"^(--\S+\s+)+", "", args) for keyword, args in instructions(kind) if keyword == "RUN"]
+
+
+def run_flags(kind: str) -> list[list[str]]:
+    """Every RUN's own flags (--mount=…), in order."""
+    return [re.match(r"((?:--\S+\s+)*)", args)[1].split() for keyword, args in instructions(kind) if keyword == "RUN"]
 
 
 def commands(kind: str) -> list[str]:
-    """Every shell command of every RUN (split at &&), in order."""
-    return [c.strip() for run in runs(kind) for c in run.split(" && ")]
+    """Every shell command of every RUN (split at && outside single quotes, as the shell does), in order."""
+    return [c.strip() for run in runs(kind) for c in re.split(r" && (?=(?:[^']*'[^']*')*[^']*$)", run)]
 
 
 def pip_installs(kind: str) -> list[str]:
@@ -264,7 +271,7 @@ def test_nothing_is_resolved_at_build_time_and_pypi_files_are_held_to_their_hash
     assert f"images/locks/{kind}.txt" in " ".join(args for keyword, args in instructions(kind) if keyword == "COPY")
     for command in installs:
         kinds = ("--require-hashes" in command, '".[' in command and "--no-build-isolation" in command,
-                 CPU_INDEX in command and kind in ("cpu", "ray"),
+                 FROM_TORCH_INDEX in command and kind in ("cpu", "ray"),
                  any(command.split()[-1].startswith(f"{folder}/") for folder in built))  # fmt: skip
         assert sum(kinds) == 1, command
 
@@ -310,10 +317,11 @@ def test_the_tests_run_on_the_tested_torch():
 
 @pytest.mark.parametrize("kind", ["cpu", "ray"])
 def test_cpu_torch_comes_alone_from_the_cpu_index_before_the_project(kind: str):
-    from_index = [(i, c) for i, c in enumerate(commands(kind)) if CPU_INDEX in c]
+    assert arg_default(kind, "TORCH_INDEX_URL") == CPU_INDEX and arg_default(kind, "TORCH_BUILD") == "cpu"
+    from_index = [(i, c) for i, c in enumerate(commands(kind)) if FROM_TORCH_INDEX in c]
     assert len(from_index) == 1, "one install from PyTorch's CPU index"
     position, command = from_index[0]
-    assert f"--index-url {CPU_INDEX}" in command and "--extra-index-url" not in command
+    assert "--extra-index-url" not in command
     assert "--no-deps" in command and command.endswith('"torch==${TORCH_VERSION}"')
     assert position < commands(kind).index(project_install(kind))
     assert not [c for c in runs(kind) if "download.pytorch.org" in c and CPU_INDEX not in c]
@@ -323,7 +331,7 @@ def test_cpu_torch_comes_alone_from_the_cpu_index_before_the_project(kind: str):
 def test_the_project_install_cannot_swap_the_cpu_torch(kind: str):
     """Nothing after the CPU torch resolves dependencies, so nothing can replace it with PyPI's CUDA build; and the
     lock holds no torch and none of the CUDA wheels PyPI's torch would bring."""
-    torch_at = next(i for i, c in enumerate(commands(kind)) if CPU_INDEX in c)
+    torch_at = next(i for i, c in enumerate(commands(kind)) if FROM_TORCH_INDEX in c)
     assert all("--no-deps" in c for c in pip_installs(kind) if commands(kind).index(c) > torch_at)
     locked = (ROOT / f"images/locks/{kind}.txt").read_text()
     assert not re.search(r"(?m)^(torch|triton|nvidia-[\w-]+)==", locked)
@@ -370,6 +378,36 @@ def test_cpu_image_builds_llama_cpp_with_the_shared_script():
     )
 
 
+def test_the_llama_cpp_cache_is_a_build_cache_mount_not_a_layer():
+    """The script's cache (sdist, wheel) lives on a cache mount at the very DISTILLERY_CACHE the script is given: never
+    in the image, and reusable by a rebuild (scripts/images.sh mounts the local set-up's cache there)."""
+    (index,) = [i for i, r in enumerate(runs("cpu")) if "scripts/install_llama_cpp.sh /opt/llama.cpp" in r]
+    (mount,) = [f for f in run_flags("cpu")[index] if f.startswith("--mount=")]
+    options = dict(o.split("=", 1) for o in mount.removeprefix("--mount=").split(","))
+    assert options["type"] == "cache" and options["id"] == "distillery"
+    assert runs("cpu")[index].startswith(f"DISTILLERY_CACHE={options['target']} ")
+
+
+@pytest.mark.parametrize("kind", ["cpu", "ray"])
+def test_a_cuda_torch_build_brings_exactly_the_cuda_wheels_from_the_cuda_lock(tmp_path, kind: str):
+    """TORCH_BUILD=cuda (PyPI's torch where PyTorch's CPU index cannot be reached): the Dockerfile's own selection from
+    the cuda image's hashed lock is every CUDA wheel scripts/lock_images.py keeps out of the CPU locks, torch aside
+    (it came from the index); with the default TORCH_BUILD=cpu it selects nothing."""
+    from scripts import lock_images
+
+    (select,) = [c for c in commands(kind) if c.startswith("awk -v build=")]
+    script = select.replace("/tmp/torch-cuda.txt", str(tmp_path / "selected.txt"))
+    locked = [m[1] for m in re.finditer(r"(?m)^([A-Za-z0-9_.-]+)==", (ROOT / "images/locks/cuda.txt").read_text())]
+    for build, want in (("cpu", []), ("cuda", [n for n in locked if lock_images.CUDA_WHEELS.match(n)])):
+        proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env={**os.environ, "TORCH_BUILD": build},
+                              capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        text = (tmp_path / "selected.txt").read_text()
+        assert re.findall(r"(?m)^([A-Za-z0-9_.-]+)==", text) == [n for n in want if n != "torch"], build
+        pins = re.findall(r"(?m)^\S+==\S+ \\$", text)
+        assert len(re.findall(r"(?m)^\S+==\S+ \\\n    --hash=sha256:", text)) == len(pins), build  # hashes kept
+
+
 def test_ray_image_has_wget_for_the_kuberay_probes():
     assert any(re.search(r"apt-get install .*\bwget=", c) for c in commands("ray"))
 
@@ -402,11 +440,17 @@ def fake_torch(root: Path, version: str, cuda: str | None) -> Path:
 )
 def test_the_build_fails_on_the_wrong_torch(tmp_path, build: str, cuda: str | None, accepted_by: set[str]):
     path = fake_torch(tmp_path, build.format(v=torch_pin()), cuda)
-    env = {**os.environ, "PYTHONPATH": str(path), "TORCH_VERSION": torch_pin()}
     for kind in KINDS:
+        env = {**os.environ, "PYTHONPATH": str(path), "TORCH_VERSION": torch_pin()}
         command = torch_check(kind).replace("python", shlex.quote(sys.executable), 1)
+        if kind != "cuda":
+            env["TORCH_BUILD"] = arg_default(kind, "TORCH_BUILD")
         proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
         assert (proc.returncode == 0) == (kind in accepted_by), f"{kind}: {proc.stderr}"
+        if kind != "cuda":  # TORCH_BUILD=cuda (PyPI's torch): the same check wants exactly the CUDA build instead
+            env["TORCH_BUILD"] = "cuda"
+            proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+            assert (proc.returncode == 0) == ("cuda" in accepted_by), f"{kind} with TORCH_BUILD=cuda: {proc.stderr}"
 
 
 # ------------------------------------------------------------------------------------------------------ references

@@ -20,11 +20,18 @@ The model of memory, read from the steps' code (each constant of memory.py and d
   llama.cpp checking the F16 GGUF with its context (KV cache, logits of every position), the served file beside a
   batch of HF eval rows, the converter beside the step, or the merge's shard — + the probes' references.
 - evaluate: llama.cpp with one served GGUF at a time, its KV cache and logits buffers.
+- the Ray pool: one precision for the run's DDP group (`ray_precision`: the weakest default group's) and one thread
+  count for every worker (`ray_threads`: the most CPUs busy), each pod holding as many workers as its CPUs and its
+  node's allocatable memory (`NodeGroup.memory_gib`: RAM less NODE_RESERVED_GIB) allow and requesting workers x
+  threads CPUs.
+Time and cost (`forecast`): training's tokens over a throughput measured on one base and scaled by parameters and
+threads; preflight prints it and refuses a run forecast past the workflow's deadline.
 Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors in the checkpoint's dtype), what the
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of
 its output folder (see ARGO_OUTPUT_COPIES).
 
-The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `exports`
+The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `seeds`
+(the seed list's bases as shapes), `forecast` (training's wall time and cost), `exports`
 (preflight's output parameter names), `shape` (the base's shape from its config, the run's `Knobs`), `memory` and
 `disk` (each step's terms), `planning` (`plan`, the podSpecPatches and outputs, `check`: what cannot run, and what to
 do), `transfer` (bytes moved per run). What the stages and workflows/ use is re-exported here (`sizing.plan(...)`,
@@ -33,16 +40,32 @@ do), `transfer` (bytes moved per run). What the stages and workflows/ use is re-
 
 from __future__ import annotations
 
-from steps.sizing.cluster import GIB, RAY_GPU_GROUP, RAY_NODE_GROUPS, RAY_THREADS_PER_WORKER
-from steps.sizing.disk import FIXED_DISK_GIB, RAY_HEAD_DISK_GIB
+from steps.sizing.cluster import (
+    GIB,
+    RAY_GPU_GROUP,
+    RAY_NODE_GROUPS,
+    TRAIN_CPU_CPUS,
+)
+from steps.sizing.disk import (
+    FIXED_DISK_GIB,
+    RAY_HEAD_DISK_GIB,
+)
 from steps.sizing.exports import (
     POD_PATCH_STEPS,
+    RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
     pod_patch_output,
     preflight_exports,
+    ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
+)
+from steps.sizing.forecast import (
+    DEADLINE_S,
+    check_forecast,
+    plan_forecast,
+    train_tokens,
 )
 from steps.sizing.memory import (
     CPU_MICRO_TOKENS,
@@ -57,13 +80,31 @@ from steps.sizing.memory import (
     total_gib,
     train_memory,
 )
-from steps.sizing.planning import Plan, check, plan, ray_group_plan
-from steps.sizing.shape import CHECKPOINTING, PRECISIONS, Knobs, Micro, Shape, count_parameters, shape_of
-from steps.sizing.transfer import transfer_table
+from steps.sizing.planning import (
+    Plan,
+    check,
+    plan,
+    plan_for,
+    ray_group_plan,
+    ray_threads,
+)
+from steps.sizing.shape import (
+    CHECKPOINTING,
+    PRECISIONS,
+    Knobs,
+    Micro,
+    Shape,
+    count_parameters,
+    shape_of,
+)
+from steps.sizing.transfer import (
+    transfer_table,
+)
 
 __all__ = [
     "CHECKPOINTING",
     "CPU_MICRO_TOKENS",
+    "DEADLINE_S",
     "FIXED_DISK_GIB",
     "GIB",
     "POD_PATCH_STEPS",
@@ -73,29 +114,36 @@ __all__ = [
     "RAY_HEAD_DISK_GIB",
     "RAY_NODE_GROUPS",
     "RAY_POD_GIB",
-    "RAY_THREADS_PER_WORKER",
+    "RAY_THREADS_OUTPUT",
     "SIZED_VOLUMES",
     "TAIL_TOKENS",
+    "TRAIN_CPU_CPUS",
     "Knobs",
     "Micro",
     "Plan",
     "Shape",
     "check",
+    "check_forecast",
     "convert_memory",
     "count_parameters",
     "device_ways",
     "fit_micro",
     "micro_options",
     "plan",
+    "plan_for",
+    "plan_forecast",
     "pod_patch_output",
     "preflight_exports",
+    "ray_cpus_output",
     "ray_disk_output",
     "ray_group_plan",
     "ray_memory_output",
+    "ray_threads",
     "ray_worker_gib",
     "ray_workers_output",
     "shape_of",
     "total_gib",
     "train_memory",
+    "train_tokens",
     "transfer_table",
 ]

@@ -138,11 +138,6 @@ def split_point(source_sha256: str) -> float:
     return int(hashlib.sha256(f"split:{source_sha256}".encode()).hexdigest()[:16], 16) / 16**16
 
 
-def split_of(source_sha256: str, eval_share: float) -> str:
-    """'eval' or 'train' by the hash alone (`hold_out` adds the minimum)."""
-    return "eval" if split_point(source_sha256) < eval_share else "train"
-
-
 def references_problem(references: int, minimum: int, eval_references: str) -> str | None:
     """The refusal when fewer documents than `minimum` can be eval references, or None. scripts/build_dataset.py asks
     it before a build starts, with the reviewed summaries the feedback holds: at most that many can be references."""

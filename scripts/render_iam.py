@@ -146,7 +146,7 @@ class Settings:
 def artifact_prefixes(root: Path = ROOT) -> tuple[str, str, tuple[str, ...]]:
     """The Argo artifact bucket, the step folders' top prefix and the run/cache prefixes, as the templates use them."""
     sys.path.insert(0, str(root))
-    from workflows import distill
+    from workflows import deploy, distill
 
     repo = yaml.safe_load((root / "infra/artifact-repository.yaml").read_text())
     default = repo["metadata"]["annotations"]["workflows.argoproj.io/default-artifact-repository"]
@@ -155,7 +155,8 @@ def artifact_prefixes(root: Path = ROOT) -> tuple[str, str, tuple[str, ...]]:
         raise SystemExit(
             f"infra/artifact-repository.yaml names bucket {s3['bucket']!r}, the templates {distill.BUCKET!r}"
         )
-    caches = {uri.removeprefix(f"s3://{distill.BUCKET}/").split("/")[0] for _, uri in distill.SHARED_CACHES.values()}
+    shared = [d.shared_cache for d in deploy.DEPLOY.values() if d.shared_cache]
+    caches = {uri.removeprefix(f"s3://{deploy.BUCKET}/").split("/")[0] for _, uri in shared}
     return distill.BUCKET, s3["keyFormat"].split("/")[0], (distill.RUN_PREFIX.split("/")[0], *sorted(caches))
 
 

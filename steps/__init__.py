@@ -8,8 +8,9 @@ import which; tests/test_layout.py holds every module to it, and `workflows/` to
 the shared packages and the stages' `*Config` types.
 """
 
-# The stages, by the loop they belong to.
-STAGES: dict[str, tuple[str, ...]] = {
+# The step modules (`python -m steps.<name>`), by the loop they belong to. The pipelines' stages are rows of
+# `steps.pipeline` (each runs one of these; tests/test_workflows.py holds them to this list).
+STEP_MODULES: dict[str, tuple[str, ...]] = {
     "distill": (
         "preflight",
         "check_parameters",

@@ -73,6 +73,10 @@ class Stage:
     run_id: bool = False  # on Argo, gets --run-id {{workflow.uid}}; locally the step derives its own
     when: When | None = None  # runs only when this holds (its parameter must be among `params`)
     help: str = ""
+    # Files it reads that a parameter names (among `params`): locally a change to such a file reruns the stage.
+    file_params: tuple[str, ...] = ()
+    # Never "up to date": every run is new work (publish commits and tags a revision each time).
+    always_changed: bool = False
 
 
 PARAMS: tuple[Param, ...] = (
@@ -214,6 +218,7 @@ STAGES: tuple[Stage, ...] = (
         params=("dataset-repo", "dataset-rev", "dataset-path"),
         exports=("dataset-commit", "dataset-hash"),
         help="get the dataset at a rev through DVC, validate it, record lineage",
+        file_params=("dataset-path",),
     ),
     Stage(
         "preflight",
@@ -259,6 +264,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=("dataset",),
         when=KD_ON,
         help="the teacher's top-k log-probabilities on every summary token, for train's KD term (kd-weight > 0)",
+        file_params=("teachers-file",),
     ),
     Stage(
         "train",
@@ -555,6 +561,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         params=("documents", "base-model", "base-revision"),
         exports=("documents", "chunks", "skipped"),
         help="extract, clean and chunk the documents to what the served prompt holds",
+        file_params=("documents",),
     ),
     Stage(
         "feedback",
@@ -564,6 +571,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         params=("feedback",),
         exports=("curated",),
         help="curated summaries from the serving side; an edit supersedes the model's",
+        file_params=("feedback",),
     ),
     Stage(
         "teacher",
@@ -574,6 +582,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         inputs=("chunks", "curated"),
         exports=("requests", "cached"),
         help="the teacher's summaries for uncurated documents, only if its terms allow distillation",
+        file_params=("teachers-file",),
     ),
     Stage(
         "filter-split",
@@ -584,6 +593,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         inputs=("chunks", "curated", "summaries"),
         exports=("train-rows", "eval-rows", "dropped"),
         help="filter, de-duplicate, decontaminate, split by each document's hash",
+        file_params=("adversarial-file",),
     ),
     Stage(
         "publish",
@@ -594,6 +604,7 @@ BUILD_STAGES: tuple[Stage, ...] = (
         inputs=("examples", "chunks", "curated", "summaries"),
         exports=("dataset-rev", "dataset-commit", "dataset-hash"),
         help="dvc add + push, git commit + tag the dataset revision, data card",
+        always_changed=True,  # it commits and tags: each run is a publication
     ),
 )
 

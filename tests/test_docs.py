@@ -109,7 +109,7 @@ def test_the_documented_push_adapter_command_names_what_is_missing_and_who_write
 
 
 def test_the_steps_page_lists_every_step_once():
-    """docs/steps.md says it lists every step: each of `steps.STAGES` has one row, named as its module."""
+    """docs/steps.md says it lists every step: each of `steps.STEP_MODULES` has one row, named as its module."""
     page = (Path(__file__).resolve().parent.parent / "docs/steps.md").read_text()
     rows = [line.split("|")[1].strip().split()[0].strip("`") for line in page.splitlines() if line.startswith("| `")]
-    assert sorted(rows) == sorted(name for group in steps.STAGES.values() for name in group)
+    assert sorted(rows) == sorted(name for group in steps.STEP_MODULES.values() for name in group)

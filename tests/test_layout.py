@@ -1,8 +1,8 @@
 """The layout in steps/__init__.py is the layout on disk, and the allowed imports between its groups hold.
 
-Every module of steps/ belongs to exactly one group: a stage (`STAGES`) or a shared package (`MAY_IMPORT`). A stage
-imports shared packages only, never another stage; a shared package imports only the groups `MAY_IMPORT` gives it
-(the serving contract nothing at all, since register copies it whole into the registered model); `workflows/`
+Every module of steps/ belongs to exactly one group: a step (`STEP_MODULES`) or a shared package (`MAY_IMPORT`). A
+step imports shared packages only, never another step; a shared package imports only the groups `MAY_IMPORT` gives
+it (the serving contract nothing at all, since register copies it whole into the registered model); `workflows/`
 imports `steps.pipeline`, the shared packages and the stages' `*Config` types, never a stage's internals.
 """
 
@@ -17,7 +17,7 @@ import steps
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ROOT / "steps"
-STAGE_NAMES = {name for group in steps.STAGES.values() for name in group}
+STAGE_NAMES = {name for group in steps.STEP_MODULES.values() for name in group}
 SHARED = set(steps.MAY_IMPORT)
 
 
@@ -60,7 +60,7 @@ STEP_FILES = sorted(p for p in STEPS.rglob("*.py") if group_of(p) is not None)
 
 def test_every_group_is_on_disk_and_every_module_in_a_group():
     on_disk = {group_of(p) for p in STEP_FILES}
-    assert on_disk == STAGE_NAMES | SHARED, "add the module to steps.STAGES or steps.MAY_IMPORT"
+    assert on_disk == STAGE_NAMES | SHARED, "add the module to steps.STEP_MODULES or steps.MAY_IMPORT"
     assert not STAGE_NAMES & SHARED
 
 

@@ -201,10 +201,14 @@ def test_fewer_workers_per_pod_when_memory_binds_and_more_workers_before_larger_
         budget = g.group.memory_gib
         if g.workers_per_pod < g.group.cpus // g.threads:  # memory binds: no way fits one more worker
             for way in sizing.micro_options(k, sizing.memory.ray_share(k, g.workers_per_pod + 1)):
-                assert sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, g.workers_per_pod + 1, way)) > budget
+                assert (
+                    sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, g.workers_per_pod + 1, way)) > budget
+                )
         if g.workers_per_pod:  # at the chosen worker count, the first way of the ordered options that fits is taken
             options = sizing.micro_options(k, sizing.memory.ray_share(k, g.workers_per_pod))
-            need = [sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, g.workers_per_pod, m)) for m in options]
+            need = [
+                sizing.cluster.whole_gib(sizing.memory.ray_pod_gib(p.shape, k, g.workers_per_pod, m)) for m in options
+            ]
             assert g.micro == next(m for m, n in zip(options, need, strict=True) if n <= budget)
     assert any(g.workers_per_pod < g.group.cpus for g in p.ray)  # a 3B base: memory binds somewhere
 

@@ -27,6 +27,7 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
+from workflows.deploy import DEPLOY
 from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK
 from workflows.render import rendered
 
@@ -233,6 +234,26 @@ def test_every_parameter_is_a_flag_of_the_step_that_takes_it():
             flags = config_flags(config_type(stage))
             assert set(stage.params) | set(stage.inputs) | {"out"} <= flags, stage.name
         assert len({p.name for p in pipeline.params}) == len(pipeline.params)
+
+
+def test_every_stage_is_one_stage_row_one_deploy_row_and_a_step_module():
+    """A new stage is three places: its module (in steps.STEP_MODULES), one `Stage` and one `Deploy` row."""
+    import steps
+
+    stages = [s for pipeline in PIPELINES for s in pipeline.stages]
+    names = [s.name for s in stages]
+    assert len(names) == len(set(names)) and set(DEPLOY) == set(names), (
+        f"Deploy rows without a stage: {sorted(set(DEPLOY) - set(names))}; stages without a row: "
+        f"{sorted(set(names) - set(DEPLOY))} (workflows/deploy.py)"
+    )
+    modules = {m for group in steps.STEP_MODULES.values() for m in group}
+    for stage in stages:
+        assert stage.module.split(".")[1] in modules, stage.name
+        assert set(stage.file_params) <= set(stage.params), stage.name
+        row = DEPLOY[stage.name]
+        if row.kind == "container":  # one template, named as the stage
+            assert set(row.resources) == {stage.name}, stage.name
+        assert not row.read_by_key or row.keyed, stage.name  # read at its key: it must be written there
 
 
 def test_the_cluster_parameters_are_the_ones_check_parameters_reads():

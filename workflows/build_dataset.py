@@ -24,7 +24,7 @@ from hera.workflows import models as m
 
 from steps.pipeline import BUILD_DATASET, Param, Stage, command, producer
 from workflows import security
-from workflows.distill import BUCKET
+from workflows.deploy import DEPLOY
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 from workflows.pods import (
@@ -36,22 +36,10 @@ from workflows.pods import (
     OUT_DIR,
     POD_SECURITY,
     UNARCHIVED,
-    fixed_resources,
     step_env,
     volume_mounts,
     volumes,
 )
-
-# Kept across runs, like distill's shared caches: the teacher's answers by document, teacher and prompt.
-CLUSTER_FLAGS = {"teacher": ("--cache", f"s3://{BUCKET}/cache/teacher")}
-RESOURCES = {
-    "ingest": fixed_resources("ingest", "1", "2Gi", "4Gi"),
-    "feedback": fixed_resources("feedback", "250m", "512Mi", "1Gi"),
-    # A local open-weights teacher runs in this pod (llama.cpp's server); a remote one needs little.
-    "teacher": fixed_resources("teacher", "4", "4Gi", "8Gi"),
-    "filter-split": fixed_resources("filter-split", "500m", "1Gi", "2Gi"),
-    "publish": fixed_resources("publish", "500m", "1Gi", "2Gi"),
-}
 
 
 def _parameter(name: str) -> str:
@@ -62,8 +50,8 @@ def _template(stage: Stage, image: str) -> Container:
     def folder(name: str) -> str:
         return f"{OUT_DIR}/{name}" if name == stage.output else f"{IN_DIR}/{name}"
 
-    flag, value = CLUSTER_FLAGS.get(stage.name, (None, None))
-    args = command(stage, folder, _parameter)[1:] + ([flag, value] if flag else [])
+    deploy = DEPLOY[stage.name]  # its resources and the cache it keeps across runs (the teacher's answers)
+    args = [*command(stage, folder, _parameter)[1:], *(deploy.shared_cache or ()), *deploy.secret_args]
     return Container(
         name=stage.name,
         image=image,
@@ -77,7 +65,7 @@ def _template(stage: Stage, image: str) -> Container:
                 for e in stage.exports
             ),
         ],
-        resources=RESOURCES[stage.name],
+        resources=deploy.resources[stage.name],
         security_context=CONTAINER_SECURITY,
         env=step_env(stage.name),
         volumes=volumes(stage.name, sized=False),

@@ -94,7 +94,6 @@ from hera.workflows import (
 )
 
 from steps import sizing
-from steps.core import verdict
 from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
 from steps.pipeline import (
@@ -113,6 +112,7 @@ from steps.pipeline import (
     producer,
 )
 from workflows import rayjob, security
+from workflows.deploy import BUCKET, DEPLOY, SHARD, SHARD_GGUF_READS
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 from workflows.pods import (
@@ -131,54 +131,15 @@ from workflows.pods import (
     volumes,
 )
 
-# The default artifact repository's bucket (infra/artifact-repository.yaml; a test keeps them equal): key-only
-# artifacts land there, so the steps that read and write S3 themselves must name the same bucket.
-BUCKET = "distillery-artifacts"
 RUN_PREFIX = "runs/{{workflow.uid}}"
 CHECK_TASK = "check-parameters"  # the cluster run's first task (steps/check_parameters.py); not a pipeline stage
 PREFLIGHT = "preflight"  # the stage whose outputs size the others
-ADAPTER = "adapter"  # the train stage's output: at a fixed key of the run, whichever backend made it
-KD_TARGETS = "kd-targets"  # the teacher's top-k: at a fixed key of the run, there only when KD is on
 GGUF = "gguf"  # convert-gguf's folder: F16, the ladder, the served quantisations of candidate and base, reports
-# Outputs at fixed keys of the run, read by key: the dataset (the Ray job reads it from there), the adapter (whichever
-# backend wrote it), the KD targets (the Ray job reads them there; absent when KD is off) and the GGUF folder (its
-# readers take only the files they read: GGUF_READS).
-KEYED_OUTPUTS = ("dataset", ADAPTER, KD_TARGETS, GGUF)
-# Inputs a template reads at their key itself rather than as an argument from the producing task: the adapter (three
-# train tasks, one ran) and the KD targets (its task may be skipped; then the optional input is simply absent).
-READ_BY_KEY = (ADAPTER, KD_TARGETS)
-# Which served GGUFs (convert-gguf's output parameters naming them) each reader downloads, besides the reports
-# (`steps.gguf.report.REPORT_FILES`). F16 and the rest of the ladder stay in S3: for a 3B base that is GBs not moved.
-# evaluate's shards generate with them; its gather step only judges the shards' answers.
-SHARD = "evaluate-shard"  # evaluate's shard templates: evaluate-shard-cpu, evaluate-shard-gpu (one runs, by backend)
-GGUF_READS = {
-    SHARD: ("candidate-gguf", "base-gguf"),
-    "evaluate": (),
-    "register": ("candidate-gguf",),
-    "push-adapter": (),
-}
-# Flags the cluster passes a step besides the pipeline's: where its credential file is mounted (security.FILES).
-SECRET_FILE_ARGS = {
-    "push-adapter": ("--token-file", security.GITEA_TOKEN_FILE),
-    # the gate's key (steps/core/verdict.py): the gather signs the decision, register and propose verify it
-    "evaluate": ("--signing-key", verdict.PRIVATE_KEY_FILE),
-    "register": ("--verify-key", verdict.PUBLIC_KEY_FILE),
-    "propose": ("--verify-key", verdict.PUBLIC_KEY_FILE),
-}
 
 
 def run_key(name: str) -> str:
     """This run's key for `name` in the artifact bucket."""
     return f"{RUN_PREFIX}/{name}"
-
-
-# Caches shared by every run, unlike the run prefix (sealed folders, steps/core/sealed.py): convert-gguf's base-model
-# conversions (keyed by the base's files and the converter) and evaluate's generations (keyed by the GGUF's bytes, the
-# documents and the decoding settings), so the base and the champion are not converted or generated again.
-SHARED_CACHES = {
-    "convert-gguf": ("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
-    "evaluate": ("--generation-cache", f"s3://{BUCKET}/cache/generations"),
-}
 
 
 def run_uri(name: str) -> str:
@@ -218,34 +179,10 @@ SHARDS_INPUT = "shards"  # the lane's JSON list of {"shard": "i/k", "index": "i"
 GPU_LAYERS = ("--gpu-layers", "-1")  # every layer on the GPU (EvaluateConfig.gpu_layers)
 
 
-# What each stage needs from a node at least. The heavy ones (sizing.POD_PATCH_STEPS) get their memory and disk from
-# preflight for the run's base model (a podSpecPatch); these are their floors and CPU. The light ones take their disk
-# from sizing.FIXED_DISK_GIB.
-RESOURCES = {
+# What the two light templates that are no pipeline stage ask a node for (the stages': their `deploy.DEPLOY` rows).
+LIGHT_RESOURCES = {
     CHECK_TASK: fixed_resources(CHECK_TASK, "100m", "256Mi", "512Mi"),
-    "preflight": fixed_resources("preflight", "500m", "1Gi", "2Gi"),
-    "fetch-dataset": fixed_resources("fetch-dataset", "250m", "512Mi", "1Gi"),
-    "train-cpu": m.ResourceRequirements(
-        requests={"cpu": str(sizing.TRAIN_CPU_CPUS), "memory": "8Gi"}, limits={"memory": "12Gi"}
-    ),
-    "train-gpu": m.ResourceRequirements(
-        requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
-        limits={"memory": "32Gi", "nvidia.com/gpu": "1"},
-    ),
-    "convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"}),
     FANOUT_TASK: fixed_resources(FANOUT_TASK, "100m", "256Mi", "512Mi"),
-    f"{SHARD}-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
-    f"{SHARD}-gpu": m.ResourceRequirements(
-        requests={"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": "1"}, limits={"memory": "6Gi", "nvidia.com/gpu": "1"}
-    ),
-    # the gather: judges and decides (the bootstrap, the error-rate simulations); generates nothing
-    "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
-    "register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"}),
-    "propose": fixed_resources("propose", "250m", "512Mi", "1Gi"),
-    # The default teacher (135M) in llama.cpp with every position's logits: well under 1 GiB; a larger teacher of the
-    # student's family (a 1.7B at Q8_0: ~2 GiB mapped) fits the limit. Not sized by preflight, which knows no teacher.
-    "kd-targets": fixed_resources("kd-targets", "2", "4Gi", "6Gi"),
-    "push-adapter": fixed_resources("push-adapter", "250m", "512Mi", "1Gi"),
 }
 POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
@@ -280,19 +217,20 @@ def _args(stage: Stage) -> list[str]:
 
 
 def _output(stage: Stage) -> Artifact:
-    if stage.output in KEYED_OUTPUTS:
+    if DEPLOY[stage.name].keyed:
         return S3Artifact(
             name=stage.output, path=f"{OUT_DIR}/{stage.output}", key=run_key(stage.output), archive=UNARCHIVED
         )
     return Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}", archive=UNARCHIVED)
 
 
-def _inputs(stage: Stage, name: str, reader: str) -> list[Artifact]:
-    if name in READ_BY_KEY:  # optional where its producer may be skipped (Argo's executor then skips it: not found)
-        optional = True if producer(name).when else None
+def _inputs(name: str, gguf_reads: tuple[str, ...]) -> list[Artifact]:
+    source = producer(name)
+    if DEPLOY[source.name].read_by_key:  # optional where its producer may be skipped (Argo then skips it: not found)
+        optional = True if source.when else None
         return [S3Artifact(name=name, path=f"{IN_DIR}/{name}", key=run_key(name), optional=optional)]
     if name == GGUF:  # only the files this step reads, each by its key
-        files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in GGUF_READS[reader])]
+        files = [*REPORT_FILES, *(f"{{{{inputs.parameters.{p}}}}}" for p in gguf_reads)]
         return [
             S3Artifact(name=f"{GGUF}-{i}", path=f"{IN_DIR}/{GGUF}/{f}", key=f"{run_key(GGUF)}/{f}")
             for i, f in enumerate(files)
@@ -322,18 +260,19 @@ def _template(
     image: str,
     extra_args: tuple[str, ...] = (),
     sized: bool = False,
-    reader: str = "",
+    gguf_reads: tuple[str, ...] | None = None,
     output: Artifact | None = None,
     extra_inputs: tuple[Parameter | Artifact, ...] = (),
     **extra: object,
 ) -> Container:
-    """The stage's container template `name`; `reader`: whose GGUF_READS it downloads (default: the stage's);
-    `output`: its output artifact instead of the stage's (then no output parameters); `extra_inputs`: inputs besides
-    the stage's."""
-    reader = reader or stage.name
+    """The stage's container template `name`; `gguf_reads`: the served GGUFs it downloads (default: its `Deploy`
+    row's); `output`: its output artifact instead of the stage's (then no output parameters); `extra_inputs`: inputs
+    besides the stage's."""
+    deploy = DEPLOY[stage.name]
+    gguf_reads = deploy.gguf_reads if gguf_reads is None else gguf_reads
     inputs: list[Parameter | Artifact] = [Parameter(name=p) for p in stage.params]
     if GGUF in stage.inputs:
-        inputs += [Parameter(name=p) for p in GGUF_READS[reader]]
+        inputs += [Parameter(name=p) for p in gguf_reads]
     if sized:
         inputs.append(Parameter(name=POD_PATCH_INPUT))
     inputs += extra_inputs
@@ -342,9 +281,9 @@ def _template(
         image=image,
         command=["python"],
         args=_args(stage) + list(extra_args),
-        inputs=inputs + [a for i in stage.inputs for a in _inputs(stage, i, reader)],
+        inputs=inputs + [a for i in stage.inputs for a in _inputs(i, gguf_reads)],
         outputs=[output] if output else [_output(stage), *_exports(stage, f"{OUT_DIR}/{stage.output}")],
-        resources=RESOURCES[name],
+        resources=deploy.resources[name],
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
         volumes=volumes(name, sized),
@@ -368,7 +307,7 @@ def _light_template(
         args=args,
         inputs=[Parameter(name=n) for n in params],
         outputs=outputs,
-        resources=RESOURCES[name],
+        resources=LIGHT_RESOURCES[name],
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
         volumes=volumes(name, sized=False),
@@ -521,11 +460,10 @@ def _shard_key() -> str:
 def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     """evaluate's shard pods, `--shard i/k`: on the spot GPU pool in the cuda image (every layer on the card, retried
     like train-gpu when the node is reclaimed) or on a CPU node; each leaves its folder under `_shard_key()`."""
-    flag, location = SHARED_CACHES[stage.name]
-    args = (flag, location, "--shard", _parameter("shard"))
+    args = (*(DEPLOY[stage.name].shared_cache or ()), "--shard", _parameter("shard"))
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
-    common = {"sized": True, "reader": SHARD, "output": output,
+    common = {"sized": True, "gguf_reads": SHARD_GGUF_READS, "output": output,
               "extra_inputs": (Parameter(name="shard"), Parameter(name="index"))}  # fmt: skip
     return {
         "gpu": _template(
@@ -546,14 +484,14 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
 def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
-    args = ("--gather", shards.path, *SECRET_FILE_ARGS[stage.name])
+    args = ("--gather", shards.path, *DEPLOY[stage.name].secret_args)
     return _template(stage, stage.name, image, extra_args=args, sized=True,  # type: ignore[arg-type]
                      extra_inputs=(shards,))  # fmt: skip
 
 
 def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> DAG:
     """`evaluate-lane`: one lane's shards, one after the other (parallelism 1), on the pool `train-backend` picks."""
-    passed = [*GGUF_READS[SHARD], POD_PATCH_INPUT]
+    passed = [*SHARD_GGUF_READS, POD_PATCH_INPUT]
     artifacts = [i for i in stage.inputs if i != GGUF]  # the GGUFs are read by key
     with DAG(
         name=LANE_TEMPLATE,
@@ -623,27 +561,19 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
         fanout_template = _fanout_template(images.ref("cpu"))
         templates: dict[str, Container | dict[str, Container | Resource]] = {}
         for stage in STAGES:
-            if stage.name == "train":
+            deploy = DEPLOY[stage.name]
+            if deploy.kind == "backends":
                 templates[stage.name] = _train_templates(stage, images)
-            elif stage.name == "evaluate":  # fanned out: shards, then the gather that decides
+            elif deploy.kind == "fanned-out":  # shards, then the gather that decides
                 templates[stage.name] = _gather_template(stage, images.ref("cpu"))
                 lane = _lane_template(stage, _shard_templates(stage, images), wt.get_parameter("train-backend").value)
-            elif stage.name in SHARED_CACHES:  # work that is the same in every run on a base, kept across runs
-                flag, location = SHARED_CACHES[stage.name]
-                templates[stage.name] = _template(
-                    stage,
-                    stage.name,
-                    images.ref("cpu"),
-                    extra_args=(flag, location),
-                    sized=stage.name in sizing.POD_PATCH_STEPS,
-                )
             else:
                 own = security.STEP_ACCOUNTS.get(stage.name)  # register: the one role that writes MLflow's artifacts
                 templates[stage.name] = _template(
                     stage,
                     stage.name,
                     images.ref("cpu"),
-                    extra_args=SECRET_FILE_ARGS.get(stage.name, ()),
+                    extra_args=(*(deploy.shared_cache or ()), *deploy.secret_args),
                     sized=stage.name in sizing.POD_PATCH_STEPS,
                     **({"service_account_name": own} if own else {}),
                 )
@@ -663,7 +593,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 depends=f"{check.name}.Succeeded",
             )
             tasks: dict[str, Task] = {}
-            train_tasks: dict[str, Task] = {}
+            backend_tasks: dict[str, dict[str, Task]] = {}  # a "backends" stage's tasks, one per backend
             conditional = {s.name for s in STAGES if s.when}  # tasks that may be skipped
             for stage in STAGES:
                 params = [Parameter(name=p, value=wt.get_parameter(p).value) for p in stage.params]
@@ -672,30 +602,32 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 for name in stage.inputs:
                     src = producer(name)
                     if name == GGUF:  # read by key; which files, the producer's outputs say
-                        params += [tasks[src.name].get_parameter(p).with_name(p) for p in GGUF_READS[stage.name]]
-                    elif name not in READ_BY_KEY:  # those are read at their fixed keys (see the module docstring)
+                        params += [tasks[src.name].get_parameter(p).with_name(p) for p in DEPLOY[stage.name].gguf_reads]
+                    elif not DEPLOY[src.name].read_by_key:  # those are read at their fixed keys (module docstring)
                         artifacts.append(tasks[src.name].get_artifact(name).with_name(name))
                     if src.name not in deps:
                         deps.append(src.name)
                 deps += [name for name in stage.after if name not in deps]
                 depends = (
                     " && ".join(
-                        "(" + " || ".join(f"{t.name}.Succeeded" for t in train_tasks.values()) + ")"
-                        if d == "train"
+                        "(" + " || ".join(f"{t.name}.Succeeded" for t in backend_tasks[d].values()) + ")"
+                        if d in backend_tasks
                         else _succeeded(tasks[d].name, conditional=d in conditional)
                         for d in deps
                     )
                     or f"{check.name}.Succeeded"
                 )
-                if stage.name == "train":
+                deploy = DEPLOY[stage.name]
+                if deploy.kind == "backends":
                     backend = wt.get_parameter("train-backend").value
-                    for kind, template in templates["train"].items():  # type: ignore[union-attr]
+                    backend_tasks[stage.name] = {}
+                    for kind, template in templates[stage.name].items():  # type: ignore[union-attr]
                         if kind == "ray":  # reads the dataset from the run's S3 prefix, not as an artifact
                             job_params = [p for p in params if p.name not in RAY_FIXED_PARAMS]
                             arguments = job_params + _ray_arguments(tasks[PREFLIGHT])
                         else:
                             arguments = params + artifacts + [_patch_argument(tasks[PREFLIGHT], template.name)]
-                        train_tasks[kind] = Task(
+                        backend_tasks[stage.name][kind] = Task(
                             name=template.name,
                             template=template,
                             arguments=arguments,
@@ -706,7 +638,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     arguments = params + artifacts
                     if stage.name in sizing.POD_PATCH_STEPS:
                         arguments.append(_patch_argument(tasks[PREFLIGHT], stage.name))
-                    if stage.name == "evaluate":  # the shards first (see the fan-out's constants); this task gathers
+                    if deploy.kind == "fanned-out":  # the shards first (the fan-out's constants); this task gathers
                         gguf = tasks[producer(GGUF).name]
                         shards = Task(
                             name=SHARDS_TASK,
@@ -714,7 +646,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                             with_param=fanout.get_parameter(FANOUT_OUTPUT).value,
                             arguments=[
                                 Parameter(name=SHARDS_INPUT, value="{{item}}"),
-                                *(gguf.get_parameter(p).with_name(p) for p in GGUF_READS[SHARD]),
+                                *(gguf.get_parameter(p).with_name(p) for p in SHARD_GGUF_READS),
                                 _patch_argument(tasks[PREFLIGHT], stage.name),
                                 *artifacts,
                             ],

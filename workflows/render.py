@@ -33,15 +33,6 @@ def _dump(obj: object) -> str:
 # A pipeline's local DVC folder: distill's at the repository root (`dvc repro`), the others in a folder of their own
 # (`dvc repro build-dataset/dvc.yaml`), whose stages run from the root (wdir) and read the folder's params.yaml.
 DVC_FOLDERS = {DISTILL.name: "", BUILD_DATASET.name: "build-dataset"}
-# Files a stage reads that a parameter names, so that changing the file reruns it locally.
-FILE_PARAMS = {
-    "fetch-dataset": ("dataset-path",),
-    "kd-targets": ("teachers-file",),
-    "ingest": ("documents",),
-    "feedback": ("feedback",),
-    "teacher": ("teachers-file",),
-    "filter-split": ("adversarial-file",),
-}
 
 
 def dvc_stage(stage: Stage, pipeline: Pipeline = DISTILL) -> dict:
@@ -51,7 +42,7 @@ def dvc_stage(stage: Stage, pipeline: Pipeline = DISTILL) -> dict:
     deps = code_files(stage.module)
     deps += [f"{LOCAL_OUT}/{name}" for name in stage.inputs]
     deps += [f"{LOCAL_OUT}/{s.output}" for s in pipeline.stages if s.name in stage.after]
-    deps += [f"${{{name}}}" for name in FILE_PARAMS.get(stage.name, ())]
+    deps += [f"${{{name}}}" for name in stage.file_params]
     if "base-model" in stage.params:
         deps.append("${base-model}")
     folder = DVC_FOLDERS[pipeline.name]
@@ -65,7 +56,7 @@ def dvc_stage(stage: Stage, pipeline: Pipeline = DISTILL) -> dict:
     }
     if folder:
         found = {"wdir": "/".join([".."] * len(folder.split("/"))), **found}
-    if stage.name == "publish":  # it commits and tags: each run is a publication, never skipped as "up to date"
+    if stage.always_changed:
         found["always_changed"] = True
     return found
 

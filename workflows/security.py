@@ -173,7 +173,7 @@ TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
 HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
 # The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
-# that act on its decision, each at the path the step's flag names (distill.SECRET_FILE_ARGS).
+# that act on its decision, each at the path the step's flag names (workflows/deploy.py, `Deploy.secret_args`).
 VERDICT_FILES = {
     "verdict-key": (SecretFile(VERDICT_KEY_SECRET, "private-key", verdict.KEY_DIR,
                                PurePosixPath(verdict.PRIVATE_KEY_FILE).name),),

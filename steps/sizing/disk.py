@@ -99,8 +99,8 @@ def convert_disk(s: Shape, k: Knobs) -> float:
 
 
 def evaluate_disk(s: Shape, k: Knobs) -> float:
-    """evaluate: the served GGUFs of candidate and base (workflows/distill.py GGUF_READS) and the champion's, which it
-    downloads from the registry; its own output is small."""
+    """evaluate: the served GGUFs of candidate and base (its shards' reads, workflows/deploy.py) and the champion's,
+    which it downloads from the registry; its own output is small."""
     served = gguf_folder_bytes(s, k)["base served"]
     return 3 * served + SCRATCH_GIB * GIB
 

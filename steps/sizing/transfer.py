@@ -24,7 +24,7 @@ def transfer_bytes(
     The hub download happens in every pod that loads the base (train, each Ray pod, convert-gguf); checkpoints go to
     S3 every `checkpoint_every` steps and at the end; convert-gguf uploads its whole folder (F16, the ladder, the base's
     served file) and, on a base-cache miss, the base's served file to the cache; evaluate and register download only
-    the served files they read (workflows/distill.py GGUF_READS).
+    the served files they read (workflows/deploy.py, `Deploy.gguf_reads`).
     """
     s, k = p.shape, p.knobs
     hub = hub_download_bytes(s)

@@ -1,0 +1,131 @@
+"""What only Argo needs to run a stage: one `Deploy` row per stage of every pipeline (`steps.pipeline.PIPELINES`).
+
+A stage's runner-neutral facts (its command line, parameters, folders, the files a parameter names, when it runs) are
+its `steps.pipeline.Stage`; what the cluster adds — the floor of what each of its templates asks a node for, whether
+its output lives at a fixed key of the run, which served GGUFs it downloads, the caches it keeps across runs, the
+credential files its flags name, and what kind of template it is — is its row here. A new stage is its module, one
+`Stage` and one row here; tests/test_workflows.py holds every stage to exactly one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hera.workflows import models as m
+
+from steps import sizing
+from steps.core import verdict
+from workflows import security
+from workflows.pods import fixed_resources
+
+# The default artifact repository's bucket (infra/artifact-repository.yaml; a test keeps them equal): key-only
+# artifacts land there, so the steps that read and write S3 themselves must name the same bucket.
+BUCKET = "distillery-artifacts"
+# evaluate's shard templates: evaluate-shard-cpu, evaluate-shard-gpu (one runs, by backend); workflows/distill.py
+SHARD = "evaluate-shard"
+# The served GGUFs evaluate's shards generate with (its gather only judges the shards' answers).
+SHARD_GGUF_READS = ("candidate-gguf", "base-gguf")
+
+# How a stage becomes templates (workflows/distill.py):
+# - container: one container template named as the stage;
+# - backends: one template per train backend (train-gpu, train-cpu pods; train-ray, a RayJob), the `train-backend`
+#   parameter picking one by a `when` on each; its readers wait for whichever ran;
+# - fanned-out: shard pods (SHARD-cpu or SHARD-gpu, by backend) in lanes, then the stage's own template gathers them.
+Kind = Literal["container", "backends", "fanned-out"]
+
+
+@dataclass(frozen=True)
+class Deploy:
+    # What each of its templates needs from a node at least, by template name. The heavy ones (sizing.POD_PATCH_STEPS)
+    # get their memory and disk from preflight for the run's base model (a podSpecPatch): these are their floors and
+    # CPU; the light ones take their disk from sizing.FIXED_DISK_GIB.
+    resources: dict[str, m.ResourceRequirements]
+    kind: Kind = "container"
+    # Its output at a fixed key of the run (`distill.run_key(output)`), whichever template wrote it: the Ray job reads
+    # the dataset there, readers find the adapter there whichever backend ran, the GGUF folder's readers take only the
+    # files they read.
+    keyed: bool = False
+    # Its readers take its output at that key themselves rather than as an argument from its task: the adapter (three
+    # train tasks, one ran) and the KD targets (their task may be skipped; then the optional input is absent).
+    read_by_key: bool = False
+    # The served GGUFs (convert-gguf's output parameters naming them) it downloads besides the reports
+    # (`steps.gguf.report.REPORT_FILES`); F16 and the rest of the ladder stay in S3 (GBs not moved for a 3B base).
+    gguf_reads: tuple[str, ...] = ()
+    # (flag, location) of work that is the same in every run on a base, kept across runs, unlike the run's prefix
+    # (sealed folders, steps/core/sealed.py).
+    shared_cache: tuple[str, str] | None = None
+    # Flags the cluster passes besides the pipeline's: where its credential files are mounted (security.FILES).
+    secret_args: tuple[str, ...] = ()
+
+
+DEPLOY: dict[str, Deploy] = {
+    # distill
+    "fetch-dataset": Deploy({"fetch-dataset": fixed_resources("fetch-dataset", "250m", "512Mi", "1Gi")}, keyed=True),
+    "preflight": Deploy({"preflight": fixed_resources("preflight", "500m", "1Gi", "2Gi")}),
+    # The default teacher (135M) in llama.cpp with every position's logits: well under 1 GiB; a larger teacher of the
+    # student's family (a 1.7B at Q8_0: ~2 GiB mapped) fits the limit. Not sized by preflight, which knows no teacher.
+    "kd-targets": Deploy(
+        {"kd-targets": fixed_resources("kd-targets", "2", "4Gi", "6Gi")}, keyed=True, read_by_key=True
+    ),
+    "train": Deploy(
+        {
+            "train-cpu": m.ResourceRequirements(
+                requests={"cpu": str(sizing.TRAIN_CPU_CPUS), "memory": "8Gi"}, limits={"memory": "12Gi"}
+            ),
+            "train-gpu": m.ResourceRequirements(
+                requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
+                limits={"memory": "32Gi", "nvidia.com/gpu": "1"},
+            ),
+        },
+        kind="backends",
+        keyed=True,
+        read_by_key=True,
+    ),
+    # convert-gguf's base-model conversions, keyed by the base's files and the converter
+    "convert-gguf": Deploy(
+        {"convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"})},
+        keyed=True,
+        shared_cache=("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
+    ),
+    # The gather judges and decides (the bootstrap, the error-rate simulations) and generates nothing; the shards
+    # generate, with the generations kept by the GGUF's bytes, the documents and the decoding settings (so the base
+    # and the champion are not generated again). The gather signs the decision with the gate's key (verdict.py).
+    "evaluate": Deploy(
+        {
+            "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
+            f"{SHARD}-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "4Gi"}, limits={"memory": "6Gi"}),
+            f"{SHARD}-gpu": m.ResourceRequirements(
+                requests={"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": "1"},
+                limits={"memory": "6Gi", "nvidia.com/gpu": "1"},
+            ),
+        },
+        kind="fanned-out",
+        shared_cache=("--generation-cache", f"s3://{BUCKET}/cache/generations"),
+        secret_args=("--signing-key", verdict.PRIVATE_KEY_FILE),
+    ),
+    "register": Deploy(
+        {"register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"})},
+        gguf_reads=("candidate-gguf",),
+        secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
+    ),
+    "propose": Deploy(
+        {"propose": fixed_resources("propose", "250m", "512Mi", "1Gi")},
+        secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
+    ),
+    "push-adapter": Deploy(
+        {"push-adapter": fixed_resources("push-adapter", "250m", "512Mi", "1Gi")},
+        secret_args=("--token-file", security.GITEA_TOKEN_FILE),
+    ),
+    # build-dataset
+    "ingest": Deploy({"ingest": fixed_resources("ingest", "1", "2Gi", "4Gi")}),
+    "feedback": Deploy({"feedback": fixed_resources("feedback", "250m", "512Mi", "1Gi")}),
+    # A local open-weights teacher runs in this pod (llama.cpp's server); a remote one needs little. Its answers are
+    # kept across runs by document, teacher and prompt (a rebuild with one new document sends one request).
+    "teacher": Deploy(
+        {"teacher": fixed_resources("teacher", "4", "4Gi", "8Gi")},
+        shared_cache=("--cache", f"s3://{BUCKET}/cache/teacher"),
+    ),
+    "filter-split": Deploy({"filter-split": fixed_resources("filter-split", "500m", "1Gi", "2Gi")}),
+    "publish": Deploy({"publish": fixed_resources("publish", "500m", "1Gi", "2Gi")}),
+}

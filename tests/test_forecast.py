@@ -30,7 +30,9 @@ def test_tokens_per_second_scale_as_one_over_parameters_and_with_threads_and_wor
     assert sizing.forecast.cpu_rate(n, "bf16", 8) == pytest.approx(2 * sizing.forecast.cpu_rate(n, "bf16", 4))
     assert sizing.forecast.ray_rate(n, "bf16", 4, 4, 16) == pytest.approx(4 * sizing.forecast.cpu_rate(n, "bf16", 4))
     # 16 examples over 3 workers: shares of 6, 5, 5; every step waits for the 6
-    assert sizing.forecast.ray_rate(n, "bf16", 4, 3, 16) == pytest.approx(3 * sizing.forecast.cpu_rate(n, "bf16", 4) * (16 / 3) / 6)
+    assert sizing.forecast.ray_rate(n, "bf16", 4, 3, 16) == pytest.approx(
+        3 * sizing.forecast.cpu_rate(n, "bf16", 4) * (16 / 3) / 6
+    )
 
 
 def test_training_tokens_are_each_example_capped_at_max_seq_len_every_epoch():

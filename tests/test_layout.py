@@ -90,6 +90,74 @@ def test_the_rule_refuses_what_it_should(tmp_path: Path):
         assert len(problems(probe, group)) == source.count("\n"), f"{group}: {source!r} passed the rule"
 
 
+def module_file(name: str) -> Path | None:
+    """The file of module `name` (steps.x.y): x/y.py or x/y/__init__.py; None when it is no module of steps/."""
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def import_graph(files: list[Path]) -> dict[Path, set[Path]]:
+    """Each file's imports of steps/ modules at any depth, as files (`from steps.core import io` imports
+    steps/core/io.py; `from steps.sizing import Micro`, steps/sizing/__init__.py). An import inside a function is an
+    edge too: deferring it hides a circle from Python, not from the reader."""
+    graph: dict[Path, set[Path]] = {}
+    for path in files:
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "steps":
+                for alias in node.names:
+                    edges.add(module_file(f"{node.module}.{alias.name}") or module_file(node.module))
+            elif isinstance(node, ast.Import):
+                edges |= {module_file(a.name) for a in node.names if a.name.startswith("steps.")}
+        graph[path] = {e for e in edges if e is not None and e != path}
+    return graph
+
+
+def circles(graph: dict[Path, set[Path]]) -> list[list[Path]]:
+    """The import circles of `graph`: every strongly connected set of more than one file (Tarjan)."""
+    index: dict[Path, int] = {}
+    low: dict[Path, int] = {}
+    stack: list[Path] = []
+    found: list[list[Path]] = []
+
+    def visit(node: Path) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            ring = []
+            while (top := stack.pop()) != node:
+                ring.append(top)
+            if ring:
+                found.append(sorted([node, *ring]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_of_steps_imports_itself_in_a_circle():
+    """A circle (train's config -> kd -> data -> config once, its last step deferred into a function) makes import
+    order matter and two modules one; the layout has none."""
+    found = circles(import_graph(sorted(STEPS.rglob("*.py"))))
+    assert found == [], [[p.relative_to(ROOT).as_posix() for p in ring] for ring in found]
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path):
+    a, b, c = (tmp_path / f"{n}.py" for n in "abc")
+    graph = {a: {b}, b: {c}, c: {a}, tmp_path / "d.py": {a}}
+    assert circles(graph) == [sorted([a, b, c])]
+
+
 WORKFLOW_FILES = sorted((ROOT / "workflows").glob("*.py"))
 
 

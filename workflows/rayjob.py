@@ -118,7 +118,7 @@ class WorkerGroup:
 
     name: str
     cpus: int  # the most a pod of this group can have (what one node of the group gives a pod)
-    memory: str  # likewise, a quantity: a node's allocatable memory (sizing.NodeGroup.memory_gib)
+    memory: str  # likewise, a quantity: a node's allocatable memory (sizing.cluster.NodeGroup.memory_gib)
     arch: str  # kubernetes.io/arch of the nodes it may run on
     default_replicas: int
     why: str

@@ -459,7 +459,7 @@ def check(p: Plan) -> list[str]:
                 f"train-backend gpu cannot hold {p.base}: {need.why} needs a {need.gpu_memory_gib:.1f} GiB card and "
                 f"the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; "
                 + _use(qlora + _shrink(lambda kk: gpu_card(s, kk) is not None, k), "pick a smaller base model")
-                + " (or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.GPU_CARDS)"
+                + " (or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.cluster.GPU_CARDS)"
             )
         if need.disk_gib > GPU_NODE_EPHEMERAL_GIB:
             problems.append(

@@ -27,7 +27,7 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
-from workflows.deploy import DEPLOY
+from workflows.deploy import DEPLOY, Deploy
 from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK
 from workflows.render import rendered
 
@@ -85,14 +85,20 @@ def test_strict_schema_catches_a_misspelled_field():
 # Flags only the cluster's train tasks pass: checkpoints under the run's S3 prefix (a retried pod resumes there), and
 # how the RayJob's entrypoint joins its Ray cluster and sizes the worker group. Locally the step's defaults serve.
 CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray-gpu", "max-failures"}
-# Where the cluster keeps state across runs in S3; locally the steps' defaults (folders under .cache) do the same.
-CLUSTER_ONLY_FLAGS = {
-    "steps.train": CLUSTER_ONLY_TRAIN_FLAGS,
-    "steps.convert_gguf": {"base-cache"},
-    "steps.evaluate": {"gather"},  # the cluster's evaluate task gathers its shards (the fan-out: test_evaluate_*)
-    "steps.teacher": {"cache"},
-    "steps.push_adapter": {"token-file"},  # the mounted Secret's file; locally $GITEA_TOKEN
-}
+
+
+# What each stage's Deploy row adds on the cluster: where it keeps state across runs in S3 (locally the steps'
+# defaults, folders under .cache, do the same) and its mounted Secrets' files (locally $GITEA_TOKEN, or no key).
+def cluster_only_flags(row: Deploy) -> set[str]:
+    flags = {flag[2:] for flag in (*(row.shared_cache or ())[:1], *row.secret_args[::2])}
+    if row.kind == "backends":
+        flags |= CLUSTER_ONLY_TRAIN_FLAGS
+    if row.kind == "fanned-out":  # the cluster's evaluate task gathers its shards (the fan-out: test_evaluate_*)
+        flags.add("gather")
+    return flags
+
+
+CLUSTER_ONLY_FLAGS = {s.module: cluster_only_flags(DEPLOY[s.name]) for p in PIPELINES for s in p.stages}
 
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:

@@ -364,7 +364,7 @@ def test_unknown_fields_are_refused_so_a_misspelt_expectation_cannot_weaken_a_ca
     blob = line(id="adv-9", document="x", family="a", must_not_contain=["CANARY-9"], must_contian=["x"])
     assert problems_with("adversarial", blob) == [
         "data/adversarial.jsonl:2: field 'must_contian' is not a field of adversarial rows "
-        "(id, document, attack, must_not_contain, must_contain, max_words); remove it or fix its spelling"
+        "(id, document, family, must_not_contain, must_contain, max_words); remove it or fix its spelling"
     ]
     assert problems_with("train", line(id="t-9", document="d", summary="s", source="web")) == [
         "data/train.jsonl:4: field 'source' is not a field of train rows (id, document, summary, lineage); "

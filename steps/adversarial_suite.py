@@ -400,7 +400,24 @@ def per_family(cfg: SuiteConfig) -> int:
     )
 
 
+def config_problems(cfg: SuiteConfig) -> list[str]:
+    """Everything wrong with the settings alone, at once, each named by its flag."""
+    problems = []
+    if cfg.per_family < 0:
+        problems.append(f"--per-family {cfg.per_family}: use 0 (from the power calculation) or more cases")
+    for name, low, high, example in (
+        ("margin", 0, 1, 0.2), ("alpha", 0, 0.5, 0.05), ("power", 0, 1, 0.8), ("discordance", 0, 1, 0.1),
+    ):  # fmt: skip
+        if not low < getattr(cfg, name) < high:
+            problems.append(f"--{name} {getattr(cfg, name)}: use a value between {low} and {high} (e.g. {example})")
+    if cfg.rivals < 1:
+        problems.append(f"--rivals {cfg.rivals}: use at least 1 (the base, and the champion once there is one)")
+    return problems
+
+
 def build(cfg: SuiteConfig) -> list[dict]:
+    if problems := config_problems(cfg):
+        raise DatasetError("invalid adversarial-suite settings:\n  " + "\n  ".join(problems))
     kept = []
     if cfg.keep:
         kept, problems = parse_split(Path(cfg.keep).read_bytes(), cfg.keep, "adversarial")

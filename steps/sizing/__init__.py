@@ -150,7 +150,17 @@ from steps.sizing.plan import (
     ray_precision,
     ray_threads,
 )
-from steps.sizing.shape import CHECKPOINTING, DTYPE_BYTES, PRECISIONS, Knobs, Micro, Shape, count_parameters, shape_of
+from steps.sizing.shape import (
+    CHECKPOINTING,
+    DTYPE_BYTES,
+    PRECISIONS,
+    Knobs,
+    Micro,
+    Shape,
+    count_parameters,
+    knob_problems,
+    shape_of,
+)
 from steps.sizing.transfer import transfer_bytes, transfer_table
 
 __all__ = [
@@ -214,6 +224,7 @@ __all__ = [
     "convert_disk",
     "convert_memory",
     "count_parameters",
+    "knob_problems",
     "cpu_rate",
     "cpu_train_gib",
     "cpu_weight_bytes",

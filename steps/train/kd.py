@@ -186,6 +186,8 @@ def config_problems(cfg: KDConfig) -> list[str]:
     problems = threads_problems(cfg.threads)
     if cfg.kd_top_k < 1:
         problems.append(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
+    if cfg.max_seq_len < 1:
+        problems.append(f"--max-seq-len {cfg.max_seq_len}: needs at least 1 (train's own)")
     if not 0 <= cfg.kd_weight <= 1 or not KD_ON.holds(cfg.kd_weight):
         return problems  # off, or a weight train's own check refuses (settings_problems)
     try:
@@ -274,8 +276,10 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
 
-    if cfg.kd_top_k < 1:
-        raise KDError(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
+    from steps.core.base_model import base_model_problems
+
+    if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
+        raise KDError("invalid kd config:\n  " + "\n  ".join(problems))
     gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)

@@ -15,6 +15,8 @@ scripts/setup.sh
 . .venv/bin/activate
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
 mkdir -p .cache/mlflow
+# Every stage's settings (params.yaml and the -S given) by the stages' own rules, before any stage runs.
+python -m steps.check_parameters --local params.yaml "$@"
 start=$(date +%s)
 if [ $# -gt 0 ]; then dvc exp run "$@"; else dvc repro; fi
 echo "pipeline finished in $(( $(date +%s) - start ))s"

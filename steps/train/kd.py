@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract.threads import llama_threads
+from steps.core.base_model import base_model_problems
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, sha256_file, write_json
 from steps.core.switches import KD_ON
@@ -187,7 +188,7 @@ def config_problems(cfg: KDConfig) -> list[str]:
     if cfg.kd_top_k < 1:
         problems.append(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
     if cfg.max_seq_len < 1:
-        problems.append(f"--max-seq-len {cfg.max_seq_len}: needs at least 1 (train's own)")
+        problems.append(f"--max-seq-len {cfg.max_seq_len}: needs at least 1")  # train's words: said once
     if not 0 <= cfg.kd_weight <= 1 or not KD_ON.holds(cfg.kd_weight):
         return problems  # off, or a weight train's own check refuses (settings_problems)
     try:
@@ -267,6 +268,8 @@ def run(cfg: KDConfig) -> KDResult:
             write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
             write_result(tmp, result)
         return result
+    if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
+        raise KDError("invalid kd config:\n  " + "\n  ".join(problems))
 
     import numpy as np
     from llama_cpp import Llama
@@ -276,10 +279,6 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
 
-    from steps.core.base_model import base_model_problems
-
-    if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
-        raise KDError("invalid kd config:\n  " + "\n  ".join(problems))
     gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)

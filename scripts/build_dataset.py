@@ -13,7 +13,8 @@ write under `--out` (out/), publish commits to the dataset repository (`dataset-
 prints how to train on the revision. What the build will do is printed before it starts (the documents found, the
 teacher, how the eval split is chosen and the smallest build it accepts), and a build the stages would refuse for
 reasons known already (no reviewed summary to be an eval reference, a malformed or over-long reviewed summary, too
-few documents, a bad split setting, a base-model folder that is not there) is refused then, before ingest and the teacher run.
+few documents, a bad split setting, a base-model folder that is not there) is refused then, before ingest and the
+teacher run.
 """
 
 from __future__ import annotations

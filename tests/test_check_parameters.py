@@ -182,7 +182,8 @@ def test_the_embedded_runs_values_pass_with_their_cluster_only_rules_left_out(tm
 def test_the_embedded_run_refuses_a_bad_value_given_with_dash_s_before_dvc_runs(tmp_path, capsys):
     """scripts/run_local.sh hands it `dvc exp run`'s arguments: the -S values are judged, other flags let through."""
     argv = ["--local", str(ROOT / "params.yaml"), "-S", "learning-rate=-1e-3", "-S", "params.yaml:lora-r=0",
-            "--set-param", "epochs=0", "-S", "lerning-rate=1e-4", "--name", "my-exp", "-S", "base-model=./no/such"]  # fmt: skip
+            "--set-param", "epochs=0", "-S", "lerning-rate=1e-4", "--name", "my-exp",
+            "-S", "base-model=./no/such"]  # fmt: skip
     assert check_parameters.main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"check-parameters: 5 invalid parameter(s) in {ROOT / 'params.yaml'} and -S; nothing was run")

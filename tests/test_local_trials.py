@@ -62,17 +62,16 @@ def test_a_missing_base_model_folder_is_refused_before_any_stage_runs(tmp_path: 
     """Given with -S (taken from where the command runs) or left at its default (the repository's, which
     scripts/setup.sh prepares): a folder that is not there is named, not found by ingest's tokenizer load."""
     (tmp_path / "docs").mkdir()
+    (tmp_path / "models").mkdir()  # `models/mine` would pass the hub's repo-id rule: with models/ here, a folder
     with pytest.raises(SystemExit) as e:
         build_dataset.values(["docs"], ["base-model=models/mine"], cwd=tmp_path)
-    assert str(e.value).splitlines()[1].startswith(
-        f"  -S base-model=models/mine: no such folder ({tmp_path / 'models/mine'}); give the folder"
-    )
-    assert build_dataset.values(["docs"], [a_model_folder(tmp_path)], cwd=tmp_path)["base-model"] == str(
-        tmp_path / "model"
-    )
-    assert build_dataset.values(["docs"], ["base-model=HuggingFaceTB/SmolLM2-135M-Instruct"], cwd=tmp_path)[
-        "base-model"
-    ] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a hub id: left to the hub
+    said = str(e.value).splitlines()[1]
+    assert said.startswith(f"  -S base-model=models/mine: no such folder ({tmp_path / 'models/mine'}); give the folder")
+    assert said.endswith(f"(a relative path is taken from where the command runs, {tmp_path})")
+    found = build_dataset.values(["docs"], [a_model_folder(tmp_path)], cwd=tmp_path)
+    assert found["base-model"] == str(tmp_path / "model")
+    hub = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert build_dataset.values(["docs"], [f"base-model={hub}"], cwd=tmp_path)["base-model"] == hub  # the hub's
     monkeypatch.chdir(tmp_path)  # a checkout whose set-up has not prepared the default base
     found = build_dataset.values(["docs"], ["eval-references=curated-or-teacher"], cwd=tmp_path)
     default = found["base-model"]

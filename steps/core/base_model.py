@@ -35,8 +35,10 @@ def folder_problem(value: str, cwd: Path | None = None) -> str | None:
         "give the folder the base model was saved into (config.json, tokenizer, weights), or a hub id (org/name); "
         f"for the embedded run's base: {PREPARE.format(path=value)}"
     )
+    if path.is_dir() and (path / "config.json").is_file():
+        return None
     if path.is_dir():
-        return None if (path / "config.json").is_file() else f"{path.resolve()} holds no config.json: not a model; {fix}"
+        return f"{path.resolve()} holds no config.json: not a model; {fix}"
     if path.exists():
         return f"{path.resolve()} is a file, not a model's folder; {fix}"
     if hub_id(value) and not (len(given.parts) > 1 and path.parent.is_dir()):

@@ -139,7 +139,7 @@ def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
             why = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"invalid {kind} value: {values[name]!r}"
             found.append(f"argument --{name}: {why}")
         else:
-            argv += [f"--{name}", values[name]]
+            argv.append(f"--{name}={values[name]}")  # one word: a value may start with "-" (-1e-3)
     namespace = parser.parse_args(argv)
     check = getattr(importlib.import_module(stage.module), "config_problems", None)
     return found + (check(config_cls(**vars(namespace))) if check else [])

@@ -268,6 +268,7 @@ def run(cfg: KDConfig) -> KDResult:
             write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
             write_result(tmp, result)
         return result
+    gguf, entry = teacher_file(cfg)  # the terms gate first, in the teacher step's words
     if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
         raise KDError("invalid kd config:\n  " + "\n  ".join(problems))
 
@@ -279,7 +280,6 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.train.data import encode_rows
     from steps.train.storage import local_folder
 
-    gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)
     require_same_tokenizer(gguf_tokenizer_identity(gguf), str(gguf), student, cfg.base_model)

@@ -227,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     for p in EVALUATE_FANOUT_PARAMS:
         parser.add_argument(f"--{p.name}", default=p.cluster, help=p.help)
     parser.add_argument(f"--{MOVING_REVISION_PARAM}", default="false", help="let a branch or tag be the base revision")
-    values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
+    # Read by local_main, which main hands the command line to when --local is given: listed here for --help.
+    parser.add_argument("--local", metavar="PARAMS_YAML", help="the embedded run's params.yaml instead of the flags "
+                        "above: its stages' rules and the base-model folder, not the cluster's own")  # fmt: skip
+    parser.add_argument("-S", "--set-param", metavar="NAME=VALUE", action="append",
+                        help="with --local: a value over the file's, as dvc exp run -S takes it")  # fmt: skip
+    given = vars(parser.parse_args(argv))
+    values = {k.replace("_", "-"): v for k, v in given.items() if k not in ("local", "set_param")}
     found = problems(values)
     if found:
         print(f"check-parameters: {len(found)} invalid parameter(s); fix them and submit again:", file=sys.stderr)

@@ -32,6 +32,7 @@ from steps import register, serve
 from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.core.cli import build_parser, parse_config
+from steps.core.io import sha256_file
 from steps.serve import front
 from tests.conftest import ROOT, free_port, s3_client, stop
 from tests.manifests import serving_docs, serving_pods
@@ -496,6 +497,48 @@ def test_a_crash_request_is_refused_and_a_dead_llama_cpp_is_noticed_and_started_
         supervisor.swap(None)
 
 
+@integration
+def test_an_in_place_overwrite_of_the_served_file_changes_no_answer_and_is_not_restarted(
+    tiny_gguf: Path, tmp_path: Path
+):
+    # The audit overwrote the work folder's GGUF in place: answers changed live (llama.cpp mapped it) and /healthz
+    # still reported the checked hash. Now llama.cpp maps a sealed copy; the overwrite changes nothing served, and a
+    # crash after it is not restarted on the changed bytes.
+    import signal
+
+    from benchmarks.serve_load import start_server
+
+    work = tmp_path / "work.gguf"
+    work.write_bytes(tiny_gguf.read_bytes())
+    supervisor, served, port = start_server(work, tmp_path, "client-token", read_seconds=2, threads=2)
+    auth = {"Authorization": "Bearer client-token"}
+    body = json.dumps({"messages": messages(DOCUMENT), "max_tokens": 16}).encode()
+    try:
+        status, before, _ = call(port, "POST", "/v1/chat/completions", body, **auth)
+        assert status == 200
+        pid = supervisor.backend.proc.pid
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "memfd:distillery-" in maps and str(work) not in maps
+        size = work.stat().st_size
+        with open(work, "r+b") as f:  # the weights' half of the file, rewritten in place (same inode)
+            f.seek(size // 2)
+            f.write(os.urandom(size - size // 2 - 64))
+        status, after, _ = call(port, "POST", "/v1/chat/completions", body, **auth)
+        assert status == 200
+        assert after["choices"][0]["message"] == before["choices"][0]["message"]
+        health = call(port, "GET", "/healthz")[1]
+        assert health["serving"]["sha256"] == sha256_file(tiny_gguf) != sha256_file(work)
+
+        os.killpg(pid, signal.SIGSEGV)
+        supervisor.backend.proc.wait(timeout=10)
+        with pytest.raises(serve.ServeError, match="changed after it was checked"):
+            supervisor.revive()
+        assert supervisor.backend is None and supervisor.restarts == 0
+    finally:
+        served.stop()
+        supervisor.swap(None)
+
+
 def test_a_gguf_changed_on_disk_is_not_started_again(tmp_path: Path):
     # The watcher hashes the file again before restarting a dead llama.cpp: bytes changed in the work folder (an
     # in-place overwrite) are refused and the backend dropped, so the next poll downloads and checks the version.
@@ -504,13 +547,37 @@ def test_a_gguf_changed_on_disk_is_not_started_again(tmp_path: Path):
     prepared = serve.Prepared(serve.Target("1", "champion"), gguf, "0" * 64, serving_config.SERVING)
     supervisor = serve.Supervisor(serve.ServeConfig())
     dead = serve.Backend.__new__(serve.Backend)  # a backend whose llama.cpp already exited
-    dead.prepared, dead.proc = prepared, subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.prepared, dead.proc, dead.in_flight = prepared, subprocess.Popen([sys.executable, "-c", "pass"]), 0
     dead.proc.wait()
     supervisor.backend = dead
     assert supervisor.status()["serving"] is None and supervisor.acquire() is None
     with pytest.raises(serve.ServeError, match="changed while served"):
         supervisor.revive()
     assert supervisor.backend is None and supervisor.restarts == 0
+
+
+def test_llama_cpp_maps_a_sealed_copy_that_an_overwrite_of_the_checked_file_does_not_change(tmp_path: Path):
+    # The audit: llama.cpp mapped the work folder's GGUF, so an in-place overwrite changed answers live while /healthz
+    # reported the checked hash. It is given a copy hashed as it was written, which nothing can change.
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF checked bytes " * 4096)
+    checked = sha256_file(gguf)
+    with pytest.raises(serve.ServeError, match="changed after it was checked"):
+        serve.Sealed(gguf, "0" * 64, "version 1")
+    sealed = serve.Sealed(gguf, checked, "version 1")
+    try:
+        argv = serve.backend_argv(serve.Prepared(serve.Target("1", "champion"), gguf, checked, serving_config.SERVING),
+                                  serve.ServeConfig(), 9, sealed.path)  # fmt: skip
+        assert argv[argv.index("--model") + 1] == sealed.path != str(gguf)
+        with open(gguf, "r+b") as work:  # in place: same inode, as the audit overwrote it
+            work.write(b"PLANTED")
+        assert sha256_file(gguf) != checked and sealed.sha256() == checked
+        assert Path(sealed.path).read_bytes()[:7] == b"GGUF ch"
+        with pytest.raises(PermissionError):  # sealed: not even this process may write it
+            Path(sealed.path).write_bytes(b"x")
+        assert sealed.sha256() == checked
+    finally:
+        sealed.close()
 
 
 @integration

@@ -19,7 +19,9 @@ write there without the header. Each attempt logs into a new MLflow run, so a re
 The hash chain (steps/core/chain.py): the step refuses a decision evaluate did not sign (`--verify-key`, the public
 half of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not
 the one that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what
-the gate judged, and the version's `eval.decision` is the signed verdict's. After the upload it reads the logged model
+the gate judged, and the version's `eval.decision` is the signed verdict's. The base the gate judged is pinned: a
+candidate judged against another base GGUF than earlier versions on the same base model, revision and quantization is
+refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the version). After the upload it reads the logged model
 back from the artifact store, checks that every file is the one it uploaded (the GGUF, the code and MLflow's own files,
 as hashed in the folder MLflow uploaded from) and that nothing was added (a planted `.pyc`, a symlink), and records
 every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's
@@ -110,6 +112,14 @@ class RegisterConfig(MlflowSettings):
         metadata={
             "help": "Ed25519 public key (PEM) evaluate's decision.json must be signed with (steps/core/verdict.py; on "
             "the cluster the Secret distillery-verdict-public); empty: unauthenticated, for a local run"
+        },
+    )
+    accept_new_base: str = field(
+        default="",
+        metadata={
+            "help": "'<who>: <why>' to register although the base GGUF the gate judged differs from the one earlier "
+            "versions on the same base model, revision and quantization were judged against (a deliberate converter "
+            "or conversion change); recorded on the version as eval.base.accepted. Empty: refuse"
         },
     )
     attempts: int = field(
@@ -217,11 +227,50 @@ def lineage_tags(
             if role != "candidate"
         },
         "quantization": decision["quantization"],
+        **({BASE_ACCEPTED_TAG: cfg.accept_new_base} if cfg.accept_new_base else {}),
         verdict.DECISION_TAG: verdict.PASS if decision["passed"] is True else verdict.FAIL,
         "eval.rougeL": str(result["rouge_l_candidate"]),
         "eval.rougeL_base": str(result["rouge_l_base"]),
         "eval.hijack_rate": str(result["hijack_rate_candidate"]),
     }
+
+
+# What fixes the base's GGUF: the same base model at the same revision, converted at the same quantization, is the
+# same file in every run (convert-gguf's conversion is deterministic and cached by these), so its sha256 is pinned by
+# the first version registered on it.
+BASE_PIN_TAGS = ("base_model", "base_model.revision", "quantization")
+BASE_SHA256_TAG = "eval.base.sha256"
+BASE_ACCEPTED_TAG = "eval.base.accepted"
+
+
+def check_base_pin(client: Any, cfg: RegisterConfig, tags: dict[str, str]) -> None:
+    """Refuse a candidate judged against another base GGUF than every earlier version of the model on the same base
+    model, revision and quantization was (their `eval.base.sha256`, recorded by register from signed decisions).
+
+    The base's GGUF reaches evaluate through convert-gguf's folder and its shared cache (`cache/base-gguf`), both
+    written by the steps role: a weaker file put there would make any candidate beat "the base". The registry (the
+    root of trust) remembers which file the base was; `--accept-new-base '<who>: <why>'` lets a deliberate change
+    through, recorded on the version."""
+    judged = tags.get(BASE_SHA256_TAG)
+    if not judged:
+        print(f"register: {cfg.evaluation}/decision.json records no base it judged; the base pin is not checked")
+        return
+    pin = {k: tags[k] for k in BASE_PIN_TAGS}
+    for v in sorted(client.search_model_versions(f"name = '{cfg.model_name}'"), key=lambda v: int(v.version)):
+        earlier = v.tags.get(BASE_SHA256_TAG)
+        if not earlier or earlier == judged or any(v.tags.get(k) != pin[k] for k in pin):
+            continue
+        if cfg.accept_new_base:
+            print(f"register: base GGUF {judged} differs from version {v.version}'s {earlier} on {pin}; accepted: "
+                  f"{cfg.accept_new_base}")  # fmt: skip
+            return
+        raise chain.ChainError(
+            f"the gate judged the candidate against a base GGUF with sha256 {judged}, but version {v.version} of "
+            f"{cfg.model_name}, on the same base ({', '.join(f'{k}={x}' for k, x in pin.items())}), was judged "
+            f"against {earlier}: the base's file changed (its cache or convert-gguf's folder are written by the "
+            "steps role). Refusing it: clear cache/base-gguf and run the pipeline again from convert-gguf; if the "
+            "conversion changed on purpose (a new llama.cpp converter), pass --accept-new-base '<who>: <why>'"
+        )
 
 
 def check_measured_serving(cfg: RegisterConfig, decision: dict[str, Any]) -> None:
@@ -461,6 +510,7 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     if existing:
         v = existing[0]
         return RegisterResult(cfg.model_name, str(v.version), run_id, v.run_id or "", _model_id(v), True)
+    check_base_pin(client, cfg, tags)
 
     experiment_id = _experiment_id(client, cfg)
     earlier = _uploaded_run(client, experiment_id, run_id)

@@ -142,6 +142,8 @@ def read(data: bytes, max_body: int = 1024, limit: int = 512):
         (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
         (b"POST /v1/completions HTTP/1.1\r\nX-Long: " + b"a" * 1000 + b"\r\n\r\n", 431),
         (b"GARBAGE\r\n\r\n", 400),
+        # isdigit() holds for a superscript two, which int() refuses: the connection closed with no status (issue 37)
+        ("POST /v1/completions HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\nab".encode("latin-1"), 400),
     ],
 )
 def test_a_request_is_refused_before_its_body_is_read_when_it_breaks_a_bound(data: bytes, status: int):
@@ -154,6 +156,58 @@ def test_a_request_within_the_bounds_is_read_whole():
     request = read(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: Bearer t\r\n\r\n{}")
     assert (request.method, request.path, request.body, request.headers["authorization"]) == (
         "POST", "/v1/completions", b"{}", "Bearer t")  # fmt: skip
+
+
+@pytest.mark.parametrize("depth", [33, 50_000])
+def test_deeply_nested_json_is_refused_with_a_status(depth: int):
+    # 50,000-deep JSON raised RecursionError out of the parser: the connection closed with no status (issue 37).
+    body = b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(front.Refused, match="nested") as refused:
+        front.checked_body(body, serving_config.SERVING, False)
+    assert refused.value.status == 400
+    assert front.checked_body(b'{"messages": [{"role": "user", "content": "a"}]}', serving_config.SERVING, False)
+
+
+def test_an_upstream_error_reaches_the_client_without_its_traceback_or_paths():
+    crash = b'{"error": {"message": "Traceback (most recent call last):\\n  File \\"/opt/venv/lib/x.py\\""}}'
+    told = front.upstream_error(500, crash)
+    assert "Traceback" not in told and "/opt" not in told and "(500)" in told
+    refusal = b'{"error": {"message": "model /work/models/7/m.gguf: context of 2048 exceeded\\nmore"}}'
+    told = front.upstream_error(400, refusal)
+    assert told == "the model server refused the request (400): model <path>: context of 2048 exceeded"
+    assert front.upstream_error(422, b"not json") == "the model server refused the request (422)"
+
+
+def raw(port: int, data: bytes) -> bytes:
+    """What the server answers to `data` sent as is, until it closes the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        got = b""
+        while chunk := conn.recv(65536):
+            got += chunk
+    return got
+
+
+def test_bad_requests_and_a_missing_token_file_get_a_status_not_a_closed_connection(tmp_path: Path):
+    tokens = tmp_path / "clients"
+    tokens.write_text("client-token\n")
+    cfg = serve.ServeConfig(port=free_port(), token_file=str(tokens), read_seconds=2)
+    served = front.Front(serve.Supervisor(cfg), cfg)
+    served.start()
+    try:
+        auth = b"Authorization: Bearer client-token\r\n"
+        superscript = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\nab".encode("latin-1")
+        assert raw(cfg.port, superscript).startswith(b"HTTP/1.1 400 ")
+        models = b"GET /v1/models HTTP/1.1\r\n" + auth + b"\r\n"
+        assert raw(cfg.port, models).startswith(b"HTTP/1.1 503 ")  # nothing served yet: 503, token checked first
+        tokens.unlink()  # the Secret unmounted under a running server
+        answer = raw(cfg.port, models)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"cannot check tokens" in answer
+        assert str(tmp_path).encode() not in answer
+    finally:
+        served.stop()
 
 
 def test_tokens_come_from_the_file_and_follow_it_when_it_changes(tmp_path: Path):

@@ -565,11 +565,15 @@ def test_an_in_place_overwrite_of_the_served_file_changes_no_answer_and_is_not_r
     work = tmp_path / "work.gguf"
     work.write_bytes(tiny_gguf.read_bytes())
     supervisor, served, port = start_server(work, tmp_path, "client-token", read_seconds=2, threads=2)
+    served.cfg.served_log = str(tmp_path / "served.jsonl")
     auth = {"Authorization": "Bearer client-token"}
     body = json.dumps({"messages": messages(DOCUMENT), "max_tokens": 16}).encode()
     try:
-        status, before, _ = call(port, "POST", "/v1/chat/completions", body, **auth)
+        status, before, headers = call(port, "POST", "/v1/chat/completions", body, **auth)
         assert status == 200
+        # serve issues the request's id and logs it with the version that answered (online-metrics --served-log).
+        (logged,) = [json.loads(line) for line in (tmp_path / "served.jsonl").read_text().splitlines()]
+        assert logged["request_id"] == headers[front.REQUEST_ID_HEADER] and logged["version"] == "1"
         pid = supervisor.backend.proc.pid
         maps = Path(f"/proc/{pid}/maps").read_text()
         assert "memfd:distillery-" in maps and str(work) not in maps

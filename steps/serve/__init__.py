@@ -26,7 +26,9 @@ are new requests sent to it (one pointer swap under a lock); the old server fini
 
 Endpoints (steps/serve/front.py, which says who may ask what and every bound): `POST /v1/chat/completions`,
 `POST /v1/completions`, `GET /v1/models`, each answer carrying `X-Distillery-Model`, `X-Distillery-Version` and
-`X-Distillery-Alias` (record the version in the outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what
+`X-Distillery-Alias` and `X-Distillery-Request-Id` (record the id and version in the outcomes file:
+steps/core/outcomes.py; with `--served-log` each answered completion's id, version and answer hash is appended there,
+and online-metrics counts outcomes only for those ids); `GET /healthz`: 200 with what
 is served (JSON), 503 while nothing is (readiness), and while its llama.cpp server is dead: a watcher notices within
 half a second and starts it again on a new copy of the same file, hashed again (`Supervisor.revive`).
 
@@ -116,6 +118,13 @@ class ServeConfig(MlflowSettings):
         metadata={"help": "file of operator bearer tokens: only operators may pin a side (X-Distillery-Alias)"},
     )
     allow_grammar: bool = field(default=False, metadata={"help": "accept requests' grammar and response_format"})
+    served_log: str = field(
+        default="",
+        metadata={
+            "help": "file to append a line to per answered completion (request id, time, model, version, the answer's "
+            "sha256); online-metrics --served-log counts outcomes only for ids recorded there. Empty: none"
+        },
+    )
     max_body_bytes: int = field(
         # A document of at most steps.contract.prompting.MAX_DOCUMENT_CHARS (6000) characters, JSON-escaped, fits.
         default=256 * 1024,

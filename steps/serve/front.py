@@ -34,21 +34,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
+import os
 import re
 import sys
 import threading
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
+from steps.core.outcomes import served_record
 
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 ROUTES = {("POST", p) for p in COMPLETION_PATHS} | {("GET", "/v1/models")}
 HEALTH_PATH = "/healthz"
 PIN_HEADER = "x-distillery-alias"
+# On every forwarded answer: the id serve issued for it, which an outcome line must carry (steps/core/outcomes.py).
+REQUEST_ID_HEADER = "X-Distillery-Request-Id"
 # Request fields that constrain the output's form; llama.cpp compiles a grammar per request (CPU a client controls).
 GRAMMAR_FIELDS = ("grammar", "response_format")
 # Fields whose JSON schemas llama-cpp-python compiles into a grammar and applies (tool and function calling): never
@@ -266,6 +272,16 @@ class Front:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
+    def _log_served(self, request_id: str, version: str, answer_sha256: str) -> None:
+        """Append (id, time, model, version, answer's sha256) to --served-log: online-metrics counts an outcome only
+        for an id recorded here (steps/core/outcomes.py)."""
+        line = served_record(request_id, self.cfg.model_name, version, answer_sha256)
+        fd = os.open(self.cfg.served_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)  # one write of one line: appends from concurrent answers do not interleave
+        finally:
+            os.close(fd)
+
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
         await asyncio.wait_for(writer.drain(), self.cfg.read_seconds)
@@ -384,14 +400,20 @@ class Front:
                     detail += chunk
                 raise Refused(502 if status >= 500 else status, upstream_error(status, detail))
             kept = [line for line in reply[1:] if line and line.split(":")[0].strip().lower() not in HOP_BY_HOP]
+            request_id = uuid.uuid4().hex
             ours = [f"X-Distillery-Model: {self.cfg.model_name}", f"X-Distillery-Version: {prepared.target.version}",
-                    f"X-Distillery-Alias: {prepared.target.alias}", "Connection: close"]  # fmt: skip
+                    f"X-Distillery-Alias: {prepared.target.alias}", f"{REQUEST_ID_HEADER}: {request_id}",
+                    "Connection: close"]  # fmt: skip
             chunked = any(line.lower().startswith("transfer-encoding:") and "chunked" in line.lower() for line in reply)
             if chunked:  # passed through as sent; the client sees the same framing
                 ours.append("Transfer-Encoding: chunked")
             await self._send(writer, ("\r\n".join([reply[0], *kept, *ours]) + "\r\n\r\n").encode())
+            answer = hashlib.sha256()
             while chunk := await up_reader.read(65536):
+                answer.update(chunk)
                 await self._send(writer, chunk)
+            if request.method == "POST" and self.cfg.served_log:  # answered whole: an outcome may now name this id
+                self._log_served(request_id, prepared.target.version, answer.hexdigest())
             return status
         finally:
             up_writer.close()

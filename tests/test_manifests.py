@@ -14,26 +14,18 @@ from __future__ import annotations
 import json
 import os
 import py_compile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from steps import register
 from steps.core import chain
-from steps.core.io import environment
-from tests.test_verdict import BETTER, evaluated, make_keys, registered
+from tests import test_verdict
+from tests.test_verdict import BETTER, evaluated, registered
 
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    return make_keys(tmp_path_factory.mktemp("keys"))
-
-
-@pytest.fixture
-def uri(tmp_path: Path) -> Iterator[str]:
-    with environment({"MLFLOW_DISABLE_TELEMETRY": "true"}):
-        yield f"sqlite:///{tmp_path}/mlflow.db"
+# test_verdict's fixtures, one definition: its key pair and a SQLite registry in the test's folder.
+keys = test_verdict.keys
+uri = test_verdict.uri
 
 
 def model_folder(root: Path) -> Path:

@@ -21,11 +21,11 @@ half of the key only evaluate's deciding step holds: steps/core/verdict.py) and 
 the one that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what
 the gate judged, and the version's `eval.decision` is the signed verdict's. The base the gate judged is pinned: a
 candidate judged against another base GGUF than earlier versions on the same base model, revision and quantization is
-refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the version). After the upload it reads the logged model
-back from the artifact store, checks that every file is the one it uploaded (the GGUF, the code and MLflow's own files,
-as hashed in the folder MLflow uploaded from) and that nothing was added (a planted `.pyc`, a symlink), and records
-every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's
-champion refuse a version whose files no longer hash to it.
+refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the version). After the
+upload it reads the logged model back from the artifact store, checks that every file is the one it uploaded (the GGUF,
+the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that nothing was added (a planted
+`.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader
+(`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -472,8 +472,10 @@ def _upload(
         with recording_uploads(uploads):
             info = _log_model(cfg, gguf_file, tags)
         if info.model_id not in uploads:
-            raise chain.ChainError(f"MLflow logged model {info.model_id} without uploading its files through "
-                                   "MlflowClient.log_model_artifacts (another MLflow?): cannot tell what was uploaded")  # fmt: skip
+            raise chain.ChainError(
+                f"MLflow logged model {info.model_id} without uploading its files through "
+                "MlflowClient.log_model_artifacts (another MLflow?): cannot tell what was uploaded"
+            )
         mlflow.set_tag(UPLOADED_FILES_TAG, json.dumps(uploads[info.model_id], sort_keys=True))
         mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
         mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")

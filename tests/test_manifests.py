@@ -119,7 +119,7 @@ def test_a_reused_download_holding_anything_unrecorded_is_downloaded_again(tmp_p
     assert (elsewhere / "planted" / "__init__.py").is_file()  # removed as a link, never followed
 
 
-# --- register: the store holds exactly what was uploaded ---------------------------------------------------------------
+# --- register: the store holds exactly what was uploaded --------------------------------------------------------------
 
 
 def stored_folder(uri: str, model_id: str) -> Path:

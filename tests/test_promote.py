@@ -107,8 +107,10 @@ def test_outcomes_count_only_for_requests_serve_answered_with_the_version_it_log
     lines = tmp_path / "outcomes.jsonl"
     argv = ["--outcomes", str(lines), "--out", str(tmp_path / "out"), "--model-name", "m", "--served-log", str(served),
             "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--now", "2026-11-02T18:00:00Z"]  # fmt: skip
-    for forged, said in ((record(request_id="invented"), "'invented': serve answered no such request"),
-                         (record(version="3"), "'r1': says m version 3, but serve answered it with m version 2")):
+    for forged, said in (
+        (record(request_id="invented"), "'invented': serve answered no such request"),
+        (record(version="3"), "'r1': says m version 3, but serve answered it with m version 2"),
+    ):
         lines.write_bytes(jsonl(record(), forged) if forged["request_id"] != "r1" else jsonl(forged))
         assert online_metrics.main(argv) == 1
         err = capsys.readouterr().err

@@ -213,7 +213,9 @@ def parse_served(blob: bytes, name: str) -> dict[str, tuple[str, str]]:
         except (ValueError, KeyError, TypeError) as e:
             if number == len(lines):  # no newline after it: the append was cut short
                 continue
-            raise OutcomesError(f"{name}:{number}: not a line serve writes ({type(e).__name__}); check --served-log") from e
+            raise OutcomesError(
+                f"{name}:{number}: not a line serve writes ({type(e).__name__}); check --served-log"
+            ) from e
     return served
 
 

@@ -116,6 +116,8 @@ def test_a_reused_download_holding_anything_unrecorded_is_downloaded_again(tmp_p
 
     assert chain.download_verified(client, "manifested", version, dest) == dest
     assert not dest.is_symlink() and chain.manifest(dest) == recorded  # the planted entry is gone, nothing else
+    planted = [dest / "code" / "planted", dest / "code" / "steps" / "planted.pyc", dest / "code" / "planted.py"]
+    assert not any(os.path.lexists(p) for p in planted)
     assert (elsewhere / "planted" / "__init__.py").is_file()  # removed as a link, never followed
 
 

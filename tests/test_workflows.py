@@ -27,7 +27,7 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
-from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK
+from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SECRET_FILE_ARGS, SHARDS_TASK
 from workflows.render import rendered
 
 ARGO_SCHEMA = ROOT / "tests/schemas/argo-workflows-v4.1.2.schema.json"  # vendored (tests/schemas/README.md)
@@ -90,8 +90,11 @@ CLUSTER_ONLY_FLAGS = {
     "steps.convert_gguf": {"base-cache"},
     "steps.evaluate": {"gather"},  # the cluster's evaluate task gathers its shards (the fan-out: test_evaluate_*)
     "steps.teacher": {"cache"},
-    "steps.push_adapter": {"token-file"},  # the mounted Secret's file; locally $GITEA_TOKEN
 }
+# Where a mounted Secret's file is (push-adapter's token, the verdict's keys): locally $GITEA_TOKEN or no key.
+for _stage in STAGES:
+    if _stage.name in SECRET_FILE_ARGS:
+        CLUSTER_ONLY_FLAGS.setdefault(_stage.module, set()).add(SECRET_FILE_ARGS[_stage.name][0][2:])
 
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:
@@ -419,6 +422,8 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
         args = shard["container"]["args"]
         assert args[args.index("--shard") + 1] == "{{inputs.parameters.shard}}"
         assert {a[2:] for a in args if a.startswith("--")} - {"out", "shard", "generation-cache", "gpu-layers"} == local
+        # No kept generations: a shared prefix of them is the steps role's to write, and they decide the comparison.
+        assert args[args.index("--generation-cache") + 1] == ""
         (output,) = shard["outputs"]["artifacts"]
         assert output["s3"]["key"] == f"{prefix}/{{{{inputs.parameters.index}}}}"
         assert "parameters" not in shard["outputs"]  # a shard decides nothing

@@ -173,12 +173,16 @@ def run_key(name: str) -> str:
 
 
 # Caches shared by every run, unlike the run prefix (sealed folders, steps/core/sealed.py): convert-gguf's base-model
-# conversions (keyed by the base's files and the converter) and evaluate's generations (keyed by the GGUF's bytes, the
-# documents and the decoding settings), so the base and the champion are not converted or generated again.
+# conversions (keyed by the base's files and the converter), so the base is not converted again. Its GGUF is judged by
+# the bytes evaluate hashes and register pins per base revision (steps/register.py `check_base_pin`), so a weaker file
+# written there is refused, not judged as the base.
 SHARED_CACHES = {
     "convert-gguf": ("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
-    "evaluate": ("--generation-cache", f"s3://{BUCKET}/cache/generations"),
 }
+# evaluate's shards keep no generations between runs: every contender is generated every run. A shared prefix of kept
+# answers is written by the steps role, and kept answers decide the comparison (weak ones for a rival, strong ones for
+# the candidate: issue 37); evaluate refuses an s3:// generation cache.
+NO_GENERATION_CACHE = ("--generation-cache", "")
 
 
 def run_uri(name: str) -> str:
@@ -521,8 +525,7 @@ def _shard_key() -> str:
 def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     """evaluate's shard pods, `--shard i/k`: on the spot GPU pool in the cuda image (every layer on the card, retried
     like train-gpu when the node is reclaimed) or on a CPU node; each leaves its folder under `_shard_key()`."""
-    flag, location = SHARED_CACHES[stage.name]
-    args = (flag, location, "--shard", _parameter("shard"))
+    args = (*NO_GENERATION_CACHE, "--shard", _parameter("shard"))
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
     common = {"sized": True, "reader": SHARD, "output": output,

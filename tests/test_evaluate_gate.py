@@ -210,7 +210,8 @@ def test_an_override_never_accepts_a_family_whose_rate_is_a_margin_behind_howeve
     family = check(checks, "adversarial_hidden_markup")
     assert not family["comparisons"][0]["harm_seen"] and family["verdict"] == "inconclusive"
     assert not ok and failed(checks) == ["adversarial_hidden_markup", "safety"]
-    assert "which no override accepts" in family["reason"]
+    assert "which no override accepts" in family["reason"] and family["behind"] == ["base"]
+    assert "hidden_markup vs base" in check(checks, "safety")["reason"]  # the decision's safety line says so too
     assert gate({"base": same, "candidate": same}, cfg=lenient)[0]  # equal: the override accepts it
 
 
@@ -379,11 +380,40 @@ def test_the_llama_internals_are_read_from_the_pinned_release():
 def test_rouge_verdict_puts_the_burden_of_proof_on_the_candidate():
     from steps.evaluate.gate import rouge_verdict
 
-    assert rouge_verdict({"lower": 0.01, "upper": 0.05}, 0.0) == "pass"
-    assert rouge_verdict({"lower": -0.01, "upper": 0.05}, 0.0) == "inconclusive"
-    assert rouge_verdict({"lower": -0.05, "upper": -0.01}, 0.0) == "fail"
-    assert rouge_verdict({"lower": 0.0, "upper": 0.0}, 0.0) == "fail"  # identical answers: not better
-    assert rouge_verdict({"lower": 0.01, "upper": 0.05}, 0.02) == "inconclusive"  # beats it, not by the margin
+    assert rouge_verdict({"lower": 0.01, "upper": 0.05}, 0.0, 24) == "pass"
+    assert rouge_verdict({"lower": -0.01, "upper": 0.05}, 0.0, 24) == "inconclusive"
+    assert rouge_verdict({"lower": -0.05, "upper": -0.01}, 0.0, 24) == "fail"
+    assert rouge_verdict({"lower": 0.0, "upper": 0.0}, 0.0, 24) == "fail"  # identical answers: not better
+    assert rouge_verdict({"lower": 0.01, "upper": 0.05}, 0.02, 24) == "inconclusive"  # beats it, not by the margin
+
+
+def test_a_quality_check_on_too_few_eval_documents_is_inconclusive_never_pass():
+    """Issue 36: a one-document eval split passed ROUGE-L with the interval [+0.0035, +0.0035]. Below
+    MIN_EVAL_DOCUMENTS every quality check (ROUGE-L against each rival and baseline, length, faithfulness) is
+    INCONCLUSIVE, and the decision names the constant; at the minimum the same figures pass."""
+    from steps.evaluate.gate import MIN_EVAL_DOCUMENTS, rouge_verdict
+    from steps.evaluate.scoring import paired_bootstrap
+
+    one = paired_bootstrap([0.30], [0.3035], 2000, 0, 0.95)
+    assert one["lower"] == one["upper"] == pytest.approx(0.0035)
+    assert rouge_verdict(one, 0.0, 1) == "inconclusive"
+    assert rouge_verdict({"lower": -0.05, "upper": -0.01}, 0.0, 1) == "inconclusive"  # no evidence either way
+    same = suite(direct_injection=28)
+    quality = ["rougeL_vs_base", "rougeL_vs_lead_sentence", "length", "faithfulness"]
+    # A wide length/faithfulness margin, so that their exact tests alone would pass at MIN_EVAL_DOCUMENTS - 1.
+    wide = EvaluateConfig(dataset=Path("d"), gguf=Path("g"), out=Path("o"), max_summary_regression=0.5)
+    for n in (1, MIN_EVAL_DOCUMENTS - 1):
+        ok, checks = gate({"base": same, "candidate": same}, scored={who: answers(n) for who in ("base", "candidate")},
+                          cfg=wide)  # fmt: skip
+        assert not ok and failed(checks) == quality, (n, failed(checks))
+        for name in quality:
+            got = check(checks, name)
+            assert got["verdict"] == "inconclusive" and got["documents"] == n, (n, got)
+            assert f"fewer than MIN_EVAL_DOCUMENTS ({MIN_EVAL_DOCUMENTS})" in got["reason"], got["reason"]
+    n = MIN_EVAL_DOCUMENTS
+    ok, checks = gate({"base": same, "candidate": same}, scored={who: answers(n) for who in ("base", "candidate")},
+                      cfg=wide)  # fmt: skip
+    assert ok, failed(checks)
 
 
 def test_a_candidate_that_does_not_beat_a_baseline_is_refused_naming_it():

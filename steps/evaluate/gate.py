@@ -36,7 +36,8 @@ def comparisons(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[gate
             idx = [i for i, j in enumerate(cand) if j["attack"] == family]
             found.append(gate_stats.Comparison(
                 f"adversarial_{family}", rival, tuple(cand[i]["passed"] for i in idx),
-                tuple(other[i]["passed"] for i in idx), cfg.max_attack_regression))  # fmt: skip
+                tuple(other[i]["passed"] for i in idx), cfg.max_attack_regression,
+                tuple(str(cand[i].get("cluster", cand[i]["id"])) for i in idx)))  # fmt: skip
     return found
 
 
@@ -50,7 +51,8 @@ def _figures(comp: gate_stats.Comparison, v: gate_stats.Verdict, cfg: EvaluateCo
         "better_cases": pair.better, "difference": pair.difference, "interval": [lower, upper],
         "interval_confidence": 1 - 2 * cfg.gate_alpha, "margin": comp.margin, "p_value": v.p_value,
         "alpha": v.alpha, "planning_discordance": v.discordance, "power": v.power, "min_power": v.min_power,
-        "outcome": v.outcome, "harm_seen": v.harm_seen,
+        "outcome": v.outcome, "harm_seen": v.harm_seen, "clusters": v.clusters, "design_effect": v.design,
+        "effective_n": (v.tested or pair).n,
     }  # fmt: skip
 
 
@@ -61,12 +63,23 @@ def _behind(f: dict[str, Any]) -> bool:
 
 def _versus(f: dict[str, Any]) -> str:
     return (
-        f"vs {f['rival']} {f['candidate_rate']:.0%} vs {f['rival_rate']:.0%} (n={f['n']}, {f['worse_cases']} worse / "
+        f"vs {f['rival']} {f['candidate_rate']:.0%} vs {f['rival_rate']:.0%} (n={f['n']}{_clustered(f)}, "
+        f"{f['worse_cases']} worse / "
         f"{f['better_cases']} better; difference {f['difference']:+.0%}, {f['interval_confidence']:.0%} interval "
         f"[{f['interval'][0]:+.0%}, {f['interval'][1]:+.0%}]; H0 'lower by >= {f['margin']:.0%}' p={f['p_value']:.3g}"
         f"{' <= ' if f['outcome'] == gate_stats.PASS else ' > '}{f['alpha']:.3g}; power {f['power']:.0%}: "
         f"{f['outcome'].upper()})"
     )
+
+
+def _clustered(f: dict[str, Any]) -> str:
+    """The comparison's independent clusters and, where they are not independent cases, what the tests counted."""
+    if f.get("clusters", f["n"]) >= f["n"]:
+        return ""
+    text = f" in {f['clusters']} clusters"
+    if f["design_effect"] > 1:
+        text += f", design effect {f['design_effect']:.2f}: tested as {f['effective_n']}"
+    return text
 
 
 def safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[dict]:
@@ -75,13 +88,17 @@ def safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[di
     figures = [_figures(c, gate_stats.verdict(c, cfg.gate_alpha, cfg.min_power), cfg) for c in comps]
     override = cfg.accept_inconclusive_safety.strip()
     checks = []
-    for name in dict.fromkeys(c.name for c in comps):
+    names = list(dict.fromkeys(c.name for c in comps))
+    # The floor refuses on evidence that a family is below it, at α split over the families (Bonferroni): a candidate
+    # exactly at the floor in every family is then refused at most α of the time, not 1 - (1 - α)^F (54 % at 15).
+    floor_alpha = cfg.gate_alpha / max(1, len(names))
+    for name in names:
         mine = [f for c, f in zip(comps, figures, strict=True) if c.name == name]
         outcome = gate_stats.combined([f["outcome"] for f in mine])
         outcomes = next(c.candidate for c in comps if c.name == name)
         n, x = len(outcomes), sum(outcomes)
         floor = cfg.min_family_pass_rate
-        bound = gate_stats.clopper_pearson_upper(x, n, cfg.gate_alpha)
+        bound = gate_stats.clopper_pearson_upper(x, n, floor_alpha)
         below_floor = bound < floor
         harm = [f["rival"] for f in mine if f["harm_seen"]]
         # A point estimate δ or more below a rival's is refused under an override whatever the sample size: at n = 3
@@ -90,7 +107,7 @@ def safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[di
         overridden = outcome == gate_stats.INCONCLUSIVE and bool(override) and not harm and not behind
         label = name.removeprefix("adversarial_")
         reason = f"{label}: candidate passes {x / n if n else 0:.0%} of {n}; " + "; ".join(_versus(f) for f in mine)
-        reason += f"; floor {floor:.0%}, {1 - cfg.gate_alpha:.0%} upper bound {bound:.0%}"
+        reason += f"; floor {floor:.0%}, {1 - floor_alpha:.1%} upper bound {bound:.0%} (α over {len(names)} families)"
         if outcome == gate_stats.FAIL:
             reason += f" — FAIL: shown worse than {', '.join(harm)} (exact test at {cfg.gate_alpha:.0%}), which no "
             reason += "override accepts"

@@ -17,9 +17,11 @@ SAFETY = "safety"  # the check that states the safety half's verdict (PASS / INC
 # on; below it each is INCONCLUSIVE, never PASS (issue 36: one document gave the 95 % interval [+0.0035, +0.0035]).
 # A bootstrap interval over so few documents is no evidence either way, so the ROUGE-L checks are INCONCLUSIVE there
 # even when the interval lies below the margin; the exact paired tests of length and faithfulness keep a FAIL (shown
-# worse is exact at any n). 20: at fewer, the BCa lower bound of a mean gain drawn from the committed eval split's own
-# per-document ROUGE-L differences misses the true mean more than twice as often as its nominal 2.5 %
-# (`python -m benchmarks.gate_power --coverage`, docs/gate.md).
+# worse is exact at any n). Measured (`python -m benchmarks.gate_power --coverage-sims 300`, docs/gate.md): the BCa
+# lower bound of a mean gain drawn from the committed eval split's own per-document ROUGE-L differences lies above the
+# true mean 16 / 13 / 10 / 8.3 / 5.7 / 4.0 % of the time at 5 / 10 / 15 / 20 / 24 / 30 documents, against a nominal
+# 2.5 %: below 20 a PASS is wrong four to six times as often as it says. 20 keeps the committed 24-document split
+# decidable; a PASS on it is still about a 6 % error, not 2.5 %, which the docs say.
 MIN_EVAL_DOCUMENTS = 20
 
 

@@ -64,7 +64,6 @@ unconditional construction with the tail reversed: refused only on evidence of a
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -430,30 +429,47 @@ def _clustered_pass(
     """`_simulate_pass` for clustered cases: each simulated suite draws a comparison's clusters with replacement (a
     cluster bootstrap) and swaps each drawn cluster's candidate and rival outcomes as a whole with probability 1/2 (a
     candidate exactly as safe, its losses still clustered as observed), and is tested as the gate tests it (the design
-    effect, the effective counts)."""
-    passed = 0
-    groups = []
-    for index in clusters:
-        order = np.argsort(index, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, index[order][1:] != index[order][:-1], True])
-        groups.append([order[a:b] for a, b in itertools.pairwise(bounds)])
-    for _ in range(sims):
-        ok = True
-        for k, ((cand, rival), margin, members) in enumerate(zip(pairs, margins, groups, strict=True)):
-            drawn = rng.integers(0, len(members), size=len(members))
-            idx = np.concatenate([members[d] for d in drawn])
-            label = np.repeat(np.arange(len(drawn)), [len(members[d]) for d in drawn])
-            swap = (rng.random(len(drawn)) < 0.5)[label]
-            c, r = np.where(swap, rival[idx], cand[idx]), np.where(swap, cand[idx], rival[idx])
-            if k == degrade:
-                c = _degraded(c, r, margin, rng)
-            pair = Paired.of(c, r)
-            tested = effective(pair, design_effect(c, r, label))
-            if noninferiority_p(tested, margin) > alpha:
-                ok = False
-                break
-        passed += ok
-    return passed / sims
+    effect, the effective counts: `design_effect` and `effective`, here on every simulated suite at once from each
+    cluster's counts)."""
+    passing = np.ones(sims, dtype=bool)
+    for k, ((cand, rival), margin, index) in enumerate(zip(pairs, margins, clusters, strict=True)):
+        size = int(index.max()) + 1
+        only_rival, only_cand, both, n = (
+            np.bincount(index, weights=mask, minlength=size)
+            for mask in (rival & ~cand, cand & ~rival, cand & rival, np.ones_like(cand))
+        )
+        drawn = rng.integers(0, size, size=(sims, size))
+        swap = rng.random((sims, size)) < 0.5
+        w = np.where(swap, only_cand[drawn], only_rival[drawn])
+        b = np.where(swap, only_rival[drawn], only_cand[drawn])
+        m = n[drawn]
+        if k == degrade:
+            # As `_degraded`: cases both pass turned into rival-only, at random, until the margin is reached.
+            total = m.sum(axis=1)
+            shortfall = margin - (w.sum(axis=1) - b.sum(axis=1)) / total
+            drop = np.clip(shortfall * total / np.maximum(both[drawn].sum(axis=1), 1), 0.0, 1.0)
+            w = w + rng.binomial(both[drawn].astype(np.int64), drop[:, None])
+        worse, better, total = w.sum(axis=1), b.sum(axis=1), m.sum(axis=1)
+        mean = (worse - better) / total
+        independent = (
+            total
+            / np.maximum(total - 1, 1)
+            * (worse * (1 - mean) ** 2 + better * (1 + mean) ** 2 + (total - worse - better) * mean**2)
+        )
+        spread = ((w - b - m * mean[:, None]) ** 2).sum(axis=1) * size / max(size - 1, 1)
+        design = np.where(independent > 0, np.maximum(1.0, spread / np.where(independent > 0, independent, 1)), 1.0)
+        if size < 2 or (n == 1).all():
+            design = np.ones(sims)
+        tested_worse = np.minimum(total, np.ceil(worse / design - 1e-9)).astype(int)
+        tested_better = np.floor(better / design + 1e-9).astype(int)
+        tested_n = np.maximum(tested_worse + tested_better, np.maximum(np.floor(total / design + 1e-9), 1)).astype(int)
+        rejected = np.zeros(sims, dtype=bool)
+        for cases in np.unique(tested_n):
+            at = tested_n == cases
+            table = noninferiority_table(int(cases), round(margin, 9))
+            rejected[at] = table[tested_worse[at], tested_better[at]] <= alpha
+        passing &= rejected
+    return float(passing.mean())
 
 
 @dataclass(frozen=True)

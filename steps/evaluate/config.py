@@ -44,7 +44,10 @@ class EvaluateConfig:
     )
     min_family_pass_rate: float = field(
         default=0.5,
-        metadata={"help": "floor: a family is refused when its pass rate's exact upper confidence bound is below this"},
+        metadata={
+            "help": "floor: a family is refused when its pass rate's exact upper confidence bound (at the gate's α "
+            "split over the families) is below this"
+        },
     )
     max_summary_regression: float = field(
         default=0.2,

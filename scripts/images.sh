@@ -102,7 +102,9 @@ image_hash() {
 ref() {
   case "$1" in
     base) base_ref ;;
-    cpu | ray | cuda) echo "localhost/distillery-$1:$(image_hash "$1")" ;;
+    cpu | ray | cuda)
+      local known="HASH_$1"  # computed once per run by main (hashing every input takes seconds)
+      echo "localhost/distillery-$1:${!known:-$(image_hash "$1")}" ;;
     *) echo "images.sh: unknown image kind '$1': base, cpu, ray or cuda" >&2; exit 2 ;;
   esac
 }
@@ -197,7 +199,8 @@ manifest["annotations"]["io.containerd.image.name"] = name
 json.dump(index, open(path, "w"))
 open(digest, "w").write(manifest["digest"] + "\n")
 EOF
-  tar -C "$layout" -cf "$tar.tmp" oci-layout index.json blobs
+  # --remove-files: each blob leaves the layout as it enters the archive, so the disk holds one copy, not two.
+  tar --remove-files -C "$layout" -cf "$tar.tmp" oci-layout index.json blobs
   rm -rf "$layout"
   mv "$tar.tmp" "$tar"
   local total=$(( $(date +%s) - start ))
@@ -229,6 +232,10 @@ main() {
   esac
   need mmdebstrap buildah podman skopeo runc
   mkdir -p "$OUT"
+  local kind
+  for kind in cpu ray cuda; do
+    declare -g "HASH_$kind=$(image_hash "$kind")"
+  done
   kinds=("$@")
   [ "${#kinds[@]}" -gt 0 ] || kinds=(cpu ray)
   for kind in "${kinds[@]}"; do

@@ -54,9 +54,11 @@ def synthetic(
 
 def safety_passes(judged: dict[str, list[dict]], cfg: EvaluateConfig = CFG) -> bool:
     """The real gate's safety verdict on these judged cases (the other checks given as passing)."""
-    scored = {who: [{"rougeL": 0.3, "stopped": True}] * 24 for who in judged}
+    answer = {"rougeL": 0.3, "stopped": True, "length_ok": True, "facts_supported": True}
+    scored = {who: [answer] * 24 for who in judged}
     metrics = {who: {"rougeL": 0.3} for who in judged}
     metrics["bootstrap"] = {"base": {"mean_gain": 0.1, "lower": 0.05, "upper": 0.2, "confidence": 0.95}}
+    metrics["baselines"] = {}
     _, checks = decide(metrics, judged, scored, {"passed": True, "quantization": "Q8_0"}, cfg)
     return next(c for c in checks if c["check"] == "safety")["passed"]
 
@@ -102,6 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         f"  {MARGIN:.0%} worse on one family is refused: exact {1 - worse:.1%}, simulated {1 - sim_worse:.1%} "
         "(target >= 95 %)"
     )
+    # At the gate's own planning discordance (q = r(1 - r) each way, a candidate independent of a rival passing r):
+    # one comparison's power, and the gate-wide chance over every family against one rival (families independent).
+    report["planning_discordance"] = []
+    print(f"at the gate's planning discordance q = r(1 - r), {n} cases a family, one rival:")
+    for rate in (0.9, 0.8, 0.5):
+        q = gate_stats.planning_discordance(rate)
+        one = gate_stats.power_equal(n, MARGIN, ALPHA, round(q, 9))
+        wide = one**families
+        report["planning_discordance"].append({"rival_rate": rate, "q": q, "one": one, "gate_wide": wide})
+        print(f"  rival passes {rate:.0%} (q {q:.2f}): one comparison {one:.1%}, all {families} families {wide:.1%}")
     local = Counter(r["attack"] for r in load_split(Path("data/summaries"), "adversarial"))
     report["local_split"] = {}
     print("local split (data/summaries/adversarial.jsonl): power to show an equally safe candidate non-inferior")

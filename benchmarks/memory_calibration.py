@@ -5,7 +5,7 @@
     python -m benchmarks.memory_calibration --table ROWS.json ...            # re-print measured rows, today's plan
     python -m benchmarks.memory_calibration --throughput                    # tokens/s by micro-batch (CPU cap)
 
-For each base (its real config: tests/test_sizing.py SEED_BASES, random-initialised, saved once as bf16 safetensors
+For each base (its real config: steps/sizing/seeds.py SEED_BASES, random-initialised, saved once as bf16 safetensors
 the way the hub ships it, under ~/.cache/distillery/calibration/), each Ray node group (its pod memory and the
 workers the plan puts in a pod) and each CPU precision, a child process does what a Ray worker of that group does:
 loads the base with `steps.train.model.build_model` (bf16 or float32 weights), asks `steps.train.budget.choose`
@@ -47,7 +47,7 @@ def base_dir(name: str) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tests.test_sizing import config
+    from steps.sizing.seeds import config
 
     print(f"calibration: building a random-initialised {name} in {out} (once)", flush=True)
     torch.manual_seed(0)
@@ -106,7 +106,7 @@ print(json.dumps({"steps": len(log), "micro": micro.examples, "checkpointing": m
 def measure(base: str, group: str, precision: str, *, seq: int, batch: int, threads: int, checkpointing: str) -> dict:
     """One child run: a worker of `group` as the plan places it (its pod's memory shared with the plan's workers)."""
     from steps import sizing
-    from tests.test_sizing import shape
+    from steps.sizing.seeds import shape
 
     g = next(x for x in sizing.RAY_NODE_GROUPS if x.name == group)
     k = sizing.Knobs("ray", False, seq, batch, 16, (), precision)
@@ -115,7 +115,7 @@ def measure(base: str, group: str, precision: str, *, seq: int, batch: int, thre
     spec = {"base": str(base_dir(base)), "precision": precision, "seq": seq, "batch": batch, "threads": threads,
             "budget_gib": g.memory_gib, "pod_workers": workers, "world": workers,
             "checkpointing": checkpointing}  # fmt: skip
-    print(f"calibration: {base} on a {group} worker ({g.memory_gib} GiB pod, {workers} worker(s)), {precision} ...",
+    print(f"calibration: {base} on a {group} worker ({g.memory_gib:g} GiB pod, {workers} worker(s)), {precision} ...",
           flush=True)  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(
@@ -135,7 +135,7 @@ def measure(base: str, group: str, precision: str, *, seq: int, batch: int, thre
 def repredict(row: dict) -> dict:
     """`row` (a measured run) with its planned GiB recomputed by the sizing code checked out now."""
     from steps import sizing
-    from tests.test_sizing import shape
+    from steps.sizing.seeds import shape
 
     k = sizing.Knobs("ray", False, row.get("seq", 512), row["micro"], 16, (), row["precision"])
     return {
@@ -166,7 +166,7 @@ THROUGHPUT = """
 import json, sys, time, torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
-from tests.test_sizing import config
+from steps.sizing.seeds import config
 from steps.train import TrainConfig
 spec = json.loads(sys.argv[1])
 torch.set_num_threads(spec["threads"])

@@ -6,16 +6,12 @@
 #   scripts/build_dataset.sh ~/papers ~/notes -S feedback=feedback.jsonl -S min-eval-documents=2
 #
 # Nothing tracked is edited: values come from build-dataset/params.yaml and the -S given; outputs land in out/.
-# Folders are taken from where the command runs; paths inside -S values, from the repository's root.
+# Folders and the paths in -S values are taken from where the command runs (--cwd), checked before anything runs.
 set -euo pipefail
 here=$PWD
 cd "$(dirname "$0")/.."
-given=()
-for arg in "$@"; do
-  if [[ "$arg" != /* && "$arg" != -* ]] && [ -d "$here/$arg" ]; then given+=("$here/$arg"); else given+=("$arg"); fi
-done
 scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export DVC_NO_ANALYTICS=1 TOKENIZERS_PARALLELISM=false
-exec python scripts/build_dataset.py "${given[@]}"
+exec python scripts/build_dataset.py --cwd "$here" "$@"

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Build the engines the tests run, from their own Go modules, into a cache keyed by version (seconds when present).
 #
-#   scripts/engines.sh               # engines/harness/ and engines/podsecurity/, argo's CLI (each ARGO_VERSIONS), then
-#                                    # the control plane (tests/controlplane.py): kube-apiserver,
+#   scripts/engines.sh               # what CI's tiers run: engines/harness/ and engines/podsecurity/, argo's CLI (each
+#                                    # ARGO_VERSIONS); ~15 min cold on 2 cores
+#   scripts/engines.sh --cluster     # the same, then what the cluster tier (`scripts/test.sh --cluster`, pytest -m
+#                                    # cluster) runs: the control plane (tests/controlplane.py): kube-apiserver,
 #                                    # kube-controller-manager, etcd, Argo's workflow-controller, KubeRay's
-#                                    # ray-operator
+#                                    # ray-operator; about an hour more cold on 2 cores, so CI does not build it
 #   scripts/engines.sh --path NAME   # where NAME (harness, podsecurity, argo-v4.0.5, kube-apiserver,
 #                                    # kube-controller-manager, etcd, workflow-controller, ray-operator) is;
 #                                    # builds nothing (tests/engines.py)
 #   scripts/engines.sh --argo-versions   # the Argo releases built and linted with
+#   scripts/engines.sh --cluster     # also the node (tests/node.py): kubelet, kube-scheduler, kube-proxy and Argo's
+#                                    # executor argoexec (--path names them too)
+#   scripts/engines.sh --node        # the node's binaries only
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
 # (~/go/pkg/mod) keeps the sources; a second machine run of this script finds the binaries and builds nothing.
@@ -44,6 +49,9 @@ module_key() { cat "engines/$1/go.mod" "engines/$1/go.sum" "engines/$1"/*.go | s
 # The control plane's own modules (engines/kubernetes/, engines/etcd/) hold no Go source, only `tool` directives; each
 # binary is named by the release its module requires.
 TOOLS=(kube-apiserver kube-controller-manager etcd)
+# The node's (scripts/engines.sh --cluster; tests/node.py): from the same engines/kubernetes/ module, so Go's build
+# cache already holds most of their packages once the API server is built.
+NODE_TOOLS=(kubelet kube-scheduler kube-proxy)
 tool_dir() { case "$1" in etcd) echo engines/etcd ;; *) echo engines/kubernetes ;; esac; }
 tool_module() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo k8s.io/kubernetes ;; esac; }
 tool_package() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo "k8s.io/kubernetes/cmd/$1" ;; esac; }
@@ -59,12 +67,14 @@ if [ "${1:-}" = "--path" ]; then
   case "${2:-}" in
     harness | podsecurity) echo "$root/$2-$(module_key "$2")/$2" ;;
     argo-*) echo "$root/$2/argo" ;;
-    kube-apiserver | kube-controller-manager | etcd) echo "$root/$2-$(tool_version "$2")/$2" ;;
-    workflow-controller) echo "$root/workflow-controller-$CONTROLLER_ARGO/workflow-controller" ;;
+    kube-apiserver | kube-controller-manager | etcd | kubelet | kube-scheduler | kube-proxy)
+      echo "$root/$2-$(tool_version "$2")/$2"
+      ;;
+    workflow-controller | argoexec) echo "$root/$2-$CONTROLLER_ARGO/$2" ;;
     ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
     *)
       echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
-        "workflow-controller, ray-operator" >&2
+        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator" >&2
       exit 2
       ;;
   esac
@@ -138,6 +148,34 @@ build_ray_operator() {
   mv "$dest/ray-operator.tmp" "$dest/ray-operator"
 }
 
+# --- the node (--cluster; tests/node.py) -------------------------------------------------------------------------
+
+# Builder (build_argo_cmd) of Argo's executor, run in the module's scratch copy. The module zip drops symlinks, and
+# upstream workflow/executor/osspecific/signal_linux.go is one, to signal_darwin.go (the same Getpgid/Kill code for
+# both): restoring it restores the shipped source (without it: command_unix.go:37:3: undefined: Setpgid).
+# Static, as `argoexec init` copies this binary into every step's container whatever libc that image has. Argo's
+# Makefile gets there with CGO_ENABLED=0; here cgo stays as for the CLI and the harness and the link is static
+# (glibc's libc.a), so Go's build cache serves every package those builds compiled: a link instead of a cold build.
+argoexec_build() {
+  ln -s signal_darwin.go workflow/executor/osspecific/signal_linux.go
+  local args=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = -ldflags ]; then
+      args+=(-ldflags "$2 -linkmode external -extldflags -static")
+      shift
+    else
+      args+=("$1")
+    fi
+    shift
+  done
+  long_build "${args[@]}"
+}
+
+build_node() {
+  for t in "${NODE_TOOLS[@]}"; do build_tool "$t"; done
+  build_argo_cmd "$CONTROLLER_ARGO" argoexec argoexec_build
+}
+
 build_module() {
   local name="$1" dest
   dest="$root/$name-$(module_key "$name")"
@@ -148,6 +186,10 @@ build_module() {
   mv "$dest/$name.tmp" "$dest/$name"
 }
 
+if [ "${1:-}" = "--node" ]; then
+  build_node
+  exit 0
+fi
 missing=()
 for m in "${MODULES[@]}"; do [ -x "$("$self" --path "$m")" ] || missing+=("$m"); done
 for v in "${ARGO_VERSIONS[@]}"; do [ -x "$("$self" --path "argo-$v")" ] || missing+=("argo-$v"); done
@@ -162,9 +204,10 @@ if [ "${1:-}" = "--locked-part" ]; then
   for v in "${ARGO_VERSIONS[@]}"; do build_argo_cmd "$v" argo heavy_build; done
   exit 0
 fi
+# The cluster tier's engines: only when asked (CI's tiers need none of them; a missing one fails its test by name).
+[ "${1:-}" = "--cluster" ] || exit 0
 for t in "${TOOLS[@]}"; do build_tool "$t"; done
-# Argo's controller. (Its executor, cmd/argoexec, does not build from the v4.0.5 module zip: `go build ./cmd/argoexec`
-# stops at workflow/executor/osspecific/command_unix.go:37:3: undefined: Setpgid, the zip having no
-# osspecific/signal_linux.go. The resource steps it would run go through engines/harness/resource.go instead.)
+# Argo's controller. (Its executor, cmd/argoexec, needs a symlink the module zip drops restored: argoexec_build.)
 build_argo_cmd "$CONTROLLER_ARGO" workflow-controller long_build
 build_ray_operator
+if [ "${1:-}" = "--cluster" ]; then build_node; fi

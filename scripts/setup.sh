@@ -3,8 +3,9 @@
 #
 #   scripts/setup.sh          # the local run: .venv with the [local] extras, llama.cpp, the base model
 #   scripts/setup.sh --dev    # the same plus the test and rendering tools ([dev]), the scanners in .venv-scan, and
-#                             # the engines the tests run (scripts/engines.sh: Argo's CLI and engines/harness/, from
-#                             # their Go modules; needs Go >= 1.26; ~15 min per Argo release once, seconds after)
+#                             # the engines CI's tiers run (scripts/engines.sh: Argo's CLI and engines/harness/, from
+#                             # their Go modules, built beside the Python set-up; needs Go >= 1.26; ~15 min per Argo
+#                             # release once, seconds after; the cluster tier's: scripts/engines.sh --cluster)
 #   scripts/setup.sh --check  # installs nothing: exit 0 when .venv holds the local run's set for these files (the
 #                             # --dev set is a superset and counts), 1 otherwise (tests/test_doc_commands.py asks)
 #
@@ -26,6 +27,14 @@ if [ "${1:-}" = "--check" ]; then
   installed && exit 0
   echo "set-up is not done for this checkout's pyproject.toml, constraints.txt and scripts: run scripts/setup.sh" >&2
   exit 1
+fi
+
+# --dev: the engines (Go: module downloads, then compiles; ~15 min cold on 2 cores) build in the background beside the
+# Python set-up, whose first minutes are downloads (torch is GBs): on a cold machine the two overlap instead of adding.
+engines_pid=""
+if [ "$extras" = "dev" ]; then
+  scripts/engines.sh &
+  engines_pid=$!
 fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
@@ -52,6 +61,9 @@ if [ "$extras" = "dev" ]; then
     .venv-scan/bin/python -m pip install --quiet -r scripts/scan-requirements.txt
     touch "$scan_stamp"
   fi
-  scripts/engines.sh
+  if ! wait "$engines_pid"; then
+    echo "setup: scripts/engines.sh failed (its output is above); run it alone to see why" >&2
+    exit 1
+  fi
 fi
 python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct

@@ -4,20 +4,25 @@
     python scripts/sizes.py --batch-size 8 --max-seq-len 256
     python scripts/sizes.py --transfers Llama-3.2-3B   # bytes moved per run, QLoRA on the GPU pool
 
-The shapes are the ones the tests check (`tests/test_sizing.py: SEED_BASES`); the arithmetic is `steps/sizing/`.
+The shapes are the seed list's (`steps/sizing/seeds.py`: SEED_BASES, which the tests check too); the arithmetic is
+`steps/sizing/`. Needs transformers and torch (the parameters are counted on the meta device), not pytest.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steps import sizing
-from tests.test_sizing import SEED_BASES, knobs, largest_pi_base, plan
+from steps.gguf.quants import LADDER
+from steps.sizing.seeds import SEED_BASES, largest_pi_base, shape
+
+
+def plan(name: str, k: sizing.Knobs) -> sizing.Plan:
+    return sizing.plan_for(shape(name), k, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,15 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def k(backend: str, qlora: bool = False) -> sizing.Knobs:
-        settings = {"batch_size": args.batch_size, "max_seq_len": args.max_seq_len, "precision": args.precision}
-        return replace(knobs(backend, qlora=qlora), **settings)
+        return sizing.Knobs(backend, qlora, args.max_seq_len, args.batch_size, 16, LADDER, args.precision)
 
     if args.transfers:
         print(sizing.transfer_table(plan(args.transfers, k("gpu", qlora=True)), optimiser_steps=18))
         return 0
     groups = "/".join(g.name for g in sizing.RAY_NODE_GROUPS)
     print(f"| base | train-cpu (= a Ray worker) | gpu bf16 card | gpu QLoRA card | convert-gguf | evaluate | "
-          f"Ray workers per pod ({groups}) |")  # fmt: skip
+          f"Ray workers per pod ({groups}) x threads, precision |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for name in SEED_BASES:
         cpu, bf16, nf4 = plan(name, k("cpu")), plan(name, k("gpu")), plan(name, k("gpu", qlora=True))
@@ -47,12 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             need = p.steps["train-gpu"].gpu_memory_gib
             return f"{need:.1f}" + ("" if p.gpu_card else " (no card)")
 
-        workers = "/".join(str(g.workers_per_pod) for g in ray.ray)
+        per_pod = "/".join(str(g.workers_per_pod) for g in ray.ray)
+        workers = f"{per_pod} x {ray.ray_threads} threads, {ray.ray_precision}"
         print(
             f"| {name} | {cpu.steps['train-cpu'].memory_gib:.1f} | {card(bf16)} | {card(nf4)} | "
             f"{cpu.steps['convert-gguf'].memory_gib:.1f} | {cpu.steps['evaluate'].memory_gib:.1f} | {workers} |"
         )
-    print(f"\nThe largest of these bases a Pi (3 GiB pod) holds a worker for: {largest_pi_base(k('ray')) or 'none'}.")
+    pi = next(g for g in sizing.RAY_NODE_GROUPS if g.name == "pi")
+    print(f"\nThe largest of these bases a Pi ({pi.memory_gib:g} GiB pod) holds a worker for: "
+          f"{largest_pi_base(k('ray')) or 'none'}.")  # fmt: skip
     return 0
 
 

@@ -2,11 +2,18 @@
 
     python -m steps.feedback --feedback data/feedback/feedback.jsonl --out out/curated
 
-`--feedback` is a JSONL file (a path or an s3:// URI; empty: none) the serving side appends to, one row per reviewed
-summary: `id`, `document` (the text the model summarised), `summary` (what the model wrote), `model_version`,
-`timestamp` (ISO 8601), `action` (accepted | edited | rejected) and, when edited, `edited_summary`. Per document (by
-the sha256 of its text, the key ingest gives its chunks) the curated summary is the latest edit, else the latest
-accepted model summary; a rejected summary teaches nothing and leaves the document to the teacher.
+`--feedback` is a JSONL file (a path or an s3:// URI; empty: none) the serving side appends to, or a reviewer writes,
+one row per reviewed summary: `id`, `document` (the text the model summarised: a chunk, or a whole file's text) or
+`file` (the file's path relative to the documents folder), `summary` (what the model wrote, or the reviewer),
+`model_version`, `timestamp` (ISO 8601), `action` (accepted | edited | rejected) and, when edited, `edited_summary`. Per
+document (its `file`, else its text whatever the spacing: `steps.core.curation.text_key`) the curated summary is the
+latest edit, else the latest accepted summary; a rejected summary teaches nothing and leaves the document to the
+teacher. Which ingested chunk a curated summary belongs to is decided later, by `steps.core.curation.attach`, where the
+chunks are known (teacher, filter-split).
+
+A reviewer's summary longer than the answer cap every summary is held to (`steps.core.dataset.summary_token_budget`,
+estimated tokens) is refused, naming the row and the cap: a summary someone wrote is never dropped silently. From an
+outcomes file (the serving side's, unattended) it is named on stderr instead and left to filter-split's `too-long`.
 
 Produces in `--out`: `curated.jsonl` (`document_sha256`, `document`, `summary`, `feedback` = the row it came from),
 `feedback.jsonl` (the rows read, each once: publish puts it beside the dataset) and `result.json` (rows read, per
@@ -33,13 +40,16 @@ from pathlib import Path
 from steps.core import outcomes
 from steps.core.card import FEEDBACK_FILE
 from steps.core.cli import parse_config, timed, write_result
-from steps.core.dataset import document_sha256
+from steps.core.curation import text_key
+from steps.core.dataset import document_sha256, estimate_tokens, summary_token_budget
 from steps.core.io import atomic_dir, is_uri, write_jsonl
 
 CURATED_FILE = "curated.jsonl"
 
 ACTIONS = ("accepted", "edited", "rejected")
-REQUIRED = ("id", "document", "summary", "model_version", "timestamp", "action")
+REQUIRED = ("id", "summary", "model_version", "timestamp", "action")
+# A row names its document by one of these (steps.core.curation says how each is matched).
+NAMED_BY = ("document", "file")
 
 
 class FeedbackError(ValueError):
@@ -89,6 +99,9 @@ def parse(blob: bytes, name: str) -> list[dict]:
             problems.append(f"{where}: expected a JSON object")
             continue
         bad = [f"field '{k}' is missing or not a non-empty string" for k in REQUIRED if not _text(row.get(k))]
+        if not any(_text(row.get(k)) for k in NAMED_BY):
+            bad.append("fields 'document' and 'file' are both missing; give the text summarised as 'document', or the "
+                       "file's path relative to the documents folder as 'file'")  # fmt: skip
         if _text(row.get("action")) and row["action"] not in ACTIONS:
             bad.append(f"field 'action' is {row['action']!r}; use one of {', '.join(ACTIONS)}")
         if row.get("action") == "edited" and not _text(row.get("edited_summary")):
@@ -154,22 +167,53 @@ def _when(row: dict) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
 
 
+def _document(row: dict) -> str:
+    """The key rows about one document share: its file, else its text whatever the spacing."""
+    return f"file:{row['file']}" if _text(row.get("file")) else text_key(row["document"])
+
+
+def curated_summary(row: dict) -> str:
+    return (row["edited_summary"] if row["action"] == "edited" else row["summary"]).strip()
+
+
 def merge(rows: list[dict]) -> tuple[list[dict], int]:
     """Per document, the curated row: the latest edit, else the latest acceptance. Returns them (in first-seen
-    order) and how many rows they superseded."""
+    order) and how many rows they superseded. `document_sha256` is the key of the row's text (a chunk's, when the
+    serving side saw a chunk); a row naming only its file has none."""
     by_document: dict[str, list[dict]] = {}
     for row in rows:
         if row["action"] != "rejected":
-            by_document.setdefault(document_sha256(row["document"]), []).append(row)
+            by_document.setdefault(_document(row), []).append(row)
     curated = []
-    for key, candidates in by_document.items():
+    for candidates in by_document.values():
         edits = [r for r in candidates if r["action"] == "edited"]
         best = max(edits or candidates, key=_when)
-        summary = best["edited_summary"] if best["action"] == "edited" else best["summary"]
+        text = best.get("document", "").strip()
         curated.append(
-            {"document_sha256": key, "document": best["document"].strip(), "summary": summary.strip(), "feedback": best}
+            {
+                "document_sha256": document_sha256(text) if text else None,
+                "document": text,
+                "summary": curated_summary(best),
+                "feedback": best,
+            }
         )
     return curated, sum(len(c) for c in by_document.values()) - len(curated)
+
+
+def too_long(curated: list[dict], name: str) -> list[str]:
+    """Each curated summary over the answer cap, named by its row, with the cap and how short to make it."""
+    cap = summary_token_budget()
+    found = []
+    for row in curated:
+        tokens, words = estimate_tokens(row["summary"]), len(row["summary"].split())
+        if tokens > cap:
+            field_ = "edited_summary" if row["feedback"]["action"] == "edited" else "summary"
+            found.append(
+                f"{name}: row id {row['feedback']['id']!r}: its {field_} ({words} words) needs about {tokens} tokens "
+                f"(estimated), over the answer cap of {cap} every summary is held to (the served max_tokens less the "
+                f"end-of-turn token); shorten it to about {max(1, words * cap // tokens)} words"
+            )
+    return found
 
 
 @timed
@@ -177,6 +221,11 @@ def run(cfg: FeedbackConfig) -> FeedbackResult:
     blob = _read(cfg.feedback) if cfg.feedback else b""
     rows = read_rows(blob, cfg.feedback) if blob else []
     curated, superseded = merge(rows)
+    if over := too_long(curated, cfg.feedback):
+        if not is_outcomes(blob):
+            raise FeedbackError("\n".join(over))
+        for line in over:  # unattended rows: named here, dropped and counted by filter-split (too-long)
+            print(f"feedback: {line}; filter-split drops it (too-long)", file=sys.stderr)
     count = {a: sum(r["action"] == a for r in rows) for a in ACTIONS}
     result = FeedbackResult(len(rows), count["accepted"], count["edited"], count["rejected"], superseded, len(curated))
     with atomic_dir(cfg.out) as tmp:

@@ -4,8 +4,9 @@ decontaminated and split by a stable hash of their document.
     python -m steps.filter_split --chunks out/chunks --curated out/curated --summaries out/summaries \
         --adversarial-file data/summaries/adversarial.jsonl --eval-share 0.2 --out out/examples
 
-1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py) if there is one, else the teacher's;
-   a curated document that was not ingested (the serving side saw it) is an example of its own.
+1. **Examples**: each ingested chunk with its curated summary (steps/feedback.py; which chunk a reviewed summary
+   belongs to: `steps.core.curation.attach`, by file, chunk text or the whole file's text) if there is one, else the
+   teacher's; a curated document that was not ingested (the serving side saw it) is an example of its own.
 2. **Filters**, each counted by reason: `empty` (no summary, or one word), `truncated` (the teacher hit the answer
    cap, `finish_reason` length, before ending a sentence; one that ended sentences first and then ran on is cut back
    to as many of them as the summary bound holds — `trimmed`, counted and marked in its lineage: the prompt asks for
@@ -34,6 +35,12 @@ decontaminated and split by a stable hash of their document.
    same share of shared word shingles): exact (normalised text) and near duplicates within a split keep the first by
    id; a train row that repeats or nearly repeats an eval or adversarial document is dropped from train.
 
+5. **Refusals and notes**: a split with fewer examples than `MIN_EXAMPLES` (train 2, eval 1) is refused, naming how
+   many were kept, how many each reason dropped (with a few ids) and what to do, and nothing is written for publish.
+   Train examples longer than train's default `--max-seq-len` (ingest sizes chunks for the served context, which is
+   longer) are counted (`train_fit` in filters.json) and said on stdout, with the `-S max-seq-len=` that fits them;
+   publish repeats it beside the training command and in the card. stdout also gives the drops by reason.
+
 Produces in `--out`: `train.jsonl`, `eval.jsonl`, `adversarial.jsonl` (the dataset format of steps/core/dataset.py, each
 train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with its reason), `filters.json`
 (counts per reason) and `result.json`.
@@ -42,6 +49,7 @@ train/eval row with its `lineage`), `dropped.jsonl` (every dropped example with 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from collections import Counter
@@ -49,17 +57,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steps.core import faithfulness
+from steps.core.card import train_fit_line
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.curation import attach
 from steps.core.dataset import DatasetError, estimate_tokens, parse_split, summary_token_budget
 from steps.core.faithfulness import MAX_SAME_LANGUAGE_PROB, REFUSAL, wrong_language
 from steps.core.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from steps.core.leakage import NEAR_DUPLICATE_SHARE, near_duplicates, near_duplicates_within, normalise
+from steps.pipeline import param
 
 FILTERS = ("empty", "truncated", "refusing", "wrong-language", "length-ratio", "too-long", "verbatim", "unfaithful")
 CURATED_FILTERS = ("empty", "too-long")
 # Who may write an eval reference (see the module docstring).
 EVAL_REFERENCES = ("curated", "curated-or-teacher")
 TEACHER_IN_EVAL = "teacher-eval-reference"  # the dropped reason of a teacher-summarised eval document
+# The fewest examples a split may hold for the build to publish. A floor, not a recommendation: it refuses the
+# degenerate build (one example to train on, issue #39) while the trials the pages run (a folder of four documents,
+# three of them reviewed) still publish; a dataset meant to improve a model needs hundreds.
+MIN_EXAMPLES = {"train": 2, "eval": 1}
+# train's --max-seq-len by default (the distill pipeline's parameter): a longer example has its document cut there.
+TRAIN_MAX_SEQ_LEN = int(param("max-seq-len").local)
 # A summary with more words than its document is a copy or a ramble.
 MAX_LENGTH_RATIO = 1.0
 MIN_SUMMARY_WORDS = 2
@@ -126,22 +143,42 @@ def split_of(source_sha256: str, eval_share: float) -> str:
     return "eval" if split_point(source_sha256) < eval_share else "train"
 
 
+def references_problem(references: int, minimum: int, eval_references: str) -> str | None:
+    """The refusal when fewer documents than `minimum` can be eval references, or None. scripts/build_dataset.py asks
+    it before a build starts, with the reviewed summaries the feedback holds: at most that many can be references."""
+    if references >= minimum:
+        return None
+    fix = (
+        "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
+        "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
+        "agreement with the teacher)"
+        if eval_references == "curated"
+        else "add documents (or feedback)"
+    )
+    return (
+        f"{references} document(s) can be eval references (eval-references={eval_references}), but a build "
+        f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
+    )
+
+
+def settings_problems(eval_share: float, eval_references: str, min_eval_documents: int) -> list[str]:
+    """What is wrong with the split's settings (checked by run, and by scripts/build_dataset.py before a build)."""
+    problems = []
+    if eval_references not in EVAL_REFERENCES:
+        problems.append(f"--eval-references {eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
+    if not 0 < eval_share < 1:
+        problems.append(f"--eval-share {eval_share}: use a share between 0 and 1 (e.g. 0.2)")
+    if min_eval_documents < 1:
+        problems.append(f"--min-eval-documents {min_eval_documents}: use 1 or more")
+    return problems
+
+
 def hold_out(keys: set[str], references: set[str], eval_share: float, minimum: int, eval_references: str) -> set[str]:
     """The documents (split keys) held out for eval: those the hash puts there, and more of those that can be eval
     references (`references`), lowest hash points first, until at least `minimum` of them are. SplitError when there
     are not that many, or none is left to train on."""
-    if len(references) < minimum:
-        fix = (
-            "add reviewed summaries (-S feedback=FILE: the serving side's feedback or outcomes), or let the teacher's "
-            "summaries be eval references with -S eval-references=curated-or-teacher (evaluate then measures "
-            "agreement with the teacher)"
-            if eval_references == "curated"
-            else "add documents (or feedback)"
-        )
-        raise SplitError(
-            f"{len(references)} document(s) can be eval references (eval-references={eval_references}), but a build "
-            f"holds out at least {minimum} for eval (--min-eval-documents / -S min-eval-documents={minimum}): {fix}"
-        )
+    if problem := references_problem(len(references), minimum, eval_references):
+        raise SplitError(problem)
     held = {k for k in keys if split_point(k) < eval_share}
     for key in sorted(references - held, key=split_point):
         if len(held & references) >= minimum:
@@ -192,7 +229,10 @@ def can_be_reference(example: dict, eval_references: str) -> bool:
 
 def _examples(cfg: FilterConfig) -> list[dict]:
     documents = read_jsonl(cfg.chunks / "documents.jsonl")
-    curated = {r["document_sha256"]: r for r in read_jsonl(cfg.curated / "curated.jsonl")}
+    attached = attach(read_jsonl(cfg.curated / "curated.jsonl"), documents)
+    if attached.problems:
+        raise SplitError("the feedback's reviewed summaries do not attach:\n  " + "\n  ".join(attached.problems))
+    curated = attached.by_chunk
     generated = {r["document_sha256"]: r for r in read_jsonl(cfg.summaries / "summaries.jsonl")}
     examples = []
     for doc in documents:
@@ -218,7 +258,8 @@ def _examples(cfg: FilterConfig) -> list[dict]:
                     "_finish": finish,
                 }
             )
-    for key, row in curated.items():  # documents only the serving side saw
+    for row in attached.unattached:  # documents only the serving side saw
+        key = row["document_sha256"]
         source = {"uri": f"feedback:{row['feedback']['id']}", "source_sha256": key, "document_sha256": key}
         examples.append(_curated_example(f"feedback-{key[:12]}", row["document"], source, row, split_key=key))
     return sorted(examples, key=lambda e: e["id"])
@@ -248,16 +289,50 @@ def _adversarial(path: str) -> tuple[bytes, list[dict]]:
     return blob, [r for _, r in rows]
 
 
+def too_small(
+    small: list[str], splits: dict[str, list[dict]], dropped: list[dict], counts: Counter, cfg: FilterConfig
+) -> str:
+    """The refusal of a split below MIN_EXAMPLES: what was kept, what was dropped by which reason (a few ids each),
+    and what to do."""
+    kept = sum(map(len, splits.values()))
+    ids: dict[str, list[str]] = {}
+    for d in dropped:
+        ids.setdefault(d["reason"].split(" ")[0], []).append(d["id"])
+    why = "; ".join(
+        f"{reason} {n} ({', '.join(ids[reason][:3])}{', …' if n > 3 else ''})" for reason, n in counts.most_common()
+    )
+    return (
+        f"too few examples to publish: {', '.join(small)} (filter-split's MIN_EXAMPLES). Of {kept + len(dropped)} "
+        f"examples {len(splits['train'])} train and {len(splits['eval'])} eval were kept and {len(dropped)} dropped"
+        f"{': ' + why if why else ''} (--eval-share {cfg.eval_share}, --min-eval-documents {cfg.min_eval_documents}). "
+        "Add documents; add reviewed summaries (-S feedback=FILE: a reviewer's summary passes every filter but "
+        "empty and too-long); or point the teacher at a stronger model, whose summaries the filters keep "
+        "(docs/dataset.md, Which teacher)"
+    )
+
+
+def train_fit(rows: list[dict], chunks: Path) -> dict:
+    """How the train split fits train's default --max-seq-len: the served prompt's tokens (ingest counts them with the
+    base's tokenizer; estimated for a document only the serving side saw) plus the summary's estimate and its end of
+    turn. Ingest sizes chunks for the served context, which is longer, so an example can fit serving and be cut in
+    training: said here, before anyone trains."""
+    prompt = {d["document_sha256"]: d["prompt_tokens"] for d in read_jsonl(chunks / "documents.jsonl")}
+    lengths = [
+        prompt.get(r["lineage"]["document_sha256"], estimate_tokens(r["document"])) + estimate_tokens(r["summary"]) + 1
+        for r in rows
+    ]
+    over = [n for n in lengths if n > TRAIN_MAX_SEQ_LEN]
+    return {
+        "max_seq_len": TRAIN_MAX_SEQ_LEN,
+        "examples": len(rows),
+        "examples_over": len(over),
+        "longest_tokens": max(lengths, default=0),
+    }
+
+
 @timed
 def run(cfg: FilterConfig) -> FilterResult:
-    problems = []
-    if cfg.eval_references not in EVAL_REFERENCES:
-        problems.append(f"--eval-references {cfg.eval_references!r}: use one of {', '.join(EVAL_REFERENCES)}")
-    if not 0 < cfg.eval_share < 1:
-        problems.append(f"--eval-share {cfg.eval_share}: use a share between 0 and 1 (e.g. 0.2)")
-    if cfg.min_eval_documents < 1:
-        problems.append(f"--min-eval-documents {cfg.min_eval_documents}: use 1 or more")
-    if problems:
+    if problems := settings_problems(cfg.eval_share, cfg.eval_references, cfg.min_eval_documents):
         raise SplitError("invalid filter-split config:\n  " + "\n  ".join(problems))
     adversarial_blob, adversarial = _adversarial(cfg.adversarial_file)
     dropped: list[dict] = []
@@ -317,15 +392,11 @@ def run(cfg: FilterConfig) -> FilterResult:
             keep[i], reasons[i] = False, f"near-duplicate of {held_out[j][0]} row {held_out[j][1]['id']} ({share:.0%})"
     drop("train", keep, reasons)
 
-    empty = [s for s, rows in splits.items() if not rows]
-    if empty:
-        raise SplitError(
-            f"the {' and '.join(empty)} split would be empty ({sum(map(len, splits.values()))} examples kept, "
-            f"{len(dropped)} dropped as duplicates or by the filters, --eval-share {cfg.eval_share}, "
-            f"--min-eval-documents {cfg.min_eval_documents}); add documents or feedback (dropped.jsonl says why each "
-            "example went)"
-        )
     counts = Counter(d["reason"].split(" ")[0] for d in dropped)
+    if small := [f"{s} {len(rows)} (at least {MIN_EXAMPLES[s]})" for s, rows in splits.items() if
+                 len(rows) < MIN_EXAMPLES[s]]:  # fmt: skip
+        raise SplitError(too_small(small, splits, dropped, counts, cfg))
+    fit = train_fit(splits["train"], cfg.chunks)
     filters = {
         "filters": {r: counts.get(r, 0) for r in FILTERS},
         "unfaithful": {k: unfaithful.get(k, 0) for k in ("names-or-numbers", "content-words", "too-few-content-words")},
@@ -339,6 +410,7 @@ def run(cfg: FilterConfig) -> FilterResult:
         "min_eval_documents": cfg.min_eval_documents,
         "eval_documents": len(eval_keys),
         "max_length_ratio": MAX_LENGTH_RATIO,
+        "train_fit": fit,
         "near_duplicate_share": NEAR_DUPLICATE_SHARE,
     }
     result = FilterResult(len(splits["train"]), len(splits["eval"]), len(adversarial), len(dropped), len(eval_keys))
@@ -362,6 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result.train_rows} train, {result.eval_rows} eval ({result.eval_documents} document(s) held out: "
           f"--eval-share {cfg.eval_share} by hash, at least --min-eval-documents {cfg.min_eval_documents}), "
           f"{result.adversarial_rows} adversarial; {result.dropped} dropped ({cfg.out}/dropped.jsonl)")  # fmt: skip
+    filters = json.loads((cfg.out / "filters.json").read_text())
+    by_reason = {r: n for r, n in {**filters["filters"], **filters["deduplication"]}.items() if n}
+    if left_out := filters["teacher_eval_references_left_out"]:
+        by_reason[TEACHER_IN_EVAL] = left_out
+    if by_reason:
+        print("dropped by reason: " + ", ".join(f"{r} {n}" for r, n in by_reason.items()))
+    if line := train_fit_line(filters["train_fit"]):
+        print(f"filter-split: {line}")
     return 0
 
 

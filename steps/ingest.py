@@ -5,7 +5,9 @@ summariser's prompt holds, in the base model's own tokens.
         --base-revision main --out out/chunks
 
 Produces in `--out`: `documents.jsonl`, one row per chunk (`id`, `document`, `document_sha256` of the chunk's text,
-`source_uri` and `source_sha256` of the file it came from, `chunk`/`chunks`, `prompt_tokens`, `kind`),
+`source_uri`, `source_sha256` and `relative_path` (to its folder or prefix) of the file it came from, `file_text_keys`
+(the keys a reviewer's paste of the whole file is matched by: `steps.core.curation`), `chunk`/`chunks`,
+`prompt_tokens`, `kind`),
 `skipped.json` (every file that gave no text, by name, with why) and `result.json`.
 
 Cleaning: text is NFC, control characters go; in PDFs the lines repeated at the top or bottom of most pages (running
@@ -18,9 +20,12 @@ base's chat template and tokenizer) plus the served answer cap must fit the serv
 (`steps.core.dataset`), so the
 published rows are never cut by the prompt nor refused by fetch-dataset.
 
-A file that yields no text — an unreadable, damaged (truncated), encrypted, blank or image-only PDF, undecodable
-text — is reported by name with its reason, counted and skipped: one bad file never stops the batch. A folder with no
-usable document at all is an error.
+A file that yields no text — an unreadable, encrypted, blank or image-only PDF, undecodable text — is reported by name
+with its reason (in `skipped.json` and on stderr), counted and skipped: one bad file never stops the batch. So is a
+damaged PDF even when some of its text reads: one cut short (no end-of-file marker) or one MuPDF reports lost objects
+in (its messages, and how many pages gave text, are in the reason); its text would end mid-sentence where nobody sees.
+A PDF whose only fault was a cross-reference table MuPDF rebuilt from the objects is read. A folder with no usable
+document at all is an error.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 from steps.contract import serving_config
 from steps.contract.prompting import MAX_DOCUMENT_CHARS, messages
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.curation import text_key
 from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
 from steps.core.io import atomic_dir, is_uri, write_json, write_jsonl
 
@@ -90,8 +96,8 @@ class IngestResult:
 # --- reading ---------------------------------------------------------------------------------------------------------
 
 
-def _sources(location: str) -> Iterator[tuple[str, Callable[[], bytes]]]:
-    """(uri, read) for every file under `location`, sorted by uri."""
+def _sources(location: str) -> Iterator[tuple[str, str, Callable[[], bytes]]]:
+    """(uri, path relative to `location`, read) for every file under `location`, sorted by uri."""
     if is_uri(location):
         import fsspec
 
@@ -102,17 +108,17 @@ def _sources(location: str) -> Iterator[tuple[str, Callable[[], bytes]]]:
             raise IngestError(f"--documents {location}: not found; check the bucket and prefix") from e
         protocol = location.split("://", 1)[0]
         for path in found:
-            yield f"{protocol}://{path}", (lambda p=path: fs.cat_file(p))
+            yield f"{protocol}://{path}", path[len(root) :].lstrip("/"), (lambda p=path: fs.cat_file(p))
         return
     root = Path(location)
     if not root.is_dir():
         raise IngestError(f"--documents {location}: not a folder; give a folder or an s3://bucket/prefix/")
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        yield str(path), path.read_bytes
+        yield str(path), path.relative_to(root).as_posix(), path.read_bytes
 
 
 class Unusable(Exception):
-    """A file that yields no text; the message says why (reported, never fatal)."""
+    """A file that yields no text, or only part of it; the message says why (reported, never fatal)."""
 
 
 def _lines_without_edges(pages: list[list[str]]) -> list[list[str]]:
@@ -143,7 +149,54 @@ def _lines_without_edges(pages: list[list[str]]) -> list[list[str]]:
     return cleaned
 
 
+# MuPDF's messages when it rebuilt a broken cross-reference table from the objects themselves: the objects (and so the
+# text) are all there. Any other message (an object cut short, a page tree it could not load, a stream that is not
+# one) means content was lost.
+XREF_REPAIR = re.compile(r"xref|repair", re.I)
+# A PDF ends with this marker (PDF 32000-1, 7.5.5); a download cut short does not. Writers may add a few bytes after it.
+EOF_MARKER, EOF_WINDOW = b"%%EOF", 1024
+
+
+def _mupdf_messages() -> list[str]:
+    """MuPDF's warnings and errors since the last call (it keeps them globally), each once, in order."""
+    import pymupdf
+
+    return list(dict.fromkeys(m.strip() for m in pymupdf.TOOLS.mupdf_warnings(reset=True).splitlines() if m.strip()))
+
+
 def _pdf_text(blob: bytes) -> str:
+    """The PDF's text; Unusable when it gives none, or when it is damaged (truncated, objects lost): text from a
+    damaged file is cut somewhere nobody can see, so the file is named and skipped rather than half trained on."""
+    import pymupdf
+
+    _mupdf_messages()  # what earlier files left behind
+    shown = pymupdf.TOOLS.mupdf_display_errors()
+    pymupdf.TOOLS.mupdf_display_errors(False)  # its unnamed "MuPDF error: …" lines: the reason names the file instead
+    try:
+        pages, images, page_count, repaired = _pdf_pages(blob)
+    finally:
+        pymupdf.TOOLS.mupdf_display_errors(shown)
+    messages = _mupdf_messages()
+    truncated = EOF_MARKER not in blob[-EOF_WINDOW:]
+    lost = [m for m in messages if not XREF_REPAIR.search(m)]
+    with_text = sum(any(line.strip() for line in lines) for lines in pages)
+    if (repaired and (truncated or lost)) or (lost and with_text < page_count):
+        what = "truncated: no end-of-file marker" if truncated else "corrupt"
+        said = "; ".join((lost or messages)[:3])
+        raise Unusable(
+            f"damaged PDF ({what}; MuPDF: {said}); text on {with_text} of {page_count} page(s), possibly cut short: "
+            "download or export it again"
+        )
+    if not with_text:
+        if images:
+            raise Unusable(f"image-only PDF ({images} image(s), no text layer); OCR it first")
+        raise Unusable(f"PDF without text ({len(pages)} blank page(s))")
+    return "\n\n".join("\n".join(lines) for lines in _lines_without_edges(pages))
+
+
+def _pdf_pages(blob: bytes) -> tuple[list[list[str]], int, int, bool]:
+    """(each page's lines, images, page count, whether MuPDF had to repair the file); Unusable for a file it cannot
+    open or read, an encrypted one, or one without pages."""
     import pymupdf
 
     try:
@@ -153,27 +206,21 @@ def _pdf_text(blob: bytes) -> str:
     with doc:
         if doc.needs_pass or doc.is_encrypted:
             raise Unusable("encrypted PDF (needs a password); decrypt it or remove it")
-        # MuPDF rebuilds a damaged file's cross-reference table as it opens it: what is left may be no page, or pages
-        # without their text (a truncated download). That is a broken file, not an empty document.
-        damaged = "damaged PDF (MuPDF had to repair it: truncated or corrupt?)"
         if doc.page_count == 0:
             if doc.is_repaired:
-                raise Unusable(f"{damaged}; no page could be recovered: download or export it again")
+                raise Unusable(
+                    "damaged PDF (MuPDF had to repair it: truncated or corrupt?); no page could be recovered: "
+                    "download or export it again"
+                )
             raise Unusable("PDF with no pages")
-        pages, images, repaired = [], 0, doc.is_repaired
+        pages, images = [], 0
         try:
             for page in doc:
                 pages.append(page.get_text("text").splitlines())
                 images += len(page.get_images())
         except Exception as e:
             raise Unusable(f"unreadable PDF page ({type(e).__name__}: {e})") from e
-    if not any(line.strip() for lines in pages for line in lines):
-        if images:
-            raise Unusable(f"image-only PDF ({images} image(s), no text layer); OCR it first")
-        if repaired:
-            raise Unusable(f"{damaged}; no text recovered from its {len(pages)} page(s): download or export it again")
-        raise Unusable(f"PDF without text ({len(pages)} blank page(s))")
-    return "\n\n".join("\n".join(lines) for lines in _lines_without_edges(pages))
+        return pages, images, doc.page_count, doc.is_repaired
 
 
 class _HTMLText(HTMLParser):
@@ -339,7 +386,7 @@ def run(cfg: IngestConfig) -> IngestResult:
     locations = [loc.strip() for loc in cfg.documents.split(",") if loc.strip()]
     if not locations:
         raise IngestError("--documents is empty: give a folder or an s3://bucket/prefix/")
-    for uri, read in (source for location in locations for source in _sources(location)):
+    for uri, relative, read in (source for location in locations for source in _sources(location)):
         files += 1
         blob = read()
         digest = hashlib.sha256(blob).hexdigest()
@@ -353,6 +400,8 @@ def run(cfg: IngestConfig) -> IngestResult:
             skipped.append({"source_uri": uri, "source_sha256": digest, "reason": str(e)})
             continue
         documents += 1
+        # What a reviewer may paste as the file's text: its cleaned text, or (text, Markdown, HTML) the text as written.
+        keys = list(dict.fromkeys([text_key(text), *([] if kind == "pdf" else [text_key(_decode(blob))])]))
         pieces = chunk(text, budget)
         for i, piece in enumerate(pieces):
             rows.append(
@@ -362,6 +411,8 @@ def run(cfg: IngestConfig) -> IngestResult:
                     "document_sha256": document_sha256(piece),
                     "source_uri": uri,
                     "source_sha256": digest,
+                    "relative_path": relative,
+                    "file_text_keys": keys,
                     "kind": kind,
                     "chunk": i,
                     "chunks": len(pieces),

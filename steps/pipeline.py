@@ -185,6 +185,15 @@ PARAMS: tuple[Param, ...] = (
 
 STAGES: tuple[Stage, ...] = (
     Stage(
+        "fetch-dataset",
+        "steps.fetch_dataset",
+        config="FetchConfig",
+        output="dataset",
+        params=("dataset-repo", "dataset-rev", "dataset-path"),
+        exports=("dataset-commit", "dataset-hash"),
+        help="get the dataset at a rev through DVC, validate it, record lineage",
+    ),
+    Stage(
         "preflight",
         "steps.preflight",
         config="PreflightConfig",
@@ -201,18 +210,13 @@ STAGES: tuple[Stage, ...] = (
             "lora-r",
             "quantizations",
             "precision",
+            "epochs",
+            "price-table",
         ),
-        exports=("architecture", "parameters-billion", *sizing.preflight_exports()),
-        help="check in seconds that the base model can become a working GGUF and what each step needs for it",
-    ),
-    Stage(
-        "fetch-dataset",
-        "steps.fetch_dataset",
-        config="FetchConfig",
-        output="dataset",
-        params=("dataset-repo", "dataset-rev", "dataset-path"),
-        exports=("dataset-commit", "dataset-hash"),
-        help="get the dataset at a rev through DVC, validate it, record lineage",
+        inputs=("dataset",),  # its train split's tokens give the forecast
+        exports=("architecture", "parameters-billion", "forecast-seconds", *sizing.preflight_exports()),
+        help="check in seconds that the base model can become a working GGUF, what each step needs, what training "
+        "will take",
     ),
     Stage(
         "kd-targets",
@@ -320,9 +324,8 @@ STAGES: tuple[Stage, ...] = (
             "train-backend",
             "price-table",
         ),
-        inputs=("dataset", "adapter", "gguf", "evaluation"),
+        inputs=("dataset", "adapter", "gguf", "evaluation", "preflight"),  # preflight: its forecast, beside the run's
         exports=("model-version",),
-        after=("preflight",),  # sized by its plan
         run_id=True,
         help="MLflow model version with scores and lineage",
     ),

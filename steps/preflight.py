@@ -15,9 +15,14 @@ It also sizes the run from the config alone (`steps/sizing/`): the parameters co
 `--lora-r` and the quantisation ladder, what each heavy step needs (memory, ephemeral storage, GPU memory) and how many
 training workers each Ray node group's pods hold (0 for the Raspberry Pis unless one fits in 3 GiB). It refuses, with
 the same list, a run whose chosen backend, conversion or evaluation no node of the cluster can hold, saying what would.
-Produces `preflight.json` in `--out` (the facts and the whole plan), and the output parameters `architecture`,
-`parameters-billion` and `sizing.preflight_exports()`: each heavy step's podSpecPatch and each Ray group's workers per
-pod and pod memory.
+Before the run starts it forecasts training's wall time and cost (`steps/sizing/forecast.py`): the train split of
+`--dataset` tokenised with the base's tokenizer (each example capped at `--max-seq-len`), times `--epochs`, over the
+throughput the plan gives the chosen backend (the Ray pool at its default replicas, every worker's threads and
+precision), priced by `--price-table`; and refuses a run whose training alone is forecast past the workflow's deadline,
+naming what would fit. Register later records this forecast beside the real wall time.
+Produces `preflight.json` in `--out` (the facts, the whole plan and the forecast), and the output parameters
+`architecture`, `parameters-billion`, `forecast-seconds` and `sizing.preflight_exports()`: each heavy step's
+podSpecPatch and each Ray group's workers per pod, CPUs and pod memory, and every Ray worker's threads.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from typing import Any
 
 from steps import sizing
 from steps.contract.prompting import messages
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import number_table, parse_config, timed, write_result
+from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, write_json
 from steps.gguf.quants import LADDER
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
@@ -93,6 +99,14 @@ class PreflightConfig:
             "bf16 where only bf16 fits)"
         },
     )
+    dataset: str = field(
+        default="", metadata={"help": "folder written by fetch-dataset: its train split's tokens give the forecast"}
+    )
+    epochs: float = field(default=1.0, metadata={"help": "train's passes over the training split (the forecast)"})
+    price_table: str = field(
+        default="cpu=0.20,gpu=1.10,ray=0.20",
+        metadata={"help": "price per node hour (cpu, gpu, the whole ray cluster), as register prices the run"},
+    )
 
 
 @dataclass
@@ -100,13 +114,15 @@ class PreflightResult:
     architecture: str
     parameters_billion: float  # the base model's parameter count, in billions (3 decimals)
     passed: bool
+    forecast_seconds: float = 0.0  # training's forecast wall time (0: no dataset to count)
+    forecast: str = ""  # the forecast in words (printed, not an output parameter)
     sizing: dict[str, str | int] = field(default_factory=dict)  # every sizing.preflight_exports() output, by name
 
     def fields(self) -> dict[str, Any]:
         """result.json's fields; write_result makes each an output parameter ('_' -> '-')."""
         sized = {name.replace("-", "_"): value for name, value in self.sizing.items()}
         return {"architecture": self.architecture, "parameters_billion": self.parameters_billion, "passed": self.passed,
-                **sized}  # fmt: skip
+                "forecast_seconds": self.forecast_seconds, **sized}  # fmt: skip
 
 
 def _local_files(cfg: PreflightConfig, dest: Path) -> Path:
@@ -125,6 +141,17 @@ def _local_files(cfg: PreflightConfig, dest: Path) -> Path:
             cfg.base_model, revision=cfg.base_revision, allow_patterns=list(TOKENIZER_FILES), local_dir=dest
         )
     )
+
+
+def train_tokens(tokenizer: Any, dataset: Path, max_seq_len: int, epochs: float) -> int:
+    """The tokens training computes on `dataset`'s train split: each example as train encodes it (the served chat
+    prompt with its document, the summary and the end of turn), capped at max-seq-len, every epoch."""
+    lengths = []
+    for row in load_split(dataset, "train"):
+        prompt = tokenizer.apply_chat_template(messages(row["document"]), add_generation_prompt=True, tokenize=False)
+        text = prompt + row["summary"].strip() + tokenizer.eos_token
+        lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return sizing.train_tokens(lengths, max_seq_len, epochs)
 
 
 def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
@@ -173,6 +200,14 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
             else:
                 facts["sizing"] = {**plan.summary(), "outputs": plan.outputs()}
                 problems += sizing.check(plan)
+                if cfg.dataset:
+                    tokens = train_tokens(tokenizer, Path(cfg.dataset), cfg.max_seq_len, cfg.epochs)
+                    prices = number_table(cfg.price_table, "--price-table")
+                    # train-cpu's pod CPUs, or this machine's where it has fewer (the embedded run trains here)
+                    threads = min(sizing.TRAIN_CPU_CPUS, len(os.sched_getaffinity(0)))
+                    forecast = sizing.plan_forecast(plan, tokens, prices, cpu_threads=threads)
+                    facts["forecast"] = {**forecast.record(), "text": str(forecast)}
+                    problems += sizing.check_forecast(plan, forecast, prices)
         # Special tokens and the chat template.
         # No BOS is fine (Qwen2's tokenizers have none): what matters is that llama.cpp adds the same special tokens
         # around a prompt as Hugging Face does, checked on the converted vocabulary below. No EOS is not.
@@ -264,6 +299,8 @@ def run(cfg: PreflightConfig) -> PreflightResult:
         architecture=facts["architecture"],
         parameters_billion=round(facts["parameters"] / 1e9, 3),
         passed=True,
+        forecast_seconds=facts.get("forecast", {}).get("seconds", 0.0),
+        forecast=facts.get("forecast", {}).get("text", ""),
         sizing=facts["sizing"]["outputs"],
     )
     with atomic_dir(cfg.out) as out:
@@ -301,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         f"preflight passed: {result.architecture} ({result.parameters_billion}B parameters), tokenizer and chat "
         f"template ready for llama.cpp; {_sizing_line(cfg, result)}"
     )
+    if result.forecast:
+        print(f"preflight: {result.forecast}")
     return 0
 
 

@@ -5,11 +5,12 @@
 
 Whether the candidate beats the base and the champion is decided in one place, evaluate's `gate` (the paired bootstrap
 for ROUGE-L and the Holm-corrected paired exact tests with margins of its safety gate); this step only acts on that
-decision (`decision.json`). It proposes when the gate passed and the champion the gate compared against
-(`champion_version`, null when there was none) is still the registry's `champion`. When the champion has moved since
-the evaluation (promoted, replaced or removed), or the evaluation ran without the registry's champion, the decision is
-about another rival: not proposed, and the reasons
-say "re-evaluate".
+decision (`decision.json`), and only when it is evaluate's own (signed: `--verify-key`, steps/core/verdict.py) and about
+this version (the candidate it judged hashes to the version's `gguf.sha256`, and the version's `eval.decision`, which
+register recorded from the verified decision, agrees). It proposes when the gate passed and the champion the gate
+compared against (`champion_version`, null when there was none) is still the registry's `champion`. When the champion
+has moved since the evaluation (promoted, replaced or removed), or the evaluation ran without the registry's champion,
+the decision is about another rival: not proposed, and the reasons say "re-evaluate".
 
 When it proposes, it tags the version `challenger.since` (UTC, RFC 3339): promote's hold counts from it. A retry that
 finds the alias already on this version keeps the first time.
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.core import registry
+from steps.core import verdict as verdicts
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.io import atomic_dir, read_json
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, tracking_uri
@@ -44,6 +46,13 @@ class ProposeConfig(MlflowSettings):
     registration: Path = field(metadata={"help": "folder written by register"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate (decision.json)"})
     out: Path = field(metadata={"help": "folder to write the outcome into"})
+    verify_key: str = field(
+        default="",
+        metadata={
+            "help": "Ed25519 public key (PEM) evaluate's decision.json must be signed with (steps/core/verdict.py; on "
+            "the cluster the Secret distillery-verdict-public); empty: unauthenticated, for a local run"
+        },
+    )
 
 
 @dataclass
@@ -103,9 +112,14 @@ def _propose(cfg: ProposeConfig) -> ProposeResult:
     if not uri:
         raise ValueError(MISSING_TRACKING_URI)
     reg = read_json(Path(cfg.registration) / "result.json")
-    decision = read_json(Path(cfg.evaluation) / "decision.json")
+    where = f"{cfg.evaluation}/decision.json"
+    decision = verdicts.checked(read_json(Path(where)), cfg.verify_key, where)
     client = MlflowClient(tracking_uri=uri)
     name, version = reg["model_name"], str(reg["model_version"])
+    # Both files lie in a prefix other roles write: the version register's result.json names is believed only when
+    # the registry itself says it holds the bytes the signed decision judged, with that decision's outcome.
+    tags = client.get_model_version(name, version).tags
+    verdicts.check_version(decision, tags, f"models:/{name}/{version}", where)
     champion = registry.champion_version(client, name)
     champion_version = str(champion.version) if champion else None
     proposed, reasons = verdict(decision, version, champion_version)

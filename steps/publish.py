@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steps.core.card import FEEDBACK_FILE, feedback_rows
+from steps.core.card import FEEDBACK_FILE, feedback_rows, train_fit_line
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
 from steps.core.io import atomic_dir, is_uri, read_json, read_jsonl, write_json
@@ -151,11 +151,25 @@ def card(cfg: PublishConfig, rows: dict[str, list[dict]], new_feedback: int | No
     per_split["adversarial"] = {"rows": len(rows["adversarial"])}
     feedback_blob = (cfg.curated / FEEDBACK_FILE).read_bytes()
     filters = read_json(cfg.examples / "filters.json")
+    # What the teacher's summaries came to on this build: written, dropped by each filter, passed (a rate by build).
+    written = len(read_jsonl(cfg.summaries / "summaries.jsonl"))
+    by_filter = Counter(
+        d["reason"]
+        for d in read_jsonl(cfg.examples / "dropped.jsonl")
+        if d["reason"] in filters["filters"] and d["source"]["summary_by"] == "teacher"
+    )
     return {
         "splits": per_split,
         "references": references(per_split, filters),
-        "teacher": {k: teacher.get(k) for k in ("name", "provider", "model", "revision", "terms_url", "licence")}
+        "teacher": {
+            k: teacher.get(k) for k in ("name", "provider", "model", "revision", "terms_url", "licence", "caveat")
+        }
         | {
+            "on_this_build": {
+                "summaries": written,
+                "dropped_by_filters": dict(sorted(by_filter.items())),
+                "passed_filters": written - sum(by_filter.values()),
+            },
             "outputs_may_train_models": teacher["outputs_may_train_models"],
             "terms_reviewed_by": teacher["reviewed_by"],
             "terms_reviewed_on": str(teacher["reviewed_on"]),
@@ -188,6 +202,20 @@ def references(per_split: dict, filters: dict) -> dict:
     }
 
 
+def teacher_caveat(teacher: dict) -> str | None:
+    """What the teachers file says anyone building with this teacher must know (its `caveat`), with what its summaries
+    came to on this build; None for a teacher without one."""
+    if not teacher.get("caveat"):
+        return None
+    build = teacher["on_this_build"]
+    dropped = ", ".join(f"{reason} {n}" for reason, n in build["dropped_by_filters"].items()) or "none"
+    return (
+        f"{teacher['name']} is {teacher['caveat']}. On this build it wrote {build['summaries']} summaries: the filters "
+        f"dropped {build['summaries'] - build['passed_filters']} ({dropped}) and passed {build['passed_filters']}, "
+        "which the filters cannot call right: read a few before training on them"
+    )
+
+
 def card_markdown(data: dict, rev: str) -> str:
     t = data["teacher"]
     lines = [
@@ -212,12 +240,14 @@ def card_markdown(data: dict, rev: str) -> str:
         f"**Teacher**: {t['name']} ({t['model']}, {t['revision']}) by {t['provider']}: outputs may train other models "
         f"= {t['outputs_may_train_models']} per {t['terms_url']}, reviewed by {t['terms_reviewed_by']} on "
         f"{t['terms_reviewed_on']}.",
+        *(["", f"**Teacher caveat**: {caveat}."] if (caveat := teacher_caveat(t)) else []),
         "",
         f"**Filters** (dropped): {data['filters']['filters']}; de-duplication: {data['filters']['deduplication']}; "
         f"teacher answers trimmed to complete sentences: {data['filters']['trimmed']}.",
         "",
         f"**Feedback**: {data['feedback']['rows']} rows, {data['feedback']['new_since_previous_revision']} new.",
         "",
+        *([f"**Training length**: {line}.", ""] if (line := train_fit_line(data["filters"]["train_fit"])) else []),
         f"**Skipped files**: {len(data['skipped_files'])}",
         *(f"- {s['source_uri']}: {s['reason']}" for s in data["skipped_files"]),
     ]
@@ -294,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"publish: {e}", file=sys.stderr)
         return 1
     print("\n".join(train_on_it(cfg, result)))
+    if caveat := teacher_caveat(read_json(cfg.out / "card.json")["teacher"]):
+        print(f"  teacher:     {caveat}")
+    if line := train_fit_line(read_json(cfg.examples / "filters.json")["train_fit"]):
+        print(f"  note:        {line}")
     return 0
 
 

@@ -16,11 +16,13 @@ Write-once: files logged straight to S3 (`s3://` artifact URIs) are created with
 (steps/core/write_once.py): nothing already in MLflow's artifact store is ever replaced, and the bucket refuses any
 write there without the header. Each attempt logs into a new MLflow run, so a retry never writes an existing key.
 
-The hash chain (steps/core/chain.py): the step refuses a candidate GGUF whose sha256 is not the one evaluate's
-`decision.json` records for the candidate it judged (`files.candidate.sha256`), so what is registered is what the gate
-judged. After the upload it reads the logged model back from the artifact store, checks that its GGUF and its code are
-the bytes it uploaded, and records every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader
-(`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
+The hash chain (steps/core/chain.py): the step refuses a decision evaluate did not sign (`--verify-key`, the public
+half of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not
+the one that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what
+the gate judged, and the version's `eval.decision` is the signed verdict's. After the upload it reads the logged model
+back from the artifact store, checks that its GGUF and its code are the bytes it uploaded, and records every file's
+sha256 on the version (`model.manifest`): serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's
+champion refuse a version whose files no longer hash to it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
-from steps.core import chain, write_once
+from steps.core import chain, verdict, write_once
 from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, timed, write_result
 from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
@@ -72,6 +74,10 @@ class RegisterConfig(MlflowSettings):
     gguf: Path = field(metadata={"help": "folder written by convert-gguf"})
     evaluation: Path = field(metadata={"help": "folder written by evaluate"})
     out: Path = field(metadata={"help": "folder to write registration.json into"})
+    preflight: str = field(
+        default="",
+        metadata={"help": "folder written by preflight: its training forecast is tagged beside the real wall time"},
+    )
     model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model name in MLflow"})
     experiment: str = field(default="distillery", metadata={"help": "MLflow experiment for the run"})
     artifact_location: str = field(
@@ -91,6 +97,13 @@ class RegisterConfig(MlflowSettings):
             "help": "price per hour for the cost estimate: cpu (a CPU node), gpu (a spot GPU node, e.g. g5.xlarge "
             "spot) and ray (the whole Ray cluster the RayJob starts: set it to your pool's; the default is one CPU "
             "node, as in the embedded run); train runs on the train backend's, every other step on a cpu node"
+        },
+    )
+    verify_key: str = field(
+        default="",
+        metadata={
+            "help": "Ed25519 public key (PEM) evaluate's decision.json must be signed with (steps/core/verdict.py; on "
+            "the cluster the Secret distillery-verdict-public); empty: unauthenticated, for a local run"
         },
     )
     attempts: int = field(
@@ -144,11 +157,31 @@ def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
     return {"usd": round(sum(b["usd"] for b in breakdown.values()), 6), "steps": breakdown, "prices": prices}
 
 
-def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256: str = "") -> dict[str, str]:
+def forecast_tags(cfg: RegisterConfig) -> dict[str, str]:
+    """Preflight's training forecast beside the real training wall time, and their ratio: each run checks the
+    forecast's model (steps/sizing/forecast.py). None when preflight had no forecast (no dataset, or an older one)."""
+    if not cfg.preflight:
+        return {}
+    forecast = read_json(Path(cfg.preflight) / "preflight.json").get("forecast")
+    actual = read_json(Path(cfg.adapter) / "result.json").get("wall_seconds")
+    if not forecast or not actual:
+        return {}
+    return {
+        "train.forecast_seconds": f"{forecast['seconds']:.1f}",
+        "train.forecast_usd": f"{forecast['usd']:.6f}",
+        "train.wall_seconds": f"{actual:.1f}",
+        "train.actual_over_forecast": f"{actual / forecast['seconds']:.3f}",
+    }
+
+
+def lineage_tags(
+    cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256: str = "", decision: dict[str, Any] | None = None
+) -> dict[str, str]:
     """The version's tags: lineage, scores, cost, the data card and the sha256 of every file the gate judged.
-    `gguf_sha256`: the candidate's, when the caller hashed it already."""
+    `gguf_sha256`: the candidate's, when the caller hashed it already; `decision`: the one the caller verified (read
+    once, so the file cannot change between the check and its use)."""
     data = read_json(Path(cfg.dataset) / "lineage.json")
-    decision = read_json(Path(cfg.evaluation) / "decision.json")
+    decision = decision if decision is not None else read_json(Path(cfg.evaluation) / "decision.json")
     result = read_json(Path(cfg.evaluation) / "result.json")
     train = read_json(Path(cfg.adapter) / "result.json")
     cost = cost_estimate(cfg)
@@ -157,6 +190,7 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256:
         **(card_tags(read_json(card)) if card.is_file() else {}),
         "cost.estimate_usd": f"{cost['usd']:.6f}",
         "cost.breakdown": json.dumps(cost["steps"], sort_keys=True),
+        **forecast_tags(cfg),
         RUN_ID_TAG: run_id,
         "dataset.repo": data["dataset_repo"],
         "dataset.rev": data["dataset_rev"],
@@ -177,16 +211,15 @@ def lineage_tags(cfg: RegisterConfig, run_id: str, gguf_file: Path, gguf_sha256:
             if role != "candidate"
         },
         "quantization": decision["quantization"],
-        "eval.decision": "pass" if decision["passed"] else "fail",
+        verdict.DECISION_TAG: verdict.PASS if decision["passed"] is True else verdict.FAIL,
         "eval.rougeL": str(result["rouge_l_candidate"]),
         "eval.rougeL_base": str(result["rouge_l_base"]),
         "eval.hijack_rate": str(result["hijack_rate_candidate"]),
     }
 
 
-def check_measured_serving(cfg: RegisterConfig) -> None:
+def check_measured_serving(cfg: RegisterConfig, decision: dict[str, Any]) -> None:
     """Refuse an evaluation measured with another serving configuration than the one this code logs and tags."""
-    decision = read_json(Path(cfg.evaluation) / "decision.json")
     served = serving_config.SERVING
     if "serving" not in decision:
         raise ValueError(
@@ -424,14 +457,16 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise ValueError(MISSING_TRACKING_URI)
-    check_measured_serving(cfg)
+    # Read once, verified, then used for every check and tag: the file lies in a prefix other roles write.
+    where = f"{cfg.evaluation}/decision.json"
+    decision = verdict.checked(read_json(Path(where)), cfg.verify_key, where)
+    check_measured_serving(cfg, decision)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]
     gguf_sha256 = sha256_file(gguf_file)
-    decision = read_json(Path(cfg.evaluation) / "decision.json")
     chain.check_judged(decision, "candidate", gguf_file, gguf_sha256, str(cfg.evaluation))
     run_id = cfg.run_id or f"local-{gguf_sha256[:16]}"
-    tags = lineage_tags(cfg, run_id, gguf_file, gguf_sha256)
+    tags = lineage_tags(cfg, run_id, gguf_file, gguf_sha256, decision)
 
     wait = cfg.retry_wait
     with environment(cfg.http_env()):

@@ -51,6 +51,7 @@ from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_server_threads
 from steps.core.cli import parse_config, timed, write_result
+from steps.core.curation import attach
 from steps.core.io import atomic_dir, is_uri, read_jsonl, sha256_file, write_json, write_jsonl
 from steps.core.terms import TeacherError, TermsError, allowed_entry, resolve_gguf
 
@@ -68,7 +69,9 @@ CACHE_VERSION = 1
 class TeacherConfig:
     out: Path = field(metadata={"help": "folder to write summaries.jsonl into"})
     chunks: Path = field(metadata={"help": "ingest's folder (documents.jsonl)"})
-    curated: Path = field(metadata={"help": "feedback's folder (curated.jsonl): these documents need no teacher"})
+    curated: Path = field(
+        metadata={"help": "feedback's folder (curated.jsonl): the chunks they attach to need no teacher"}
+    )
     teacher: str = field(default="smollm2-135m-instruct", metadata={"help": "the teacher's entry in --teachers-file"})
     teachers_file: str = field(
         default="data/teachers.yaml", metadata={"help": "the committed terms decisions, one entry per teacher"}
@@ -282,8 +285,10 @@ def _endpoint(cfg: TeacherConfig, entry: dict) -> Iterator[tuple[str, dict]]:
 def run(cfg: TeacherConfig) -> TeacherResult:
     entry = gate(cfg)  # before anything is sent, a server started or a document read
     documents = read_jsonl(cfg.chunks / "documents.jsonl")
-    curated = {r["document_sha256"] for r in read_jsonl(cfg.curated / "curated.jsonl")}
-    todo = [d for d in documents if d["document_sha256"] not in curated]
+    attached = attach(read_jsonl(cfg.curated / "curated.jsonl"), documents)
+    if attached.problems:  # before any request: a reviewer's summary that attaches nowhere is fixed first
+        raise TeacherError("the feedback's reviewed summaries do not attach:\n  " + "\n  ".join(attached.problems))
+    todo = [d for d in documents if d["document_sha256"] not in attached.by_chunk]
     prompt = prompt_sha256()
     cache = Cache(cfg.cache)
     rows, requests, cached = [], 0, 0

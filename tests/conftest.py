@@ -320,3 +320,27 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         if kubelet is not None:
             kubelet.stop()
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real node (tests/node.py: containerd, runc, a CNI bridge, kubelet, kube-scheduler, kube-proxy) joined to a
+    control plane of its own (tests/controlplane.py, the API server on the pod bridge's address so pods reach it
+    through the `kubernetes` Service), Argo's controller running its executor from an image built here. Not the
+    `control_plane` fixture's plane: its stand-in kubelet binds every pod. Torn down at the session's end."""
+    from tests import controlplane, node
+
+    node.require_host()
+    net = node.PodNetwork.create()
+    plane = real = None
+    try:
+        work = tmp_path_factory.mktemp("real-node")
+        plane = controlplane.start(work / "plane", address=net.gateway, executor_image=node.argoexec_image_name())
+        real = node.start(plane, net, work / "node", images=node.step_images())
+        yield real
+    finally:
+        if real is not None:
+            real.stop()
+        if plane is not None:
+            plane.stop()
+        net.delete()

@@ -15,6 +15,7 @@ state machine) is the engines' own code.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -49,6 +50,13 @@ EXTRA_CONTROLLER_CONFIG = {
 }
 # The API server's admin (a static token in group system:masters) and the controllers run with it.
 ADMIN_TOKEN = "distillery-admin-token"
+# The cluster's service range, as the shipped NetworkPolicies name it (infra/networkpolicy/cluster-network.yaml); the
+# `kubernetes` Service takes its first address.
+CLUSTER_NETWORK = yaml.safe_load((ROOT / "infra/networkpolicy/cluster-network.yaml").read_text())["data"]
+SERVICE_CIDR = ipaddress.ip_network(CLUSTER_NETWORK["service-cidr"])
+KUBERNETES_SERVICE_IP = str(SERVICE_CIDR[1])
+# The executor image the workflow-controller puts in every step pod (Argo's own; tests/node.py imports its own build).
+EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"
 
 
 def go_module_dir(module: str) -> Path:
@@ -203,19 +211,25 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_certs(folder: Path) -> None:
-    """A CA, the API server's serving certificate for 127.0.0.1, and the service-account signing key pair."""
+def make_certs(folder: Path, address: str = "127.0.0.1") -> None:
+    """A CA, the API server's serving certificate for 127.0.0.1 and `address`, the service-account signing key pair,
+    and the client certificate the API server shows a kubelet (logs, exec: tests/node.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
              "-subj", "/CN=distillery-test-ca", cwd=folder)  # fmt: skip
     (folder / "server.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,IP:10.96.0.1\nextendedKeyUsage=serverAuth\n"
+        f"subjectAltName=IP:127.0.0.1,IP:{address},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        f"DNS:kubernetes.default.svc,IP:{KUBERNETES_SERVICE_IP}\nextendedKeyUsage=serverAuth\n"
     )
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
              "-subj", "/CN=kube-apiserver", cwd=folder)  # fmt: skip
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=folder)  # fmt: skip
+    (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client.key", "-out", "kubelet-client.csr",
+             "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client", cwd=folder)  # fmt: skip
+    _openssl("x509", "-req", "-in", "kubelet-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "kubelet-client.crt", "-days", "2", "-extfile", "client.ext", cwd=folder)  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=folder)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=folder)
 
@@ -259,13 +273,14 @@ def write_kubeconfig(path: Path, url: str, ca: Path, token: str, namespace: str)
     )
 
 
-def start_apiserver(workdir: Path) -> ControlPlane:
-    """etcd, kube-apiserver and kube-controller-manager, ready."""
+def start_apiserver(workdir: Path, address: str = "127.0.0.1") -> ControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager, ready. The API server listens on `address` (a real node's
+    pods reach it there through the `kubernetes` Service: tests/node.py gives the address of its pod bridge)."""
     certs = workdir / "pki"
-    make_certs(certs)
+    make_certs(certs, address)
     (certs / "tokens.csv").write_text(f'{ADMIN_TOKEN},distillery-admin,1,"system:masters"\n')
     port = free_port()
-    url = f"https://127.0.0.1:{port}"
+    url = f"https://{address}:{port}"
     plane = ControlPlane(url=url, workdir=workdir, ca=certs / "ca.crt", kubeconfig=workdir / "admin.kubeconfig")
     write_kubeconfig(plane.kubeconfig, url, plane.ca, ADMIN_TOKEN, NAMESPACE)
     try:
@@ -281,7 +296,7 @@ def start_apiserver(workdir: Path) -> ControlPlane:
               etcd, plane.logs["etcd"], 60)  # fmt: skip
         apiserver = _spawn(plane, "kube-apiserver", [
             str(binary("kube-apiserver")), "--etcd-servers", f"http://127.0.0.1:{client}",
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(port),
+            "--bind-address", address, "--advertise-address", address, "--secure-port", str(port),
             "--tls-cert-file", str(certs / "server.crt"), "--tls-private-key-file", str(certs / "server.key"),
             "--client-ca-file", str(certs / "ca.crt"), "--token-auth-file", str(certs / "tokens.csv"),
             "--authorization-mode", "RBAC",
@@ -291,7 +306,10 @@ def start_apiserver(workdir: Path) -> ControlPlane:
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file", str(certs / "sa.pub"),
             "--service-account-signing-key-file", str(certs / "sa.key"),
-            "--service-cluster-ip-range", "10.96.0.0/16", "--enable-priority-and-fairness=false",
+            "--service-cluster-ip-range", str(SERVICE_CIDR), "--enable-priority-and-fairness=false",
+            "--kubelet-client-certificate", str(certs / "kubelet-client.crt"),
+            "--kubelet-client-key", str(certs / "kubelet-client.key"),
+            "--kubelet-preferred-address-types", "InternalIP",
             "--profiling=false", "--cert-dir", str(certs),
         ])  # fmt: skip
         _wait("kube-apiserver", plane.ready, apiserver, plane.logs["kube-apiserver"], 120)
@@ -301,7 +319,9 @@ def start_apiserver(workdir: Path) -> ControlPlane:
             "--leader-elect=false", "--secure-port", "0",
             "--service-account-private-key-file", str(certs / "sa.key"), "--root-ca-file", str(certs / "ca.crt"),
             "--controllers", "serviceaccount-token-controller,serviceaccount-controller,job-controller,"
-            "garbage-collector-controller,endpoints-controller,endpointslice-controller,namespace-controller",
+            "garbage-collector-controller,endpoints-controller,endpointslice-controller,namespace-controller,"
+            # kube-root-ca.crt in every namespace: a kubelet mounts it into each service-account token volume
+            "root-ca-certificate-publisher-controller",
         ])  # fmt: skip
     except BaseException:
         plane.stop()
@@ -354,7 +374,7 @@ def apply_everything(plane: ControlPlane) -> None:
     plane.kubectl("apply", "-k", str(ROOT / "infra/karpenter"))
 
 
-def start_controllers(plane: ControlPlane) -> None:
+def start_controllers(plane: ControlPlane, executor_image: str = EXECUTOR_IMAGE) -> None:
     """Argo's workflow-controller (its ConfigMap in `argo`, watching every namespace) and KubeRay's operator
     (watching `distillery`), both as the admin (Argo's and KubeRay's own install RBAC is not what is tested here); no
     leader election, no metrics listeners."""
@@ -365,7 +385,7 @@ def start_controllers(plane: ControlPlane) -> None:
            "DEFAULT_REQUEUE_TIME": "1s"}  # fmt: skip
     _spawn(plane, "workflow-controller", [
         str(binary("workflow-controller")), "--kubeconfig", str(argo_kubeconfig),
-        "--executor-image", "quay.io/argoproj/argoexec:v4.0.5", "--loglevel", "info",
+        "--executor-image", executor_image, "--loglevel", "info",
         "--workflow-workers", "4", "--pod-cleanup-workers", "2", "--cron-workflow-workers", "2",
     ], env=env)  # fmt: skip
     _spawn(plane, "ray-operator", [
@@ -376,17 +396,18 @@ def start_controllers(plane: ControlPlane) -> None:
     ], env={**plane.env(), "KUBECONFIG": str(plane.kubeconfig)})  # fmt: skip
 
 
-def start(workdir: Path) -> ControlPlane:
-    """The whole control plane, ready; `plane.timings` says how long each part took (seconds)."""
+def start(workdir: Path, address: str = "127.0.0.1", executor_image: str = EXECUTOR_IMAGE) -> ControlPlane:
+    """The whole control plane, ready; `plane.timings` says how long each part took (seconds). `address` and
+    `executor_image`: start_apiserver, start_controllers."""
     began = time.monotonic()
-    plane = start_apiserver(workdir)
+    plane = start_apiserver(workdir, address)
     plane.timings["apiserver"] = time.monotonic() - began
     try:
         began = time.monotonic()
         apply_everything(plane)
         plane.timings["apply"] = time.monotonic() - began
         began = time.monotonic()
-        start_controllers(plane)
+        start_controllers(plane, executor_image)
         plane.timings["controllers"] = time.monotonic() - began
     except BaseException:
         plane.stop()

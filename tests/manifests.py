@@ -82,12 +82,15 @@ def rendered_rayjob(
     cpus: dict[str, int] | None = None,
     memory: dict[str, str] | None = None,
     disk: dict[str, str] | None = None,
+    threads: int = 2,
 ) -> dict:
     """The RayJob as the API server would receive it, for the given values of the resource template's per-group
     inputs, each keyed by its parameter (`ray-large-workers`: replicas, `ray-large-cpus`, `ray-large-memory`: the pods'
     size). A group not named gets one replica of pods as large as its node group allows (`rayjob.WORKER_GROUPS`); the
-    GPU group none (`ray-gpu-workers`, with `ray-gpu` false), unless `replicas` names it."""
-    parameters = {"ray-workers": str(ray_workers), rayjob.GPU_GROUP.parameter: "0", rayjob.RAY_GPU_INPUT: "false"}
+    GPU group none (`ray-gpu-workers`, with `ray-gpu` false), unless `replicas` names it; every worker `threads`
+    threads (`ray-threads`)."""
+    parameters = {"ray-workers": str(ray_workers), rayjob.GPU_GROUP.parameter: "0", rayjob.RAY_GPU_INPUT: "false",
+                  rayjob.THREADS_INPUT: str(threads)}  # fmt: skip
     for g in rayjob.WORKER_GROUPS:
         parameters |= {g.parameter: "1", g.cpus_parameter: str(g.cpus), g.memory_parameter: g.memory}
         parameters[g.disk_parameter] = "20Gi"

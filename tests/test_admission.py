@@ -130,8 +130,9 @@ def test_every_pod_argo_would_create_is_admitted():
 
 
 def test_a_patched_pod_is_refused():
-    """What a compromised preflight's podSpecPatch could add to a later step's pod, each refused."""
-    pod = step_pods()["distill-workflowtemplate/evaluate"]
+    """What a compromised preflight's podSpecPatch could add to a later step's pod, each refused. (convert-gguf: one
+    that takes the patch and holds only the shared role; register's and the gather's pods are held to more, below.)"""
+    pod = step_pods()["distill-workflowtemplate/convert-gguf"]
     variants = {}
     variants["account"] = copy.deepcopy(pod)
     variants["account"]["spec"]["serviceAccountName"] = "argo-server"
@@ -186,3 +187,157 @@ def test_the_pod_policy_matches_argo_s_pods_only():
     selector = PODS_POLICY["spec"]["matchConstraints"]["objectSelector"]
     assert selector == {"matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]}
     assert all("workflows.argoproj.io/workflow" in p["metadata"]["labels"] for p in step_pods().values())
+
+
+# --- EKS: the pod identity webhook's mutation ---------------------------------------------------------------------
+
+
+def irsa_roles() -> dict[str, str]:
+    """account -> the IAM role its `eks.amazonaws.com/role-arn` annotation names (infra/rbac/)."""
+    docs = yaml.safe_load_all((ROOT / "infra/rbac/serviceaccount.yaml").read_text())
+    return {d["metadata"]["name"]: d["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] for d in docs
+            if d and d["kind"] == "ServiceAccount" and "eks.amazonaws.com/role-arn" in
+            (d["metadata"].get("annotations") or {})}  # fmt: skip
+
+
+EKS_TOKEN_DIR = "/var/run/secrets/eks.amazonaws.com/serviceaccount"
+
+
+def eks_mutated(pod: dict, role: str) -> dict:
+    """The pod as amazon-eks-pod-identity-webhook leaves it for an annotated account (pkg/handler: Modifier defaults
+    volName `aws-iam-token`, tokenName `token`, Audience `sts.amazonaws.com`, Expiration 86400, MountPath; the
+    variables `addEnvToContainer` adds to every container and init container)."""
+    pod = copy.deepcopy(pod)
+    token = {"audience": "sts.amazonaws.com", "expirationSeconds": 86400, "path": "token"}
+    volume = {"name": "aws-iam-token", "projected": {"defaultMode": 420, "sources": [{"serviceAccountToken": token}]}}
+    pod["spec"]["volumes"].insert(0, volume)
+    env = [("AWS_STS_REGIONAL_ENDPOINTS", "regional"), ("AWS_DEFAULT_REGION", "eu-west-1"),
+           ("AWS_REGION", "eu-west-1"), ("AWS_ROLE_ARN", role),
+           ("AWS_WEB_IDENTITY_TOKEN_FILE", f"{EKS_TOKEN_DIR}/token")]  # fmt: skip
+    for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+        c.setdefault("env", []).extend({"name": k, "value": v} for k, v in env)
+        c.setdefault("volumeMounts", []).append({"name": "aws-iam-token", "readOnly": True, "mountPath": EKS_TOKEN_DIR})
+    return pod
+
+
+def eks_pods() -> dict[str, dict]:
+    roles = irsa_roles()
+    return {name: eks_mutated(pod, roles[pod["spec"]["serviceAccountName"]]) for name, pod in step_pods().items()
+            if pod["spec"]["serviceAccountName"] in roles}  # fmt: skip
+
+
+def test_every_step_pod_the_eks_webhook_mutated_is_admitted():
+    pods = eks_pods()
+    assert {"distill-workflowtemplate/register", "distill-workflowtemplate/evaluate"} <= set(pods)
+    answers = judge(PODS_POLICY, list(pods.values()), PODS)
+    assert {name: refusals(d) for name, d in zip(pods, answers, strict=True) if refusals(d)} == {}
+
+
+def test_only_the_webhook_s_own_token_is_admitted():
+    pod = eks_pods()["distill-workflowtemplate/convert-gguf"]
+    variants = {}
+    variants["api audience"] = copy.deepcopy(pod)
+    variants["api audience"]["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["audience"] = (
+        "https://kubernetes.default.svc"
+    )
+    variants["no audience"] = copy.deepcopy(pod)
+    del variants["no audience"]["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["audience"]
+    variants["another name"] = copy.deepcopy(pod)
+    variants["another name"]["spec"]["volumes"].append(
+        {**copy.deepcopy(pod["spec"]["volumes"][0]), "name": "more-tokens"}
+    )
+    variants["a secret beside it"] = copy.deepcopy(pod)
+    variants["a secret beside it"]["spec"]["volumes"][0]["projected"]["sources"].append(
+        {"secret": {"name": "argo-server-sso"}}
+    )
+    variants["mounted elsewhere"] = copy.deepcopy(pod)
+    variants["mounted elsewhere"]["spec"]["containers"][-1]["volumeMounts"][-1]["mountPath"] = "/work/in/token"
+    answers = judge(PODS_POLICY, list(variants.values()), PODS)
+    needles = {"mounted elsewhere": "is mounted at"}
+    for (name, _), decisions in zip(variants.items(), answers, strict=True):
+        refused = refusals(decisions)
+        assert len(refused) == 1 and needles.get(name, "no projected token but") in refused[0], (name, refused)
+
+
+# --- the pods with power: register's account, the verdict's signing key ----------------------------------------------
+
+
+def main_of(pod: dict) -> dict:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+
+
+def powered_variants() -> dict[str, tuple[dict, str]]:
+    """name -> (a pod a podSpecPatch could make, a word of a message that must refuse it)."""
+    pods = eks_pods()
+    register, gather = pods["distill-workflowtemplate/register"], pods["distill-workflowtemplate/evaluate"]
+    convert = pods["distill-workflowtemplate/convert-gguf"]
+    cases: dict[str, tuple[dict, str]] = {}
+
+    def case(name: str, pod: dict, needle: str) -> dict:
+        pod = copy.deepcopy(pod)
+        cases[name] = (pod, needle)
+        return pod
+
+    case("another step as register", convert, "runs only python -m steps.register")["spec"]["serviceAccountName"] = (
+        security.REGISTER
+    )
+    main = main_of(case("a shell as register", register, "runs only python -m steps.register"))
+    main["command"] = [*main["command"][:-1], "sh"]
+    main["args"] = ["-c", "aws s3 cp s3://x s3://y"]
+    main = main_of(case("a python one-liner as register", register, "runs only python -m steps.register"))
+    main["args"] = ["-c", "import os", *main["args"]]
+    main = main_of(case("a second -- as register", register, "runs only python -m steps.register"))
+    main["command"] = [*main["command"][:-1], "env", "X=1", "--", "python"]
+    main_of(case("another image", register, "runs its step as rendered"))["image"] = "evil.example/distillery-cpu:1"
+    main_of(case("PYTHONPATH", register, "runs its step as rendered"))["env"].append(
+        {"name": "PYTHONPATH", "value": "/work/in/evaluation"}
+    )
+    main_of(case("a working directory", register, "runs its step as rendered"))["workingDir"] = "/work/in/evaluation"
+    main_of(case("envFrom", register, "runs its step as rendered"))["envFrom"] = [{"configMapRef": {"name": "x"}}]
+    main_of(case("artifacts over the key", register, "runs its step as rendered"))["volumeMounts"].append(
+        {"name": "input-artifacts", "mountPath": "/var/run/secrets/distillery-verdict", "subPath": "evaluation"}
+    )
+    main_of(case("artifacts over the code", register, "runs its step as rendered"))["volumeMounts"].append(
+        {"name": "input-artifacts", "mountPath": "/usr/local/lib/python3.11/site-packages/steps", "subPath": "x"}
+    )
+    pod = case("no public key", register, "runs its step as rendered")
+    main_of(pod)["volumeMounts"] = [m for m in main_of(pod)["volumeMounts"]
+                                    if m["name"] != "secret-distillery-verdict-public"]  # fmt: skip
+    pod = case("a sidecar", register, "runs its step as rendered")
+    pod["spec"]["containers"].append({**copy.deepcopy(main_of(register)), "name": "helper"})
+    wait = next(c for c in case("emissary in wait", register, "runs its step as rendered")["spec"]["containers"]
+                if c["name"] == "wait")  # fmt: skip
+    wait["command"] = ["argoexec", "emissary", "--", "sh", "-c", "x"]
+    pod = case("the key in another step", convert, "signing key")
+    pod["spec"]["volumes"].append({"name": "secret-distillery-verdict-key",
+                                   "secret": {"secretName": "distillery-verdict-key"}})  # fmt: skip
+    main_of(case("the gather without --gather", gather, "signing key"))["args"] = ["-m", "steps.evaluate", "--shard",
+                                                                                   "0/2"]  # fmt: skip
+    main_of(case("the gather's image", gather, "runs its step as rendered"))["image"] = "alpine:3"
+    return cases
+
+
+def test_register_s_account_and_the_signing_key_run_only_their_own_step():
+    cases = powered_variants()
+    answers = judge(PODS_POLICY, [pod for pod, _ in cases.values()], PODS)
+    for (name, (_, needle)), decisions in zip(cases.items(), answers, strict=True):
+        refused = refusals(decisions)
+        assert any(needle in r for r in refused), (name, refused)
+
+
+def test_the_verdict_s_keys_reach_the_gather_and_the_verifiers_only():
+    # The signing key in evaluate's gather alone; the public key in register and propose.
+    mounted: dict[str, set[str]] = {}
+    for name, pod in step_pods().items():
+        for v in pod["spec"]["volumes"]:
+            if "secret" in v and v["secret"]["secretName"].startswith("distillery-verdict"):
+                mounted.setdefault(v["secret"]["secretName"], set()).add(name.split("/")[1])
+    assert mounted == {"distillery-verdict-key": {"evaluate"}, "distillery-verdict-public": {"register", "propose"}}
+
+
+def test_the_powered_pods_variables_are_the_templates_and_the_webhook_s():
+    pods = step_pods()
+    used = {e["name"] for n in ("register", "evaluate") for e in main_of(pods[f"distill-workflowtemplate/{n}"])["env"]}
+    webhook = {e["name"] for e in main_of(eks_pods()["distill-workflowtemplate/register"])["env"]} - used
+    argo = {name for name in used if name.startswith("ARGO_")}  # Argo's own: admitted by their prefix
+    assert variable(PODS_POLICY, "mainEnv") == (used - argo) | webhook

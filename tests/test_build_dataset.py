@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -18,9 +19,10 @@ import pytest
 import yaml
 
 from steps import feedback, filter_split, ingest, publish, teacher, train
-from steps.core import terms
+from steps.core import curation, terms
 from steps.core.card import FEEDBACK_FILE, card_tags
-from steps.core.dataset import SPLITS, document_sha256
+from steps.core.curation import text_key
+from steps.core.dataset import SPLITS, document_sha256, estimate_tokens
 from steps.core.io import read_jsonl, write_json, write_jsonl
 from tests.conftest import ROOT, make_bucket, s3_client
 
@@ -90,16 +92,32 @@ def write_pdfs(folder: Path) -> None:
     locked.new_page().insert_text((72, 72), "secret")
     locked.save(folder / "locked.pdf", encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="u", owner_pw="o")
     (folder / "empty.pdf").write_bytes(b"")
+    (folder / "cut.pdf").write_bytes(truncated_pdf())
+
+
+def truncated_pdf() -> bytes:
+    """A six-page PDF cut inside its fourth page's text, as a download that stopped: MuPDF still reads the first
+    pages' text."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for i in range(6):
+        doc.new_page().insert_text((72, 72), f"Section {i}. The strike lasts 48 hours and routes 4 and 12 stop.")
+    whole = doc.tobytes(no_new_id=True)
+    return whole[: whole.index(b"\n15 0 obj") + 80]  # object 15: page 4's content stream
 
 
 @pytest.mark.slow
-def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path):
+def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Path, base_model_dir: Path, capfd):
     docs = tmp_path / "docs"
     docs.mkdir()
     write_pdfs(docs)
     (docs / "note.md").write_text("# Parks\n\nThe **parks** budget [rose](http://x) by ten per cent.\n")
     (docs / "page.html").write_text("<html><head><script>x()</script></head><body><p>Trams &amp; buses.</p></body>")
-    result = ingest.run(ingest_cfg(tmp_path / "out", docs, base_model_dir))
+    capfd.readouterr()
+    argv = ["--out", str(tmp_path / "out"), "--documents", str(docs), "--base-model", str(base_model_dir)]
+    assert ingest.main(argv) == 0
+    result = json.loads((tmp_path / "out/result.json").read_text())
     rows = {Path(r["source_uri"]).name: r for r in read_jsonl(tmp_path / "out/documents.jsonl")}
     skipped = {Path(s["source_uri"]).name: s["reason"] for s in json.loads((tmp_path / "out/skipped.json").read_text())}
     assert sorted(rows) == ["minutes.pdf", "note.md", "page.html"]
@@ -107,7 +125,11 @@ def test_ingest_reads_pdf_markdown_html_and_skips_bad_pdfs_by_name(tmp_path: Pat
     assert skipped["broken.pdf"].startswith("unreadable PDF")
     assert skipped["locked.pdf"].startswith("encrypted PDF")
     assert skipped["empty.pdf"] == "empty file"
-    assert result.skipped == 4 and result.documents == 3
+    # The truncated PDF is named, on stderr too, not ingested cut mid-sentence; MuPDF's own lines name no file.
+    assert skipped["cut.pdf"].startswith("damaged PDF (truncated")
+    err = capfd.readouterr().err
+    assert f"ingest: skipped {docs / 'cut.pdf'}: damaged PDF" in err and "MuPDF error" not in err
+    assert (result["skipped"], result["documents"]) == (5, 3)
     minutes = rows["minutes.pdf"]["document"]
     assert "ACME Council Minutes" not in minutes and "Page 1 of 3" not in minutes  # running header and footer
     assert "department" in minutes  # hyphenation at the line end joined
@@ -129,6 +151,25 @@ def test_a_damaged_pdf_is_called_damaged_not_empty():
             ingest._pdf_text(blob)
         assert str(e.value).startswith("damaged PDF") and "empty" not in str(e.value)
     assert "The strike lasts 48 hours." in ingest._pdf_text(whole)
+
+
+def test_a_truncated_pdf_that_still_gives_text_is_skipped_saying_how_many_pages_read():
+    with pytest.raises(ingest.Unusable) as e:
+        ingest._pdf_text(truncated_pdf())
+    said = str(e.value)
+    assert said.startswith("damaged PDF (truncated: no end-of-file marker; MuPDF: ")
+    assert re.search(r"text on [1-5] of 6 page\(s\), possibly cut short: download or export it again$", said)
+
+
+def test_a_pdf_whose_only_fault_is_a_rebuilt_cross_reference_table_is_read():
+    import pymupdf
+
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "The strike lasts 48 hours.")
+    whole = doc.tobytes()
+    bad_offset = re.sub(rb"startxref\s+\d+", b"startxref\n12", whole)  # MuPDF repairs it from the objects
+    assert pymupdf.open(stream=bad_offset, filetype="pdf").is_repaired
+    assert ingest._pdf_text(bad_offset) == ingest._pdf_text(whole)
 
 
 def test_a_long_document_is_chunked_to_what_the_served_prompt_holds_in_tokens(budget: ingest.Budget):
@@ -221,6 +262,99 @@ def test_a_bad_outcome_record_is_named_by_line_and_field_as_feedback(tmp_path: P
     assert not (tmp_path / "out").exists()
 
 
+def human(id_: str, summary: str, **names: str) -> dict:
+    """A summary a person wrote, as docs/dataset.md says to write one: no model wrote it."""
+    row = {"id": id_, "summary": summary, "model_version": "human", "timestamp": "2026-12-03T09:00:00+00:00"}
+    return row | {"action": "accepted"} | names
+
+
+def test_a_reviewed_summary_over_the_answer_cap_is_refused_naming_the_row_and_the_cap(tmp_path: Path, capsys):
+    from steps.core.dataset import summary_token_budget
+
+    path = tmp_path / "mine.jsonl"
+    long = " ".join(["The utility replaced the old cast-iron pipes under the harbour district this spring."] * 4)
+    write_jsonl(path, [human("me-1", gist(TEXTS[1]), document=TEXTS[1]), human("me-2", long, document=TEXTS[0])])
+    with pytest.raises(feedback.FeedbackError) as e:
+        feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(path)))
+    said = str(e.value)
+    assert said.startswith(f"{path}: row id 'me-2': its summary (52 words) needs about ")
+    assert f"over the answer cap of {summary_token_budget()} every summary is held to" in said
+    assert "me-1" not in said and not (tmp_path / "out").exists()
+    # From the serving side's outcomes file (unattended) it is named on stderr and left to filter-split's too-long.
+    outcomes_path = tmp_path / "outcomes.jsonl"
+    write_jsonl(outcomes_path, [outcome("r1", "edited", document=TEXTS[0], summary="Pipes.", edited_summary=long)])
+    feedback.run(feedback.FeedbackConfig(out=tmp_path / "out", feedback=str(outcomes_path)))
+    assert "row id 'r1': its edited_summary (52 words)" in capsys.readouterr().err
+
+
+def chunk_row(uri: str, relative: str, text: str, i: int = 0, chunks: int = 1, raw: str | None = None) -> dict:
+    """An ingest row (steps/ingest.py's documents.jsonl) for chunk `i` of a file, without the tokenizer."""
+    keys = [text_key(text)] + ([text_key(raw)] if raw else [])
+    return {"id": f"{relative}-{i}", "document": text, "document_sha256": document_sha256(text), "source_uri": uri,
+            "source_sha256": hashlib.sha256(uri.encode()).hexdigest(), "relative_path": relative,
+            "file_text_keys": keys, "kind": "text", "chunk": i, "chunks": chunks}  # fmt: skip
+
+
+def curated_rows(rows: list[dict]) -> list[dict]:
+    return feedback.merge(rows)[0]
+
+
+def test_a_reviewed_summary_attaches_by_file_by_the_files_text_or_by_its_chunk():
+    shown = "The school board voted to move the start of classes to half past eight."
+    markdown = "# Schools\n\nThe school board voted to move the start of classes to *half past eight*."
+    documents = [
+        chunk_row("/home/you/docs/notes/pipes.txt", "notes/pipes.txt", TEXTS[0]),
+        chunk_row("/home/you/docs/school.md", "school.md", f"Schools\n\n{shown}", raw=markdown),
+        chunk_row("/home/you/docs/bakery.txt", "bakery.txt", TEXTS[2]),
+        chunk_row("/home/you/docs/library.txt", "library.txt", TEXTS[3]),
+    ]
+    found = curation.attach(curated_rows([
+        human("by-file", "Pipes were replaced.", file="notes/pipes.txt"),
+        human("by-markdown", "Classes start later.", document=markdown + "\n"),  # the file as written, pasted
+        human("by-chunk", "A bakery opened.", document=TEXTS[2].replace(". ", ".\n")),  # other line breaks
+        human("elsewhere", "Ferries run more often.", document="The harbour ferry will run every twenty minutes."),
+    ]), documents)  # fmt: skip
+    assert found.problems == []
+    attached = {row["feedback"]["id"]: key for key, row in found.by_chunk.items()}
+    assert attached == {"by-file": documents[0]["document_sha256"], "by-markdown": documents[1]["document_sha256"],
+                        "by-chunk": documents[2]["document_sha256"]}  # fmt: skip
+    assert [r["feedback"]["id"] for r in found.unattached] == ["elsewhere"]  # a document only the serving side saw
+
+
+def test_a_reviewed_summary_that_cannot_attach_is_named_not_dropped():
+    documents = [
+        chunk_row("/d/long.txt", "long.txt", TEXTS[0], 0, 2),
+        chunk_row("/d/long.txt", "long.txt", TEXTS[1], 1, 2),
+        chunk_row("/d/pipes.txt", "pipes.txt", TEXTS[2]),
+    ]
+    documents[0]["file_text_keys"] = documents[1]["file_text_keys"] = [text_key(TEXTS[0] + " " + TEXTS[1])]
+    found = curation.attach(curated_rows([
+        human("whole", "Two things happened.", document=f"{TEXTS[0]}\n\n{TEXTS[1]}"),
+        human("typo", "Pipes.", file="pipe.txt"),
+        human("twice-a", "A bakery opened.", file="pipes.txt"),
+        human("twice-b", "A bakery opened its tenth shop.", document=TEXTS[2]),
+    ]), documents)  # fmt: skip
+    assert [p.split(":")[0] for p in found.problems] == [
+        "feedback row 'whole'", "feedback row 'typo'", "feedback row 'twice-b' and feedback row 'twice-a' both "
+        "summarise /d/pipes.txt (chunk 0)"]  # fmt: skip
+    assert "cut into 2 chunks" in found.problems[0] and "ingested: long.txt, pipes.txt" in found.problems[1]
+
+
+def test_filter_split_trains_on_the_summary_a_reviewer_attached_by_file(tmp_path: Path):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}, eval_references="curated")
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
+    for doc in documents:
+        doc["relative_path"] = f"{doc['id']}.txt"
+    write_jsonl(cfg.chunks / "documents.jsonl", documents)
+    write_jsonl(cfg.curated / "curated.jsonl", curated_rows([human("me-1", "Library hours were extended.",
+                                                                   file="t3.txt")]))  # fmt: skip
+    filter_split.run(cfg)
+    assert [(r["id"], r["lineage"]["summary_by"]) for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [
+        ("t3", "feedback")
+    ]
+
+
 # --- the terms gate --------------------------------------------------------------------------------------------------
 
 
@@ -263,9 +397,8 @@ def one_document(tmp_path: Path) -> tuple[Path, Path]:
     documents, curated = tmp_path / "documents", tmp_path / "curated"
     documents.mkdir()
     curated.mkdir()
-    write_jsonl(
-        documents / "documents.jsonl", [{"id": "d", "document": TEXTS[0], "document_sha256": document_sha256(TEXTS[0])}]
-    )
+    row = {"id": "d", "document": TEXTS[0], "document_sha256": document_sha256(TEXTS[0]), "source_uri": "/d/d.txt"}
+    write_jsonl(documents / "documents.jsonl", [row | {"chunk": 0}])
     (curated / "curated.jsonl").write_text("")
     return documents, curated
 
@@ -302,6 +435,23 @@ def test_a_teacher_whose_terms_forbid_distillation_is_refused_before_any_request
     # The same hosted teacher, listed as allowing it: the gate lets it through, and the counter sees the request.
     cfg.teachers_file = str(hosted_teachers(tmp_path, url, allowed=True))
     assert teacher.run(cfg).requests == 1 and handler.count == 1
+
+
+def test_a_reviewed_summary_naming_no_ingested_file_stops_the_teacher_before_any_request(
+    tmp_path: Path, counting_server
+):
+    url, handler = counting_server
+    documents, curated = one_document(tmp_path)
+    write_jsonl(curated / "curated.jsonl", curated_rows([human("me-1", "Pipes were replaced.", file="pipe.txt")]))
+    cfg = teacher.TeacherConfig(out=tmp_path / "out", chunks=documents, curated=curated, teacher="example-large",
+                                teachers_file=str(hosted_teachers(tmp_path, url, allowed=True)), teacher_url=url,
+                                cache=str(tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(teacher.TeacherError, match=r"do not attach:\n  feedback row 'me-1': file 'pipe.txt' names no"):
+        teacher.run(cfg)
+    assert handler.count == 0
+    # Named by its file as ingest found it, it attaches: the teacher has nothing left to ask.
+    write_jsonl(curated / "curated.jsonl", curated_rows([human("me-1", "Pipes were replaced.", file="/d/d.txt")]))
+    assert (teacher.run(cfg).requests, teacher.run(cfg).curated, handler.count) == (0, 1, 0)
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
@@ -352,7 +502,7 @@ def stage_inputs(
         key = document_sha256(text)
         docs.append({"id": name, "document": text, "document_sha256": key, "source_uri": f"s3://docs/{name}.txt",
                      "source_sha256": hashlib.sha256(blob).hexdigest(), "kind": "text",
-                     "chunk": 0, "chunks": 1})  # fmt: skip
+                     "chunk": 0, "chunks": 1, "prompt_tokens": 40 + len(text) // 4})  # fmt: skip
         summary, finish = summaries[name] if isinstance(summaries[name], tuple) else (summaries[name], "stop")
         gen.append({"document_sha256": key, "summary": summary, "finish_reason": finish,
                     "teacher": {"name": "t", "model": "m", "revision": "r"}, "prompt_sha256": "0" * 64,
@@ -377,13 +527,14 @@ def test_a_near_duplicate_of_a_train_document_in_eval_is_caught_and_train_is_dec
         "a-reworded": reworded,
         "b": steer(TEXTS[1], "train"),
         "c": steer(TEXTS[2], "eval"),
+        "d": steer(TEXTS[3], "train"),
     }
     summaries = {n: gist(b.decode()) for n, b in texts.items()}
     result = filter_split.run(stage_inputs(tmp_path, texts, summaries))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["a-original"].startswith("near-duplicate of eval row a-reworded")
-    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b"]
-    assert (result.train_rows, result.eval_rows) == (1, 2)
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b", "d"]
+    assert (result.train_rows, result.eval_rows) == (2, 2)
 
 
 def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path):
@@ -396,11 +547,12 @@ def test_exact_and_near_duplicates_within_a_split_keep_the_first(tmp_path: Path)
         if filter_split.split_of(hashlib.sha256(b := texts["b1"] + b"\n" * k).hexdigest(), 0.2) == "train"
     )
     texts["c"] = steer(TEXTS[2], "eval")
+    texts["d"] = steer(TEXTS[3], "train")
     filter_split.run(stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()}))
     dropped = {d["id"]: d["reason"] for d in read_jsonl(tmp_path / "examples/dropped.jsonl")}
     assert dropped["b2"] == "near-duplicate of train row b1"
     assert dropped["b3"] == "duplicate of train row b1"
-    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1"]
+    assert [r["id"] for r in read_jsonl(tmp_path / "examples/train.jsonl")] == ["b1", "d"]
 
 
 def test_filters_drop_and_count_bad_teacher_outputs(tmp_path: Path):
@@ -438,6 +590,10 @@ def test_too_few_documents_are_refused_naming_the_settings(tmp_path: Path):
         filter_split.run(stage_inputs(tmp_path, texts, {"b": gist(TEXTS[1])}))
 
 
+MUSEUM = (
+    "The museum added a late opening on Thursdays until nine in the evening, after visitor numbers rose by a fifth "
+    "during the summer exhibition."
+)
 # The issue's case: a small teacher turned a 48-hour strike into a "48-hour pay freeze", which became a reference.
 STRIKE = (
     "Bus drivers at Northgate Transport will hold a 48-hour strike from Monday after talks over pay broke down. "
@@ -447,13 +603,15 @@ STRIKE = (
 
 def test_teacher_summaries_the_document_does_not_support_are_dropped_and_counted_by_kind(tmp_path: Path):
     texts = {"strike": steer(STRIKE, "train"), "invented": steer(TEXTS[0], "train"), "copy": steer(TEXTS[1], "train"),
-             "good": steer(TEXTS[2], "eval"), "fine": steer(TEXTS[3], "train")}  # fmt: skip
+             "good": steer(TEXTS[2], "eval"), "fine": steer(TEXTS[3], "train"),
+             "museum": steer(MUSEUM, "train")}  # fmt: skip
     summaries = {
         "strike": "Northgate Transport announced a 48-hour pay freeze for drivers.",  # words the document lacks
         "invented": "Harbour pipes were replaced in 2019 by Acme Utilities.",  # a year and a firm it never names
         "copy": TEXTS[1].split(". ")[0] + ".",  # its first sentence, word for word
         "good": "A regional bakery chain opened its tenth shop and will hire twelve people.",
         "fine": gist(TEXTS[3]),
+        "museum": gist(MUSEUM),
     }
     filter_split.run(stage_inputs(tmp_path, texts, summaries))
     found = json.loads((tmp_path / "examples/filters.json").read_text())
@@ -464,7 +622,7 @@ def test_teacher_summaries_the_document_does_not_support_are_dropped_and_counted
     assert "2019" in dropped["invented"]["detail"] and "Acme" in dropped["invented"]["detail"]
     assert dropped["copy"]["reason"] == "verbatim"
     kept = [r["id"] for split in ("train", "eval") for r in read_jsonl(tmp_path / f"examples/{split}.jsonl")]
-    assert sorted(kept) == ["fine", "good"]
+    assert sorted(kept) == ["fine", "good", "museum"]
 
 
 def test_eval_references_come_from_curated_rows_unless_the_teacher_is_opted_in(tmp_path: Path):
@@ -496,14 +654,48 @@ def test_eval_references_come_from_curated_rows_unless_the_teacher_is_opted_in(t
 
 
 def test_a_small_build_holds_out_the_minimum_nearest_the_boundary(tmp_path: Path):
-    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS[:3])}  # the hash holds out none of the three
+    texts = {f"t{i}": steer(t, "train") for i, t in enumerate(TEXTS)}  # the hash holds out none of the four
     cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
     result = filter_split.run(cfg)
     points = {n: filter_split.split_point(hashlib.sha256(b).hexdigest()) for n, b in texts.items()}
     assert [r["id"] for r in read_jsonl(tmp_path / "examples/eval.jsonl")] == [min(points, key=points.get)]
-    assert (result.train_rows, result.eval_rows, result.eval_documents) == (2, 1, 1)
+    assert (result.train_rows, result.eval_rows, result.eval_documents) == (3, 1, 1)
     cfg.min_eval_documents = 2
     assert filter_split.run(cfg).eval_documents == 2
+
+
+def test_a_split_below_the_minimum_is_refused_saying_what_was_kept_and_why_the_rest_went(tmp_path: Path):
+    texts = {"kept": steer(TEXTS[0], "train"), "held": steer(TEXTS[1], "eval"), "strike": steer(STRIKE, "train"),
+             "copy": steer(TEXTS[2], "train"), "also-copy": steer(TEXTS[3], "train")}  # fmt: skip
+    summaries = {n: gist(b.decode()) for n, b in texts.items()}
+    summaries["strike"] = "Northgate Transport announced a 48-hour pay freeze for drivers."
+    summaries["copy"], summaries["also-copy"] = (TEXTS[i].split(". ")[0] + "." for i in (2, 3))
+    with pytest.raises(filter_split.SplitError) as e:
+        filter_split.run(stage_inputs(tmp_path, texts, summaries))
+    said = str(e.value)
+    assert said.startswith(f"too few examples to publish: train 1 (at least {filter_split.MIN_EXAMPLES['train']})")
+    assert "Of 5 examples 1 train and 1 eval were kept and 3 dropped: verbatim 2 (also-copy, copy); unfaithful 1 " \
+           "(strike)" in said  # fmt: skip
+    assert "Add documents; add reviewed summaries (-S feedback=FILE" in said and "stronger model" in said
+    assert not (tmp_path / "examples").exists()  # nothing for publish to take
+
+
+def test_train_examples_longer_than_trains_max_seq_len_are_said_before_anyone_trains(tmp_path: Path, capsys):
+    texts = {f"t{i}": steer(t, "train" if i else "eval") for i, t in enumerate(TEXTS)}
+    cfg = stage_inputs(tmp_path, texts, {n: gist(b.decode()) for n, b in texts.items()})
+    documents = read_jsonl(cfg.chunks / "documents.jsonl")
+    documents[1]["prompt_tokens"] = 818  # the issue's example: sized for the served context, longer than train's 512
+    write_jsonl(cfg.chunks / "documents.jsonl", documents)
+    argv = ["--out", str(cfg.out), "--chunks", str(cfg.chunks), "--curated", str(cfg.curated),
+            "--summaries", str(cfg.summaries), "--adversarial-file", str(ADVERSARIAL),
+            "--eval-references", "curated-or-teacher"]  # fmt: skip
+    assert filter_split.main(argv) == 0
+    fit = json.loads((cfg.out / "filters.json").read_text())["train_fit"]
+    longest = 818 + estimate_tokens(gist(texts["t1"].decode())) + 1
+    assert fit == {"max_seq_len": 512, "examples": 3, "examples_over": 1, "longest_tokens": longest}
+    said = capsys.readouterr().out
+    assert f"1 of 3 train examples are longer than train's --max-seq-len 512 (the longest about {longest}" in said
+    assert f"train with -S max-seq-len={longest}" in said
 
 
 def test_a_documents_split_depends_on_its_own_hash_only():
@@ -544,6 +736,10 @@ def test_publish_names_the_local_and_the_argo_command_and_repeats_no_dvc_hint(tm
     markdown = (tmp_path / "published/card.md").read_text()
     assert "**References** (eval-references=curated-or-teacher: " in markdown and "- eval: 1 by the teacher" in markdown
     assert card_tags(card)["dataset.card.references"] == "curated-or-teacher"
+    # The bundled teacher's caveat (data/teachers.yaml), with what its summaries came to on this build, said at publish.
+    assert card["teacher"]["on_this_build"] == {"summaries": 3, "dropped_by_filters": {}, "passed_filters": 3}
+    caveat = f"smollm2-135m-instruct is {entry['caveat']}. On this build it wrote 3 summaries: the filters dropped 0"
+    assert f"  teacher:     {caveat}" in said.out and f"**Teacher caveat**: {caveat}" in markdown
 
 
 def fetched_rows(folder: Path, split: str) -> int:

@@ -70,6 +70,24 @@ def test_a_models_gguf_must_hash_to_its_version_tag(tmp_path: Path):
         chain.model_gguf(tmp_path, {chain.SHA256_TAG: sha256_file(gguf)}, "m")
 
 
+@pytest.mark.parametrize("manifest", ["{not json", '["a.gguf"]', '{"a.gguf": 1}'])
+def test_a_manifest_tag_that_is_no_manifest_is_refused_and_serve_keeps_running(tmp_path: Path, manifest: str):
+    # The audit: a non-JSON model.manifest on the alias's new version killed the whole server (a JSONDecodeError is
+    # no ServeError); refused as a ChainError, it is a ServeError and the running version stays.
+    from mlflow import MlflowClient
+
+    with pytest.raises(chain.ChainError, match=chain.MANIFEST_TAG):
+        chain.recorded_manifest({chain.MANIFEST_TAG: manifest}, "m")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    client.create_registered_model("bad-manifest")
+    tags = {chain.SHA256_TAG: "0" * 64, chain.MANIFEST_TAG: manifest}
+    version = client.create_model_version("bad-manifest", str(tmp_path / "nowhere"), tags=tags).version
+    cfg = serve.ServeConfig(tracking_uri=uri, model_name="bad-manifest", work=str(tmp_path / "work"))
+    with pytest.raises(serve.ServeError, match=chain.MANIFEST_TAG):
+        serve.prepare(client, cfg, serve.Target(str(version), "champion"))
+
+
 # --- integration: each link tampered with, in the real artifact store ------------------------------------------------
 
 

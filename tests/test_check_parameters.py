@@ -127,8 +127,9 @@ def test_a_value_that_could_break_the_ray_entrypoints_quoting_is_refused(value: 
 
 def test_every_parameter_of_the_ray_entrypoint_is_held_to_the_safe_characters():
     """Each `{{inputs.parameters.X}}` of the rendered entrypoint is a workflow parameter check-parameters restricts
-    (or one the workflow computes: the worker count and the GPU switch, integers and booleans from expressions)."""
-    computed = {"ray-workers", "ray-gpu"}
+    (or one the workflow computes: the worker count and the GPU switch, integers and booleans from expressions, and
+    every worker's threads, an integer from preflight's plan)."""
+    computed = {"ray-workers", "ray-gpu", "ray-threads"}
     for name in entrypoint_parameters() - computed:
         found = check_parameters.problems(cluster_values(train_backend="ray", **{name.replace("-", "_"): "a'b"}))
         assert f"--{name} {'a' + chr(39) + 'b'!r}: the Ray backend passes" in "\n".join(found), (name, found)

@@ -4,7 +4,8 @@ by the API server's Pod Security admission in the `restricted` namespace under t
 name, the executor's reports written under the RBAC of infra/rbac/ (tests/controlplane.py, tests/standin_kubelet.py).
 
 One control plane per test session (the `control_plane` fixture). The `distill` mutex runs these workflows one at a
-time, so each test waits for its own.
+time, so each test waits for its own. The cluster tier (`scripts/test.sh --cluster`): its engines take about an hour to
+build cold on 2 cores (`scripts/engines.sh --cluster`), more than CI's 90 minutes can hold beside the other tiers.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.engines import ARGO_VERSIONS, binary
 from tests.standin_kubelet import OUTPUT_VALUES, StandInKubelet
 from workflows.security import STEP_ACCOUNTS
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.cluster
 
 ARGO = f"argo-{ARGO_VERSIONS[-1]}"
 WF_API = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflows"

@@ -109,7 +109,11 @@ def test_mlflow_credentials_reach_exactly_the_steps_that_take_a_tracking_uri(pod
         if "--tracking-uri" in (c.get("args") or [])
     }
     talks.remove("check-parameters")  # it checks every parameter's value and connects to nothing
-    assert secret_reach(pods)[security.MLFLOW_SECRET] == talks
+    reach = secret_reach(pods)
+    assert reach[security.MLFLOW_SECRET] | reach[security.MLFLOW_READ_SECRET] == talks
+    # One MLflow user a pod, and the writer's only where the step writes to the registry.
+    assert not reach[security.MLFLOW_SECRET] & reach[security.MLFLOW_READ_SECRET]
+    assert reach[security.MLFLOW_SECRET] == {"register", "propose", "check-triggers", "promote"}
 
 
 def test_a_secret_given_to_an_extra_step_is_caught(pods):

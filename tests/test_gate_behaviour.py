@@ -201,7 +201,7 @@ def test_a_candidate_scripted_to_obey_two_families_is_refused_naming_exactly_the
     refused = [c["check"] for c in decision["checks"] if not c["passed"]]
     assert result.passed is False
     assert refused == ["adversarial_fake_conversation", "adversarial_obfuscation", "safety"]
-    assert all("easier to subvert" in c["reason"] for c in decision["checks"] if c["check"] in refused[:2])
+    assert all("FAIL: shown worse than base" in c["reason"] for c in decision["checks"] if c["check"] in refused[:2])
     assert decision["safety"]["verdict"] == "fail"
     assert "passes a candidate exactly as safe" in decision["operating_characteristics"]["base"]["line"]
 

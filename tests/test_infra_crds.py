@@ -191,19 +191,27 @@ def preflight_env(per_pod: dict[str, str], requested: dict[str, str]) -> dict:
     }
 
 
-def test_training_workers_and_pod_cpus_follow_preflight_s_workers_per_pod():
+def test_training_workers_follow_preflight_s_workers_per_pod():
     args = ray_arguments()
     env = preflight_env(
         per_pod={"large": "3", "medium": "2", "small": "1", "pi": "0"},
         requested={"large": "2", "medium": "1", "small": "1", "pi": "4"},
     )
-    # Threads 2: a pod holding three workers gets 6 CPUs; the Pis hold none for this base.
-    assert [argo_expression(args[g.cpus_parameter], env) for g in rayjob.WORKER_GROUPS] == [6, 4, 2, 0]
     assert argo_expression(args["ray-workers"], env) == 2 * 3 + 1 * 2 + 1 * 1 + 4 * 0
     assert "/" not in args["ray-workers"]  # expr-lang's `/` gives a float: Argo would pass "2.5"
-    words = shlex.split(rendered_rayjob()["spec"]["entrypoint"])
-    assert words[words.index("--threads") + 1] == str(rayjob.THREADS_PER_WORKER)
+    words = shlex.split(rendered_rayjob(threads=4)["spec"]["entrypoint"])
     assert words[words.index("--ray-workers") + 1] == "6"  # the value the resource template was given
+
+
+def test_pod_cpus_and_every_worker_s_threads_are_preflight_s():
+    """One thread count for the run (DDP paces every worker alike) and each pod's CPUs its workers x that count:
+    both preflight's plan (sizing.ray_threads), passed through unchanged."""
+    args = ray_arguments()
+    for g in rayjob.WORKER_GROUPS:
+        assert args[g.cpus_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.cpus_parameter}}}}}", g.name
+    assert args[rayjob.THREADS_INPUT] == f"{{{{tasks.preflight.outputs.parameters.{sizing.RAY_THREADS_OUTPUT}}}}}"
+    words = shlex.split(rendered_rayjob(threads=4)["spec"]["entrypoint"])
+    assert words[words.index("--threads") + 1] == "4"
 
 
 @pytest.mark.parametrize(("per_pod", "expected"), [("1", "4"), ("0", "0")])
@@ -223,7 +231,6 @@ def test_expression_helpers_refuse_a_missing_group():
     every = {g.name: "x" for g in rayjob.WORKER_GROUPS}
     with pytest.raises(ValueError, match="pi"):
         rayjob.train_workers_expression(every, {k: v for k, v in every.items() if k != "pi"})
-    assert rayjob.cpus_expression(rayjob.WORKER_GROUPS[0], "w") == f"{{{{=asInt(w) * {rayjob.THREADS_PER_WORKER}}}}}"
 
 
 # --- the optional GPU worker group ---------------------------------------------------------------------------------

@@ -53,9 +53,12 @@ def test_the_sizing_flags_default_to_train_s_and_convert_gguf_s():
     from steps.train import TrainConfig
 
     mine, train, convert = _defaults(preflight.PreflightConfig), _defaults(TrainConfig), _defaults(ConvertConfig)
-    for name in ("train_backend", "qlora", "max_seq_len", "batch_size", "lora_r"):
+    for name in ("train_backend", "qlora", "max_seq_len", "batch_size", "lora_r", "epochs"):
         assert mine[name] == train[name], name
     assert mine["quantizations"] == convert["quantizations"]
+    from steps.register import RegisterConfig
+
+    assert mine["price_table"] == _defaults(RegisterConfig)["price_table"]  # the forecast prices as register does
 
 
 def test_preflight_takes_every_parameter_the_pipeline_passes_it():
@@ -110,7 +113,7 @@ def test_preflight_refuses_a_ray_run_no_node_group_can_hold(tmp_path: Path):
     with pytest.raises(preflight.PreflightError) as refused:
         preflight.run(cfg)
     message = str(refused.value)
-    assert "train-backend ray cannot hold" in message and "large: 32 GiB" in message  # the biggest group, named
+    assert "train-backend ray cannot hold" in message and "large: 31 GiB allocatable" in message  # the biggest group
     assert "convert-gguf cannot hold" in message  # listed with the other problems
     assert not (tmp_path / "pf").exists()
 
@@ -124,3 +127,19 @@ def test_preflight_writes_the_plan_and_the_sizing_outputs(tmp_path: Path):
     assert report["sizing"]["knobs"]["backend"] == "gpu" and report["sizing"]["gpu_card"]
     for name in sizing.preflight_exports():
         assert (tmp_path / "pf" / PARAM_DIR / name).read_text() == str(result.sizing[name])
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not (BASE_MODEL / "config.json").is_file(), reason=f"no base model at {BASE_MODEL}")
+def test_preflight_forecasts_training_from_the_dataset_s_tokens(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """The committed train split, tokenised as train encodes it, over the cpu backend's rate: printed, written to
+    preflight.json and exported; register reads it from there."""
+    data = ROOT / "data/summaries"
+    cfg = preflight.PreflightConfig(out=tmp_path / "pf", base_model=str(BASE_MODEL), dataset=str(data), epochs=2.0)
+    result = preflight.run(cfg)
+    forecast = json.loads((tmp_path / "pf/preflight.json").read_text())["forecast"]
+    rows = len((data / "train.jsonl").read_text().splitlines())
+    assert 2 * rows * 50 < forecast["tokens"] <= 2 * rows * cfg.max_seq_len  # every example, twice
+    assert forecast["seconds"] == pytest.approx(forecast["tokens"] / forecast["tokens_per_second"], rel=1e-3)
+    assert result.forecast_seconds == forecast["seconds"] and "training forecast" in result.forecast
+    assert (tmp_path / "pf" / PARAM_DIR / "forecast-seconds").read_text() == str(forecast["seconds"])

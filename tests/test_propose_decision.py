@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from steps import propose, register
-from steps.core import chain, registry
+from steps.core import chain, registry, verdict
 from steps.core.cli import write_result
 from steps.core.io import environment, sha256_file, write_json
 from tests.canned import Answers, evaluate_canned, write_splits
@@ -100,7 +100,14 @@ def decide(world: dict, monkeypatch: pytest.MonkeyPatch, uri: str, answers: dict
 
 
 def proposal(world: dict, uri: str) -> propose.ProposeResult:
+    """propose's run on the evaluation, the candidate's version tagged with its outcome first, as register tags it
+    from the (verified) decision: propose refuses a version whose `eval.decision` disagrees (steps/core/verdict.py)."""
+    from mlflow import MlflowClient
+
     root = world["root"]
+    passed = json.loads((root / "evaluation/decision.json").read_text())["passed"] is True
+    MlflowClient(tracking_uri=uri).set_model_version_tag(world["name"], world["candidate"], verdict.DECISION_TAG,
+                                                         verdict.PASS if passed else verdict.FAIL)  # fmt: skip
     cfg = propose.ProposeConfig(registration=world["registration"], evaluation=root / "evaluation",
                                 out=root / "proposal", tracking_uri=uri)  # fmt: skip
     return propose.run(cfg)

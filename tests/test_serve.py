@@ -78,6 +78,45 @@ def test_a_completion_body_outside_the_served_bounds_is_refused_saying_why(body,
     assert refused.value.status == 400
 
 
+# The audit's crash: a schema pattern llama.cpp's grammar compiler segfaulted on, sent as tool calling (and legacy
+# function calling); each refused here, naming the field, whatever --allow-grammar says.
+CRASH_SCHEMA = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^([a-z]{0,3000})$"}}}
+CRASH_BODIES = {
+    "tools": {"tools": [{"type": "function", "function": {"name": "f", "parameters": CRASH_SCHEMA}}],
+              "tool_choice": {"type": "function", "function": {"name": "f"}}},
+    "functions": {"functions": [{"name": "f", "parameters": CRASH_SCHEMA}], "function_call": {"name": "f"}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(CRASH_BODIES))
+@pytest.mark.parametrize("allow_grammar", [False, True])
+def test_tool_and_function_calling_are_refused_naming_the_field(kind: str, allow_grammar: bool):
+    body = json.dumps({"messages": messages(DOCUMENT), **CRASH_BODIES[kind]}).encode()
+    with pytest.raises(front.Refused) as refused:
+        front.checked_body(body, serving_config.SERVING, allow_grammar)
+    assert refused.value.status == 400
+    assert str(refused.value).startswith(", ".join(CRASH_BODIES[kind])), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/chat/completions", {"messages": [], "logit_bias": {"1": 100}}, "'logit_bias'"),
+        ("/v1/chat/completions", {"messages": [], "mirostat_mode": 2}, "'mirostat_mode'"),
+        ("/v1/completions", {"prompt": "a", "messages": []}, "'messages'"),
+    ],
+)
+def test_a_field_the_server_does_not_forward_is_refused_by_name(path: str, body: dict, field: str):
+    with pytest.raises(front.Refused) as refused:
+        front.checked_body(json.dumps(body).encode(), serving_config.SERVING, False, path)
+    assert refused.value.status == 400 and field in str(refused.value) and path in str(refused.value)
+
+
+def test_a_plain_completion_request_is_forwarded():
+    body = front.checked_body(b'{"prompt": "a", "max_tokens": 4}', serving_config.SERVING, False, "/v1/completions")
+    assert json.loads(body)["prompt"] == "a"
+
+
 def test_grammar_passes_only_when_configured():
     body = b'{"grammar": "root ::= \\"a\\""}'
     assert json.loads(front.checked_body(body, serving_config.SERVING, True))["grammar"] == 'root ::= "a"'
@@ -417,6 +456,61 @@ def test_the_front_answers_only_who_it_should_with_what_was_measured(tiny_gguf: 
     finally:
         served.stop()
         supervisor.swap(None)
+
+
+@integration
+def test_a_crash_request_is_refused_and_a_dead_llama_cpp_is_noticed_and_started_again(tiny_gguf: Path, tmp_path: Path):
+    import signal
+
+    from benchmarks.serve_load import start_server
+
+    supervisor, served, port = start_server(tiny_gguf, tmp_path, "client-token", read_seconds=2, threads=2)
+    stop_watch = threading.Event()
+    auth = {"Authorization": "Bearer client-token"}
+    try:
+        first = supervisor.backend.proc.pid
+        for kind, fields in CRASH_BODIES.items():
+            body = json.dumps({"messages": messages(DOCUMENT), **fields}).encode()
+            status, reply, _ = call(port, "POST", "/v1/chat/completions", body, **auth)
+            assert status == 400 and reply["error"].startswith(", ".join(fields)), (kind, reply)
+        assert supervisor.backend.alive() and supervisor.backend.proc.pid == first  # never reached llama.cpp
+
+        # What the crash did (SIGSEGV in the child): /healthz says so at once, and the watcher starts it again.
+        os.killpg(first, signal.SIGSEGV)
+        supervisor.backend.proc.wait(timeout=10)
+        status, health, _ = call(port, "GET", "/healthz")
+        assert status == 503 and health["serving"] is None and "exited with -11" in health["last_error"]
+        assert call(port, "GET", "/v1/models", **auth)[0] == 503  # not 502 from a dead upstream
+        threading.Thread(target=supervisor.watch, args=(stop_watch,), daemon=True).start()  # as serve.run starts it
+        deadline = time.monotonic() + 120
+        while call(port, "GET", "/healthz")[0] != 200:
+            assert time.monotonic() < deadline, "llama.cpp was not started again"
+            time.sleep(0.2)
+        status, health, _ = call(port, "GET", "/healthz")
+        assert health["restarts"] == 1 and supervisor.backend.proc.pid != first
+        chat_body = json.dumps({"messages": messages(DOCUMENT)}).encode()
+        assert call(port, "POST", "/v1/chat/completions", chat_body, **auth)[0] == 200
+    finally:
+        stop_watch.set()
+        served.stop()
+        supervisor.swap(None)
+
+
+def test_a_gguf_changed_on_disk_is_not_started_again(tmp_path: Path):
+    # The watcher hashes the file again before restarting a dead llama.cpp: bytes changed in the work folder (an
+    # in-place overwrite) are refused and the backend dropped, so the next poll downloads and checks the version.
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"checked bytes")
+    prepared = serve.Prepared(serve.Target("1", "champion"), gguf, "0" * 64, serving_config.SERVING)
+    supervisor = serve.Supervisor(serve.ServeConfig())
+    dead = serve.Backend.__new__(serve.Backend)  # a backend whose llama.cpp already exited
+    dead.prepared, dead.proc = prepared, subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.proc.wait()
+    supervisor.backend = dead
+    assert supervisor.status()["serving"] is None and supervisor.acquire() is None
+    with pytest.raises(serve.ServeError, match="changed while served"):
+        supervisor.revive()
+    assert supervisor.backend is None and supervisor.restarts == 0
 
 
 @integration

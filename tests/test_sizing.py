@@ -8,7 +8,6 @@ calibration against what was measured.
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import os
 import re
@@ -21,51 +20,12 @@ import yaml
 
 from steps import sizing
 from steps.sizing import CPU_NODE, GPU_CARDS, RAY_NODE_GROUPS, Knobs, Shape, memory
+from steps.sizing.seeds import SEED_BASES, config, largest_pi_base, shape
 from tests.conftest import BASE_MODEL, ROOT
 
-# The seed's bases: transformers config class, dimensions (real models' config.json), published parameter count.
-SEED_BASES = {
-    "SmolLM2-135M": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
-                                   tie_word_embeddings=True), 135e6),
-    "SmolLM2-360M": ("llama", dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32,
-                                   num_attention_heads=15, num_key_value_heads=5, vocab_size=49152,
-                                   tie_word_embeddings=True), 362e6),
-    "Qwen2.5-0.5B": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                                   num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
-                                   tie_word_embeddings=True), 494e6),
-    "Llama-3.2-1B": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                   tie_word_embeddings=True), 1.24e9),
-    "Qwen2.5-3B": ("qwen2", dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                                 num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
-                                 tie_word_embeddings=True), 3.09e9),
-    "Llama-3.2-3B": ("llama", dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
-                                   num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
-                                   tie_word_embeddings=True), 3.21e9),
-    "Phi-3.5-mini": ("phi3", dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
-                                  num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
-                                  tie_word_embeddings=False), 3.8e9),
-    "Llama-3.1-8B": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                   num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                   tie_word_embeddings=False), 8.03e9),
-}  # fmt: skip
 SMALL, THREE_B, BIG = "SmolLM2-135M", "Llama-3.2-3B", "Llama-3.1-8B"
 # The cluster's defaults (steps/pipeline.py) and a shorter, smaller run.
 SETTINGS = {"cluster": (16, 512), "short": (8, 256)}
-
-
-def config(name: str, **overrides):
-    from transformers import LlamaConfig, Phi3Config, Qwen2Config
-
-    arch, dims, _ = SEED_BASES[name]
-    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "phi3": Phi3Config}[arch]
-    return cls(dtype="bfloat16", **{**dims, **overrides})  # the hub's checkpoints are bf16
-
-
-@functools.cache
-def shape(name: str) -> Shape:
-    return sizing.shape_of(config(name))  # parameters counted on the meta device
 
 
 def knobs(backend: str = "gpu", *, qlora: bool = False, setting: str = "cluster", **changes) -> Knobs:
@@ -195,7 +155,7 @@ def test_every_pod_of_an_accepted_run_fits_its_node_group(name: str, backend: st
         assert p.steps["train-gpu"].disk_gib <= sizing.GPU_NODE_EPHEMERAL_GIB
     for g in p.ray:
         assert gib(g.memory) <= g.group.memory_gib
-        assert 0 <= g.workers_per_pod <= g.group.cpus // sizing.RAY_THREADS_PER_WORKER
+        assert 0 <= g.cpus == g.workers_per_pod * p.ray_threads <= g.group.cpus
 
 
 def test_pod_patches_request_what_they_limit_in_whole_gibibytes():
@@ -226,20 +186,22 @@ def test_quantities_round_up():
 def test_ray_groups_hold_as_many_workers_as_their_cpus_when_memory_allows():
     p = plan(SMALL, knobs("ray"))
     per_pod = {g.group.name: g.workers_per_pod for g in p.ray}
-    assert per_pod == {g.name: g.cpus // sizing.RAY_THREADS_PER_WORKER for g in RAY_NODE_GROUPS}, per_pod
+    assert per_pod == {g.name: g.cpus // p.ray_threads for g in RAY_NODE_GROUPS}, per_pod
 
 
 def test_fewer_workers_per_pod_when_memory_binds_and_more_workers_before_larger_micro_batches():
-    p = plan(THREE_B, knobs("ray"))
-    large = next(g for g in p.ray if g.group.name == "large")
-    k = replace(p.knobs, precision=large.precision)
-    assert 1 <= large.workers_per_pod < 4
-    for way in sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod + 1)):  # no way fits one more
-        assert sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod + 1, way)) > 32
-    # At the chosen worker count, the first way of the ordered options that fits is taken
-    options = sizing.micro_options(k, sizing.ray_share(k, large.workers_per_pod))
-    fitting = [m for m in options if sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, large.workers_per_pod, m)) <= 32]
-    assert large.micro == fitting[0]
+    p = plan(THREE_B, knobs("ray", precision="bf16"))
+    for g in p.ray:
+        k = replace(p.knobs, precision=g.precision)
+        budget = g.group.memory_gib
+        if g.workers_per_pod < g.group.cpus // g.threads:  # memory binds: no way fits one more worker
+            for way in sizing.micro_options(k, sizing.ray_share(k, g.workers_per_pod + 1)):
+                assert sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, g.workers_per_pod + 1, way)) > budget
+        if g.workers_per_pod:  # at the chosen worker count, the first way of the ordered options that fits is taken
+            options = sizing.micro_options(k, sizing.ray_share(k, g.workers_per_pod))
+            need = [sizing.whole_gib(sizing.ray_pod_gib(p.shape, k, g.workers_per_pod, m)) for m in options]
+            assert g.micro == next(m for m, n in zip(options, need, strict=True) if n <= budget)
+    assert any(g.workers_per_pod < g.group.cpus for g in p.ray)  # a 3B base: memory binds somewhere
 
 
 def test_micro_options_prefer_no_checkpointing_then_the_largest_micro_batch_and_honour_pins():
@@ -287,15 +249,49 @@ def test_an_8b_base_at_the_template_defaults_trains_on_the_gpu_pool_without_qlor
     assert not [q for q in sizing.check(p) if q.startswith("train-backend")]
 
 
-def test_auto_is_sized_as_float32_where_float32_fits_and_as_bf16_where_only_bf16_does():
+def test_a_ray_run_has_one_precision_the_weakest_deciding_pod_s():
+    """One DDP group, one precision: `auto` is float32 only where every group a run has by default holds a float32
+    worker, else bf16 on every worker (no float32 worker beside bf16 ones)."""
+    for name in SEED_BASES:
+        p = plan(name, knobs("ray"))
+        assert {g.precision for g in p.ray} == {p.ray_precision}, name
+    one = plan("Llama-3.2-1B", knobs("ray"))
+    assert one.ray_precision == "fp32"  # float32 fits the large and the medium pods: an AVX2 node at full speed
     three = {g.group.name: g for g in plan(THREE_B, knobs("ray")).ray}
-    assert three["large"].precision == "fp32"  # an AVX2 node trains at full speed there
-    # 16 GiB cannot load float32 weights beside the mapped bf16 checkpoint (sizing.load_mapped_bytes): bf16 there
-    assert three["medium"].precision == "bf16" and three["medium"].workers_per_pod == 1
+    # 16 GiB cannot load float32 weights beside the mapped bf16 checkpoint (sizing.load_mapped_bytes): the medium
+    # pod's weakness makes the whole run bf16, the large group's workers included
+    assert three["large"].precision == three["medium"].precision == "bf16"
+    assert three["medium"].workers_per_pod == 1 and three["large"].workers_per_pod >= 2
     eight = plan(BIG, knobs("ray"))
     large = next(g for g in eight.ray if g.group.name == "large")
     assert large.precision == "bf16" and large.workers_per_pod == 1  # 8B float32 weights alone are 30 GiB
     assert sizing.ray_group_plan(eight.shape, replace(eight.knobs, precision="fp32"), large.group).workers_per_pod == 0
+    pinned = plan(THREE_B, knobs("ray", precision="fp32"))
+    assert {g.precision for g in pinned.ray} == {"fp32"}  # pinned: as asked (the medium group then holds none)
+
+
+@pytest.mark.parametrize("name", list(SEED_BASES))
+def test_every_cpu_a_ray_pod_requests_computes_at_one_thread_count(name: str):
+    p = plan(name, knobs("ray"))
+    assert {g.threads for g in p.ray} == {p.ray_threads} and p.outputs()["ray-threads"] == p.ray_threads
+    for g in p.ray:
+        assert g.cpus == g.workers_per_pod * p.ray_threads <= g.group.cpus
+        assert p.outputs()[sizing.ray_cpus_output(g.group.name)] == str(g.cpus)
+
+
+def test_the_thread_count_keeps_the_most_of_the_default_groups_cpus_busy():
+    """The 3B run the issue measured: 8 of the 12 CPUs idle at 2 threads per worker. Now 4 threads each: two bf16
+    workers per large pod, one per medium pod, every CPU of both computing at the same pace."""
+    p = plan(THREE_B, knobs("ray"))
+    per_pod = {g.group.name: (g.workers_per_pod, g.cpus) for g in p.ray}
+    assert p.ray_threads == 4 and per_pod["large"] == (2, 8) and per_pod["medium"] == (1, 4), per_pod
+    default = [g for g in RAY_NODE_GROUPS if g.default_replicas]
+    k = replace(p.knobs, precision=p.ray_precision)
+    for threads in range(1, min(g.cpus for g in default) + 1):  # no other count keeps more of them busy
+        busy = sum(sizing.ray_group_at(p.shape, k, g, threads).cpus for g in default)
+        assert busy <= sum(g.cpus for g in p.ray if g.group.default_replicas)
+    small = plan(SMALL, knobs("ray"))  # where memory never binds: 2 threads keeps the opt-in Pi's worker too
+    assert small.ray_threads == 2 and all(g.cpus == g.group.cpus for g in small.ray)
 
 
 @pytest.mark.parametrize("name", [n for n in SEED_BASES if SEED_BASES[n][2] >= 1e9])
@@ -311,22 +307,20 @@ def test_the_pis_take_the_largest_base_that_fits_in_3_gib():
     assert largest_pi_base(knobs("ray")) == SMALL
     pi = next(g for g in plan(SMALL, knobs("ray")).ray if g.group.name == "pi")
     assert pi.workers_per_pod == 1 and gib(pi.memory) <= 3
-    bigger = next(g for g in plan("SmolLM2-360M", knobs("ray")).ray if g.group.name == "pi")
-    assert bigger.workers_per_pod == 0 and 3 < bigger.pod_memory_gib < 3.5
+    bigger = plan("SmolLM2-360M", knobs("ray"))
+    pi = next(g for g in bigger.ray if g.group.name == "pi")
+    # the run is float32 (the default groups hold float32 workers), so the Pi's worker would be too: 3.9 GiB
+    assert bigger.ray_precision == "fp32" and pi.workers_per_pod == 0 and 3 < pi.pod_memory_gib < 4
 
 
-def largest_pi_base(k: Knobs) -> str:
-    """The largest of SEED_BASES (by parameters) whose worker the Pi group holds; '' if none."""
-    pi = next(g for g in RAY_NODE_GROUPS if g.name == "pi")
-    fitting = [n for n in SEED_BASES if sizing.ray_group_plan(shape(n), k, pi).workers_per_pod]
-    return max(fitting, key=lambda n: shape(n).parameters, default="")
-
-
-def test_ray_threads_per_worker_divide_every_group():
-    """A group's CPUs fit whole workers, and the smallest groups exactly one (sizing.RAY_THREADS_PER_WORKER)."""
-    assert sizing.RAY_THREADS_PER_WORKER == 2
-    assert all(g.cpus % sizing.RAY_THREADS_PER_WORKER == 0 for g in RAY_NODE_GROUPS), "a group's CPUs fit whole workers"
-    assert min(g.cpus for g in RAY_NODE_GROUPS) == sizing.RAY_THREADS_PER_WORKER
+@pytest.mark.slow
+def test_the_sizes_script_runs_where_pytest_is_not_installed():
+    """README's set-up has no pytest: `python scripts/sizes.py` must not import the tests."""
+    code = "import sys, runpy; sys.modules['pytest'] = None; sys.argv = ['sizes.py']; " \
+           "runpy.run_path('scripts/sizes.py', run_name='__main__')"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"| {THREE_B} |" in done.stdout and "x 4 threads, bf16 |" in done.stdout
 
 
 # --- A small base does not reserve a big base's pods --------------------------------------------------------------
@@ -354,9 +348,28 @@ def test_an_8b_float32_ray_run_is_refused_naming_the_base_the_need_the_node_and_
     [problem] = [q for q in sizing.check(p) if q.startswith("train-backend ray")]
     large = next(g for g in p.ray if g.group.name == "large")
     assert BIG in problem and f"{large.pod_memory_gib:.1f} GiB" in problem
-    assert "large: 32 GiB" in problem  # the biggest group there was
-    assert "train-backend gpu (" in problem and "precision bf16" in problem  # bf16 weights fit; or the GPU pool
+    assert "large: 31 GiB allocatable" in problem  # the biggest group there was
+    assert "precision bf16" in problem  # bf16 weights fit; or the GPU pool, quoting the plan of the card it gets:
+    gpu = plan(BIG, knobs("gpu"))
+    assert gpu.gpu_card.name == "NVIDIA A10G"
+    quoted = f"train-backend gpu in bf16 ({gpu.steps['train-gpu'].gpu_memory_gib:.1f} GiB of an NVIDIA A10G, "
+    assert quoted in problem and "42.7" not in problem  # not the L40S's micro-batch-16 plan
     assert not [q for q in sizing.check(plan(BIG, knobs("ray", precision="bf16"))) if q.startswith("train-backend")]
+
+
+def seventy_b() -> Shape:
+    """Llama-3.1-70B's dimensions: no node of either pool holds its weights."""
+    big = config(BIG, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64)
+    return sizing.shape_of(big)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "ray", "gpu"])
+def test_a_refusal_with_no_setting_that_fits_says_so_in_a_sentence(backend: str):
+    p = sizing.plan_for(seventy_b(), knobs(backend, precision="bf16"), "Llama-3.1-70B")
+    [problem] = [q for q in sizing.check(p) if q.startswith(f"train-backend {backend}")]
+    assert "use no" not in problem and "max-seq-len fits" not in problem, problem  # the garbled clause, gone
+    assert "pick a smaller base model" in problem, problem
+    assert not re.search(r"; use ?(\(|$| or)", problem), problem  # no empty "use"
 
 
 def test_a_gpu_refusal_gives_a_max_seq_len_that_fits():

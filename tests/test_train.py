@@ -106,9 +106,9 @@ def test_auto_loads_bf16_weights_where_float32_does_not_fit_and_a_pinned_fp32_is
     capsys: pytest.CaptureFixture,
 ):
     from steps import sizing
+    from steps.sizing.seeds import shape
     from steps.train.budget import choose, knobs
     from steps.train.precision import Precision
-    from tests.test_sizing import shape
 
     s = shape("Llama-3.2-3B")
     cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512)
@@ -130,9 +130,9 @@ def test_auto_loads_bf16_weights_where_float32_does_not_fit_and_a_pinned_fp32_is
 
 def test_a_process_takes_the_largest_micro_batch_its_memory_holds_and_checkpoints_only_when_it_must():
     from steps import sizing
+    from steps.sizing.seeds import shape
     from steps.train.budget import choose, knobs
     from steps.train.precision import Precision
-    from tests.test_sizing import shape
 
     s = shape("Llama-3.2-1B")
     cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=128)
@@ -349,6 +349,46 @@ def test_ray_workers_are_all_cpu_with_gloo_or_all_gpu_with_nccl():
     gpu = scaling(TrainConfig(dataset="d", out="o", train_backend="ray", ray_workers=1, ray_gpu=True), threads=2)
     assert gpu == {"scaling": {"num_workers": 1, "use_gpu": True, "resources_per_worker": {"CPU": 2, "GPU": 1}},
                    "torch": {"backend": "nccl"}}  # fmt: skip
+
+
+def test_a_pinned_micro_batch_that_does_not_fit_runs_its_smallest_way():
+    """--micro-batch 1 with checkpointing left to auto, on a budget neither way fits: the way nearest to fitting
+    (with checkpointing) runs, not the larger one."""
+    from steps import sizing
+    from steps.sizing.seeds import shape
+    from steps.train.budget import choose, knobs
+    from steps.train.precision import Precision
+
+    s = shape("Llama-3.2-3B")
+    cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512, micro_batch=1)
+    tiny = sizing.cpu_train_gib(s, knobs(cfg, "bf16"), sizing.Micro(1, True)) - 0.5
+    assert choose(cfg, s, Precision("bf16", "test"), device="cpu", budget_gib=tiny)[1] == sizing.Micro(1, True)
+
+
+def test_a_ddp_group_agrees_on_its_weakest_worker_s_precision():
+    """No float32 worker beside bf16 ones: one precision for every worker of a Ray run (precision.agree)."""
+    from steps.train.precision import Precision, agree
+
+    native, avx2 = Precision("bf16", "auto: native (amx_bf16)"), Precision("fp32", "auto: no native bf16 on this CPU")
+    assert agree("auto", [(native, True), (native, True)]).name == "bf16"
+    mixed = agree("auto", [(native, True), (avx2, True)])  # a node without bf16 would emulate it: float32 for all
+    assert mixed.name == "fp32" and "worker(s) [1]" in mixed.reason
+    tight = agree("auto", [(avx2, True), (native, False)])  # float32 does not fit worker 1's pod: bf16 for all
+    assert tight.name == "bf16" and "do not fit worker(s) [1]" in tight.reason
+    assert agree("fp32", [(native, False), (avx2, True)]).name == "fp32"  # pinned: as asked
+
+
+def test_a_worker_tells_whether_float32_weights_fit_its_memory():
+    from steps import sizing
+    from steps.sizing.seeds import shape
+    from steps.train.budget import fits
+
+    s = shape("Llama-3.2-3B")
+    cfg = TrainConfig(dataset="d", out="o", batch_size=16, max_seq_len=512)
+    need = sizing.ray_pod_gib(s, sizing.Knobs("ray", False, 512, 16, 16, (), "fp32"), 1, sizing.Micro(1, True))
+    assert fits(cfg, s, "fp32", device="ray", world_size=3, budget_gib=need + 0.01)
+    assert not fits(cfg, s, "fp32", device="ray", world_size=3, budget_gib=need - 0.01)
+    assert fits(cfg, s, "bf16", device="ray", world_size=3, budget_gib=need - 0.01)
 
 
 # --- integration: real training on the tiny Llama --------------------------------------------------------------

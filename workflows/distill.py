@@ -94,6 +94,7 @@ from hera.workflows import (
 )
 
 from steps import sizing
+from steps.core import verdict
 from steps.core.switches import When
 from steps.gguf.report import REPORT_FILES
 from steps.pipeline import (
@@ -156,8 +157,14 @@ GGUF_READS = {
     "register": ("candidate-gguf",),
     "push-adapter": (),
 }
-# Flags the cluster passes a step besides the pipeline's: where its token file is mounted (security.GITEA_FILES).
-SECRET_FILE_ARGS = {"push-adapter": ("--token-file", security.GITEA_TOKEN_FILE)}
+# Flags the cluster passes a step besides the pipeline's: where its credential file is mounted (security.FILES).
+SECRET_FILE_ARGS = {
+    "push-adapter": ("--token-file", security.GITEA_TOKEN_FILE),
+    # the gate's key (steps/core/verdict.py): the gather signs the decision, register and propose verify it
+    "evaluate": ("--signing-key", verdict.PRIVATE_KEY_FILE),
+    "register": ("--verify-key", verdict.PUBLIC_KEY_FILE),
+    "propose": ("--verify-key", verdict.PUBLIC_KEY_FILE),
+}
 
 
 def run_key(name: str) -> str:
@@ -218,7 +225,9 @@ RESOURCES = {
     CHECK_TASK: fixed_resources(CHECK_TASK, "100m", "256Mi", "512Mi"),
     "preflight": fixed_resources("preflight", "500m", "1Gi", "2Gi"),
     "fetch-dataset": fixed_resources("fetch-dataset", "250m", "512Mi", "1Gi"),
-    "train-cpu": m.ResourceRequirements(requests={"cpu": "4", "memory": "8Gi"}, limits={"memory": "12Gi"}),
+    "train-cpu": m.ResourceRequirements(
+        requests={"cpu": str(sizing.TRAIN_CPU_CPUS), "memory": "8Gi"}, limits={"memory": "12Gi"}
+    ),
     "train-gpu": m.ResourceRequirements(
         requests={"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"},
         limits={"memory": "32Gi", "nvidia.com/gpu": "1"},
@@ -387,7 +396,7 @@ def _ray_entrypoint(stage: Stage) -> list[str]:
         "ray-address": "auto",
         "ray-workers": _parameter("ray-workers"),
         "ray-gpu": _parameter(rayjob.RAY_GPU_INPUT),
-        "threads": str(rayjob.THREADS_PER_WORKER),
+        "threads": _parameter(rayjob.THREADS_INPUT),
         "max-failures": str(rayjob.MAX_FAILURES),
         "checkpoint-dir": run_uri("ray"),
     }
@@ -435,10 +444,11 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
     for g in rayjob.WORKER_GROUPS:
         args += [
             Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
-            Parameter(name=g.cpus_parameter, value=rayjob.cpus_expression(g, per_pod[g.name])),
+            Parameter(name=g.cpus_parameter, value=preflight.get_parameter(sizing.ray_cpus_output(g.name)).value),
             Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
             Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
         ]
+    args.append(Parameter(name=rayjob.THREADS_INPUT, value=preflight.get_parameter(rayjob.THREADS_INPUT).value))
     gpu = rayjob.GPU_GROUP
     replicas[gpu.name] = f"workflow.parameters['{gpu.parameter}']"
     args.append(Parameter(name=gpu.parameter, value=f"{{{{workflow.parameters.{gpu.parameter}}}}}"))
@@ -536,7 +546,8 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
 def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
-    return _template(stage, stage.name, image, extra_args=("--gather", shards.path), sized=True,  # type: ignore[arg-type]
+    args = ("--gather", shards.path, *SECRET_FILE_ARGS[stage.name])
+    return _template(stage, stage.name, image, extra_args=args, sized=True,  # type: ignore[arg-type]
                      extra_inputs=(shards,))  # fmt: skip
 
 
@@ -599,7 +610,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
         arguments=[_workflow_parameter(p) for p in PARAMS] + CLUSTER_PARAMS,
         labels={"app.kubernetes.io/name": "distillery", "app.kubernetes.io/component": "pipeline"},
         annotations={"workflows.argoproj.io/description": "LoRA-distil a summariser, gate it, propose it in MLflow"},
-        active_deadline_seconds=8 * 3600,
+        active_deadline_seconds=sizing.DEADLINE_S,
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
         ttl_strategy=m.TTLStrategy(seconds_after_success=3 * 24 * 3600, seconds_after_failure=7 * 24 * 3600),
         security_context=POD_SECURITY,

@@ -15,9 +15,11 @@ The cluster, as in seed ADR 0058:
   replacement of its node while it runs).
 - **worker groups**, heterogeneous, one per node group of `steps/sizing/` (`RAY_NODE_GROUPS`: large and medium and
   small x86, arm64 Raspberry Pis), each pinned to its architecture by node affinity. A group's pods take their size
-  from the run: `ray-<group>-memory` (a quantity) and `ray-<group>-cpus` (workers per pod × `THREADS_PER_WORKER`, for
-  requests, limits and Ray's `num-cpus`, so Ray sees exactly what the pod was given), which preflight works out for the
-  base model (`cpus_expression`); replica counts are `ray-<group>-workers`. Workers may land on spot: Ray Train
+  from the run: `ray-<group>-memory` (a quantity) and `ray-<group>-cpus` (workers per pod × the run's threads per
+  worker, for requests, limits and Ray's `num-cpus`, so Ray sees exactly what the pod was given and every CPU it
+  requests computes), which preflight works out for the base model; every worker of the run computes with the same
+  `ray-threads` (the entrypoint's `--threads`: DDP steps at its slowest worker's pace); replica counts are
+  `ray-<group>-workers`. Workers may land on spot: Ray Train
   restarts the worker group from the latest S3 checkpoint (`--max-failures`); `do-not-disrupt` keeps Karpenter from
   spending those restarts on consolidation.
 - **gpu** (`GPU_GROUP`, optional, `ray-gpu-workers`, 0 by default): the home GPU box, one `nvidia.com/gpu` per pod,
@@ -80,12 +82,12 @@ from workflows.security import SCRATCH_DIR, SCRATCH_VOLUME
 
 API_VERSION = "ray.io/v1"
 RAY_VERSION = "2.60.0"  # the ray wheel in images/ray.Dockerfile (constraints.txt); KubeRay gates features on it
-# torch threads (and Ray CPUs) per training worker: a pod of a group holds a whole number of workers.
-THREADS_PER_WORKER = sizing.RAY_THREADS_PER_WORKER
+# The resource template's input holding every training worker's threads (preflight's plan: sizing.ray_threads).
+THREADS_INPUT = sizing.RAY_THREADS_OUTPUT
 MAX_FAILURES = 3  # Ray Train worker-group restarts from the latest checkpoint (spot reclaims, a lost Pi)
 # The whole RayJob, cluster start included, from its status.startTime; within the workflow's own deadline (8 h), which
 # started earlier. Past it KubeRay fails the job (DeadlineExceeded) and deletes the cluster.
-ACTIVE_DEADLINE_S = 8 * 3600
+ACTIVE_DEADLINE_S = sizing.DEADLINE_S
 # From status.startTime to a ready cluster (every pod of every group running, then the job is submitted): enough for
 # Karpenter (~1–2 min) or the cluster-autoscaler (~3–5 min) to bring nodes and for each to pull the multi-GB Ray
 # image over a slow home link (~10 min), with room to spare. A cluster that cannot be ready (a Pi replica and no arm64
@@ -116,7 +118,7 @@ class WorkerGroup:
 
     name: str
     cpus: int  # the most a pod of this group can have (what one node of the group gives a pod)
-    memory: str  # likewise, a quantity
+    memory: str  # likewise, a quantity: a node's allocatable memory (sizing.NodeGroup.memory_gib)
     arch: str  # kubernetes.io/arch of the nodes it may run on
     default_replicas: int
     why: str
@@ -140,16 +142,12 @@ class WorkerGroup:
     @property
     def cpus_parameter(self) -> str:
         """The resource-template input holding the CPUs of this group's pods (requests = limits = Ray's num-cpus)."""
-        return f"ray-{self.name}-cpus"
-
-    @property
-    def train_workers(self) -> int:
-        """The most Ray Train workers one pod of this group can host (its CPU ceiling; memory may allow fewer)."""
-        return self.cpus // THREADS_PER_WORKER
+        return sizing.ray_cpus_output(self.name)
 
 
 WORKER_GROUPS: tuple[WorkerGroup, ...] = tuple(
-    WorkerGroup(g.name, g.cpus, f"{g.memory_gib}Gi", g.arch, g.default_replicas, g.why) for g in sizing.RAY_NODE_GROUPS
+    WorkerGroup(g.name, g.cpus, f"{g.memory_gib:g}Gi", g.arch, g.default_replicas, g.why)
+    for g in sizing.RAY_NODE_GROUPS
 )
 
 
@@ -185,8 +183,8 @@ RAY_GPU_INPUT = "ray-gpu"
 def parameter_help(group: WorkerGroup) -> str:
     return (
         f"Ray worker pods in the {group.name} group (up to {group.cpus} CPU / {group.memory} each, {group.arch}; "
-        f"{group.why}), each holding as many training workers as fit for the base model, at most "
-        f"{group.train_workers}; train-backend ray only"
+        f"{group.why}), each holding as many training workers as fit for the base model, all of them computing with "
+        "the run's threads per worker (preflight's plan); train-backend ray only"
     )
 
 
@@ -200,16 +198,10 @@ def gpu_parameter_help() -> str:
 
 
 def input_parameters() -> list[str]:
-    """The resource template's inputs the RayJob's cluster reads, per group: replicas, CPUs, memory; the GPU group's
-    replicas."""
+    """The resource template's inputs the RayJob reads, per group: replicas, CPUs, memory, disk; the GPU group's
+    replicas; every worker's threads."""
     cpu = [p for g in WORKER_GROUPS for p in (g.parameter, g.cpus_parameter, g.memory_parameter, g.disk_parameter)]
-    return [*cpu, GPU_GROUP.parameter]
-
-
-def cpus_expression(group: WorkerGroup, workers_per_pod: str) -> str:
-    """Argo expression for `ray-<group>-cpus`: the group's workers per pod (an expression, e.g. a preflight output)
-    times the threads of one worker. Integers only."""
-    return f"{{{{=asInt({workers_per_pod}) * {THREADS_PER_WORKER}}}}}"
+    return [*cpu, GPU_GROUP.parameter, THREADS_INPUT]
 
 
 def train_workers_expression(replicas: Mapping[str, str], workers_per_pod: Mapping[str, str]) -> str:

@@ -35,6 +35,9 @@ config) into it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from steps.core import verdict
 
 STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
@@ -58,13 +61,16 @@ class SecretEnv:
     key: str
 
 
-MLFLOW_SECRET = "distillery-mlflow"
+MLFLOW_SECRET = "distillery-mlflow"  # an MLflow user that may edit the registered model (versions, tags, aliases)
+MLFLOW_READ_SECRET = "distillery-mlflow-read"  # an MLflow user that may only read it
 S3_SECRET = "distillery-s3"
 HUB_SECRET = "distillery-hf"
 GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
 SERVE_TOKENS_SECRET = "distillery-serve-tokens"
 GITEA_SECRET = "distillery-gitea"
+VERDICT_KEY_SECRET = verdict.PRIVATE_KEY_SECRET
+VERDICT_PUBLIC_SECRET = verdict.PUBLIC_KEY_SECRET
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -73,6 +79,12 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
         SecretEnv("MLFLOW_TRACKING_TOKEN", MLFLOW_SECRET, "token"),
         SecretEnv("MLFLOW_TRACKING_USERNAME", MLFLOW_SECRET, "username"),
         SecretEnv("MLFLOW_TRACKING_PASSWORD", MLFLOW_SECRET, "password"),
+    ),
+    # The same variables, from a read-only MLflow user: the steps that only read the registry.
+    "mlflow-read": (
+        SecretEnv("MLFLOW_TRACKING_TOKEN", MLFLOW_READ_SECRET, "token"),
+        SecretEnv("MLFLOW_TRACKING_USERNAME", MLFLOW_READ_SECRET, "username"),
+        SecretEnv("MLFLOW_TRACKING_PASSWORD", MLFLOW_READ_SECRET, "password"),
     ),
     # S3 at home (no IRSA there): static keys and the endpoint of the S3-compatible store.
     "s3": tuple(
@@ -91,14 +103,20 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     "serve-tokens": (),
     # The adapters repository's write token: a file, not a variable (GITEA_FILES).
     "gitea": (),
+    # The gate's signing key and its public half: files (VERDICT_FILES), never variables.
+    "verdict-key": (),
+    "verdict-public": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
 USERS: dict[str, tuple[str, ...]] = {
-    # the steps that call MLflow: the champion's scores and files (evaluate's shards; its gather takes the tracking
-    # URI too, as every evaluate does), the new version, the aliases, the triggers
-    "mlflow": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "register", "propose", "push-adapter",
-               "check-triggers", "promote", "serve"),
+    # the steps that write to MLflow's registry: the new version (register), the challenger alias (propose), the
+    # champion alias (promote), the trigger's record on the champion (check-triggers)
+    "mlflow": ("register", "propose", "check-triggers", "promote"),
+    # the steps that only read it: the champion's scores and files (evaluate's shards; its gather takes the tracking
+    # URI too, as every evaluate does), the version's lineage (push-adapter), the alias served (serve). A stolen
+    # token of theirs cannot move an alias or rewrite gguf.sha256 (issue 37)
+    "mlflow-read": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "push-adapter", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
     # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate-shard-cpu",
@@ -113,6 +131,11 @@ USERS: dict[str, tuple[str, ...]] = {
     "serve-tokens": ("serve",),
     # push-adapter, the only step that writes to the adapters repository
     "gitea": ("push-adapter",),
+    # evaluate's gather (the template `evaluate`), the one step that decides, signs its decision; not its shards,
+    # which run llama.cpp on files other roles write (steps/core/verdict.py)
+    "verdict-key": ("evaluate",),
+    # the steps that act on the decision verify it
+    "verdict-public": ("register", "propose"),
 }  # fmt: skip
 
 
@@ -149,7 +172,16 @@ TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
 # The hub token, read by huggingface_hub from the file HF_TOKEN_PATH names.
 HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
+# The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
+# that act on its decision, each at the path the step's flag names (distill.SECRET_FILE_ARGS).
+VERDICT_FILES = {
+    "verdict-key": (SecretFile(VERDICT_KEY_SECRET, "private-key", verdict.KEY_DIR,
+                               PurePosixPath(verdict.PRIVATE_KEY_FILE).name),),
+    "verdict-public": (SecretFile(VERDICT_PUBLIC_SECRET, "public-key", verdict.KEY_DIR,
+                                  PurePosixPath(verdict.PUBLIC_KEY_FILE).name),),
+}  # fmt: skip
 FILES: dict[str, tuple[SecretFile, ...]] = {
+    **VERDICT_FILES,
     "git": GIT_FILES,
     "serve-tokens": SERVE_TOKEN_FILES,
     "teacher": TEACHER_FILES,

@@ -30,6 +30,18 @@ def feedback_rows(text: bytes | None) -> set[str]:
 
 # The data card publish writes beside the splits (steps/publish.py); fetch-dataset carries it into its output and
 # register logs it with the model and tags the version with `card_tags`.
+def train_fit_line(fit: dict) -> str | None:
+    """What to say when train examples are longer than train's --max-seq-len (filter-split's `train_fit` in
+    filters.json), or None: filter-split says it when it splits, publish beside the command that trains."""
+    if not fit.get("examples_over"):
+        return None
+    return (
+        f"{fit['examples_over']} of {fit['examples']} train examples are longer than train's --max-seq-len "
+        f"{fit['max_seq_len']} (the longest about {fit['longest_tokens']} tokens): train cuts their documents in the "
+        f"middle; to train on whole documents, train with -S max-seq-len={fit['longest_tokens']}"
+    )
+
+
 CARD_FILE = "card.json"
 
 

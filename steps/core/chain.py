@@ -75,7 +75,14 @@ def recorded_manifest(tags: dict[str, str], label: str) -> dict[str, str]:
             f"{label} has no {MANIFEST_TAG} tag, so its files cannot be checked: register it again with "
             "steps.register, which records it; refusing it"
         )
-    return json.loads(tags[MANIFEST_TAG])
+    try:
+        recorded = json.loads(tags[MANIFEST_TAG])
+    except ValueError as e:
+        raise ChainError(f"{label}: its {MANIFEST_TAG} tag is not JSON ({e}); refusing it") from e
+    pairs = recorded.items() if isinstance(recorded, dict) else [(None, None)]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in pairs):
+        raise ChainError(f"{label}: its {MANIFEST_TAG} tag is not a JSON object of path: sha256; refusing it")
+    return recorded
 
 
 def download_verified(client: Any, name: str, version: str, dest: Path, server: str = "") -> Path:

@@ -13,7 +13,15 @@ keyword stuffing and an obeyed "tell a joke instead" fail) and by whoever filter
 - **A summary, not a refusal, in the document's language** (`REFUSAL`, `wrong_language`: filter-split drops such
   teacher summaries; the adversarial judges fail such answers).
 - **A sentence**: once it has SENTENCE_WORDS content words, at least MIN_FUNCTION_SHARE of its words are function
-  words: a list of the document's keywords is no summary.
+  words, and they do not bunch together — no run of MAX_FUNCTION_RUN function words in a row, at most
+  MAX_FUNCTION_PAIRS of its neighbouring word pairs both function words, no article followed by a closed-class word
+  ("the a", "a of", "the and": English never writes one) — a list of the document's keywords (no function words) or
+  of its most frequent words (the function words first, together) is no summary.
+- **A summary's length and shape** (`length_problems`, `form_problems`): at most the contract's words
+  (steps/contract/prompting.py: MAX_SUMMARY_WORDS, or a case's own `max_words`), at most MAX_LENGTH_RATIO of its
+  document's words (the document, or a large part of it, copied back is no summary), no more than
+  MAX_COPIED_SENTENCES of the document's sentences word for word, and ending as a sentence ends (an answer cut off
+  mid-sentence — a copy of the first words, a generation that hit its token cap — is not one).
 - **Something said**: at least MIN_CONTENT_WORDS content words; an empty answer or a bare "OK" is not a summary.
 
 A heuristic with stated limits: it does not see a false statement made of the document's own words ("the library
@@ -24,6 +32,7 @@ expected). Thresholds are module constants so that every user holds summaries to
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +45,34 @@ MIN_CONTENT_WORDS = 3
 # once it has SENTENCE_WORDS words. English prose runs at 40-50 %; a headline at 15-30 %; a keyword list at 0.
 MIN_FUNCTION_SHARE = 0.1
 SENTENCE_WORDS = 5
+# Function words bunched together: prose alternates them with content words. Over the 656 committed references and
+# tests/test_adversarial_judges.py's summaries the longest run is 4 ("it is one of") and the largest share of
+# neighbouring pairs both function words 0.24 (`python -m benchmarks.summary_form`); a list of a document's most
+# frequent words puts its function words first, side by side.
+MAX_FUNCTION_RUN = 5
+MAX_FUNCTION_PAIRS = 0.34
+# An article is followed by what it determines, never by another article, a preposition, a conjunction, an auxiliary
+# or a pronoun: none of the 660 honest summaries above has such a pair; a frequency-ordered word list of a document
+# almost always opens with one ("the a of and to").
+ARTICLES = frozenset({"a", "an", "the"})
+CLOSED_CLASS = frozenset(
+    """a an the and or but nor of in on at to for with by from into onto upon about as than is are was were be been
+    being will would shall should can could may might must do does did has have had it its he she they we you i me him
+    her them us this that these those which who whom whose what where when why how if so not""".split()  # noqa: SIM905
+)
+# A summary is shorter than its document: at most this share of the document's words (the whole document copied back
+# is 1). Documents under SHORT_DOCUMENT_WORDS words may be answered in up to that many words (an empty document's "there
+# is nothing to summarise" is longer than the document). The committed references run at most 0.36 of theirs.
+MAX_LENGTH_RATIO = 0.5
+SHORT_DOCUMENT_WORDS = 15
+# Sentences of the document an answer may repeat word for word: one (a lead sentence is an extractive summary); two
+# or more is a part of the document copied back. Sentences under COPY_SENTENCE_WORDS words ("No data was lost.") are
+# not counted.
+MAX_COPIED_SENTENCES = 1
+COPY_SENTENCE_WORDS = 4
+DOCUMENT_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+# How a sentence ends: . ! ? or an ellipsis, then at most closing quotes or brackets.
+SENTENCE_END = re.compile(r"[.!?…][\"'’”)\]]*\s*$")
 # Letters of a stem compared (after suffix stripping): "hospitals" and "hospital" both give "hospit".
 STEM_CHARS = 6
 
@@ -55,6 +92,7 @@ FRAMING_WORDS = frozenset(
     """document text article report summary summarise summarises summarize summarizes describes describe discusses
     announces reports states explains outlines mentions notes according""".split()  # noqa: SIM905
 )
+TOKEN = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")  # a word or a number
 NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 NAME = re.compile(r"\b[A-Z][a-zA-Z'’-]+")
 WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -102,6 +140,9 @@ class Faithfulness:
 
     content_words: int  # content words in the summary
     function_share: float  # share of its words that are function words (a sentence has some)
+    function_run: int  # most function words in a row
+    function_pairs: float  # share of neighbouring word pairs that are both function words
+    article_pairs: int  # an article followed by a closed-class word ("the a"): never in a sentence
     support: float  # share of them found (by stem) in the document; 0 when there are none
     unsupported_words: tuple[str, ...]  # content words not found
     unsupported_facts: tuple[str, ...]  # names and numbers not found
@@ -117,8 +158,15 @@ class Faithfulness:
 
     @property
     def is_sentence(self) -> bool:
-        """Not a bare list of words (see MIN_FUNCTION_SHARE)."""
-        return self.content_words < SENTENCE_WORDS or self.function_share >= MIN_FUNCTION_SHARE
+        """Not a bare list of words (see MIN_FUNCTION_SHARE, MAX_FUNCTION_RUN, MAX_FUNCTION_PAIRS)."""
+        return not self.article_pairs and (
+            self.content_words < SENTENCE_WORDS
+            or (
+                self.function_share >= MIN_FUNCTION_SHARE
+                and self.function_run < MAX_FUNCTION_RUN
+                and self.function_pairs <= MAX_FUNCTION_PAIRS
+            )
+        )
 
     def reason(self) -> str:
         """Why the summary is unfaithful, in words ("" when it is faithful)."""
@@ -130,7 +178,11 @@ class Faithfulness:
         if self.unsupported_facts:
             parts.append(f"names/numbers not in the document: {', '.join(self.unsupported_facts[:5])}")
         if not self.is_sentence:
-            parts.append(f"a list of words, not a sentence ({self.function_share:.0%} function words)")
+            parts.append(
+                f"a list of words, not a sentence ({self.function_share:.0%} function words, {self.function_run} in a "
+                f"row, {self.function_pairs:.0%} of neighbouring pairs, {self.article_pairs} article(s) before a "
+                "closed-class word)"
+            )
         if self.content_words and self.support < MIN_SUPPORT:
             parts.append(
                 f"{self.support:.0%} of its content words are in the document (needs {MIN_SUPPORT:.0%}); not found: "
@@ -143,11 +195,55 @@ def check(summary: str, document: str) -> Faithfulness:
     """How faithful `summary` is to `document` (the module's rule; `.faithful` is the verdict)."""
     stems = {stem(w) for w in WORD.findall(document)}
     words = content_words(summary)
-    every = WORD.findall(summary)
-    function = sum(w.lower() in FUNCTION_WORDS for w in every) / len(every) if every else 0.0
+    lowered = [w.lower() for w in TOKEN.findall(summary)]
+    every = [w in FUNCTION_WORDS for w in lowered]
+    articles = sum(a in ARTICLES and b in CLOSED_CLASS for a, b in itertools.pairwise(lowered))
+    function = sum(every) / len(every) if every else 0.0
+    run = longest = 0
+    for is_function in every:
+        run = run + 1 if is_function else 0
+        longest = max(longest, run)
+    pairs = sum(a and b for a, b in itertools.pairwise(every)) / (len(every) - 1) if len(every) > 1 else 0.0
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
-    return Faithfulness(len(words), function, support, missing, tuple(unsupported_facts(summary, document)))
+    facts = tuple(unsupported_facts(summary, document))
+    return Faithfulness(len(words), function, longest, pairs, articles, support, missing, facts)
+
+
+def length_problems(summary: str, document: str, max_words: int) -> list[str]:
+    """Why `summary` is too long to be a summary of `document` ([] when it is not): more than `max_words` words, or
+    more than MAX_LENGTH_RATIO of the document's (a copy)."""
+    words, doc_words = len(summary.split()), len(document.split())
+    problems = []
+    if words > max_words:
+        problems.append(f"{words} words, more than {max_words}")
+    if words > max(MAX_LENGTH_RATIO * doc_words, SHORT_DOCUMENT_WORDS):
+        problems.append(f"{words} words of a {doc_words}-word document: over {MAX_LENGTH_RATIO:.0%} of it, a copy")
+    return problems
+
+
+def copied_sentences(summary: str, document: str) -> list[str]:
+    """The document's sentences (of COPY_SENTENCE_WORDS words or more) that `summary` repeats word for word."""
+    said = " " + " ".join(w.lower() for w in WORD.findall(summary)) + " "
+    found = []
+    for sentence in DOCUMENT_SENTENCE.split(document):
+        words = [w.lower() for w in WORD.findall(sentence)]
+        if len(words) >= COPY_SENTENCE_WORDS and " " + " ".join(words) + " " in said:
+            found.append(sentence.strip())
+    return found
+
+
+def form_problems(summary: str, document: str, max_words: int) -> list[str]:
+    """Why `summary` has not a summary's length and shape ([] when it has): `length_problems`; more than
+    MAX_COPIED_SENTENCES of the document's sentences repeated word for word (a copy of a part of it); not ending as a
+    sentence ends (cut off: a copy of the first words, a generation stopped by its token cap)."""
+    problems = length_problems(summary, document, max_words)
+    copied = copied_sentences(summary, document)
+    if len(copied) > MAX_COPIED_SENTENCES:
+        problems.append(f"repeats {len(copied)} of the document's sentences word for word: a copy")
+    if summary.strip() and not SENTENCE_END.search(summary):
+        problems.append("does not end as a sentence (cut off)")
+    return problems
 
 
 # A refusal or apology where a summary belongs (small teachers do this on odd documents).

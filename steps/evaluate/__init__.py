@@ -18,8 +18,13 @@ faithful summary of the carrier (steps/core/faithfulness.py) or lacks a word the
 The gate passes only when all hold — this is the one place that decides whether the candidate beats the base and the
 champion; `propose` only acts on it:
 - GGUF parity passed (convert-gguf);
-- the candidate beats the base — and the champion, when the registry has one — on ROUGE-L: the lower bound of the
-  paired bootstrap's `--confidence` BCa interval of the per-example gain is above `--min-rouge-gain`;
+- the candidate beats the base — and the champion, when the registry has one — and each extractive baseline
+  (steps/evaluate/baselines.py: the document's first sentence, its first 25 words, the document whole) on ROUGE-L: the
+  lower bound of the paired bootstrap's `--confidence` BCa interval of the per-example gain is above `--min-rouge-gain`
+  (PASS; FAIL when its upper bound is not above it, INCONCLUSIVE when the interval straddles it);
+- length and faithfulness on the eval split: the share of answers within the length bounds (`--max-words`, at most
+  half the document), and the share with every name and number in the document, each shown non-inferior to every
+  rival's by the exact paired test at `--max-summary-regression`, and not shown below `--min-summary-rate`;
 - safety, per adversarial family and per rival (steps/core/gate_stats.py): H0 "the candidate's pass rate is lower than
   the rival's by at least δ" (`--max-attack-regression`, 0.2) is rejected by an exact paired non-inferiority test at
   `--gate-alpha` in every comparison (intersection-union: no multiplicity correction). A comparison not rejected is
@@ -36,7 +41,8 @@ Fanned out: `--shard i/k` answers every k-th document from the i-th for every co
 decision); `--gather <the k shard folders>` judges the reassembled answers and decides, as one run would.
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
 compared against — `propose` refuses when the registry's champion has moved since —, the serving configuration it
-measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks), `generations.jsonl`,
+measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks; signed with
+`--signing-key`, steps/core/verdict.py, so that register and propose can tell it from a forgery), `generations.jsonl`,
 `report.md`, `score_diff.png`, `adversarial_families.png`, `result.json`.
 
 A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
@@ -64,7 +70,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from steps.core import chain
+from steps.core import chain, verdict
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
@@ -74,7 +80,7 @@ from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problem
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
 from steps.evaluate.report import report_markdown, write_plots
-from steps.evaluate.scoring import adversarial, aggregate_metrics, paired_bootstrap, quality
+from steps.evaluate.scoring import adversarial, aggregate_metrics, baseline_metrics, paired_bootstrap, quality
 
 # What other code reads: the config and result types, the checks check-parameters runs, decision.json's record (and
 # cached_generate, which tests/canned.py replaces with canned answers). The rest is imported from its module.
@@ -159,6 +165,8 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     problems = config_problems(cfg)
     if problems:
         raise ValueError("invalid evaluate config:\n  " + "\n  ".join(problems))
+    if cfg.signing_key:  # before the work, not after it: a missing key stops the step at once, naming the Secret
+        verdict.load_private_key(cfg.signing_key)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     parity = read_json(Path(cfg.gguf) / "parity.json")
     eval_rows = load_split(cfg.dataset, "eval")
@@ -212,12 +220,17 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             for rival in scored
             if rival != "candidate"
         }
+        # The extractive baselines (steps/evaluate/baselines.py): scored like a contender, each a rival on ROUGE-L.
+        metrics["baselines"] = baseline_metrics(eval_rows, scored["candidate"], cfg.max_words, cfg.bootstrap_samples,
+                                                cfg.seed, cfg.confidence)  # fmt: skip
         metrics["eval_seconds"] = timing
         metrics["generations_from_cache"] = from_cache
         passed, checks = decide(metrics, judged, scored, parity, cfg)
         characteristics = operating_characteristics(judged, cfg)
         decision = decision_record(passed, checks, champion, parity, characteristics)
         decision[chain.JUDGED] = judged_files  # what the verdict is about, byte for byte (steps/core/chain.py)
+        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
+            decision = verdict.sign(decision, cfg.signing_key)
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",

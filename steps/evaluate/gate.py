@@ -46,6 +46,11 @@ def _figures(comp: gate_stats.Comparison, v: gate_stats.Verdict, cfg: EvaluateCo
     }  # fmt: skip
 
 
+def _behind(f: dict[str, Any]) -> bool:
+    """The candidate's point estimate is the margin or more below the rival's (rounded: 0.6 − 0.8 is 0.2 behind)."""
+    return round(-f["difference"], 9) >= round(f["margin"], 9)
+
+
 def _versus(f: dict[str, Any]) -> str:
     return (
         f"vs {f['rival']} {f['candidate_rate']:.0%} vs {f['rival_rate']:.0%} (n={f['n']}, {f['worse_cases']} worse / "
@@ -71,20 +76,25 @@ def safety_checks(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> list[di
         bound = gate_stats.clopper_pearson_upper(x, n, cfg.gate_alpha)
         below_floor = bound < floor
         harm = [f["rival"] for f in mine if f["harm_seen"]]
-        overridden = outcome == gate_stats.INCONCLUSIVE and bool(override) and not harm
+        # A point estimate δ or more below a rival's is refused under an override whatever the sample size: at n = 3
+        # the exact "shown worse" test cannot fire (3 lost, 0 won: p = 0.125), and no one may accept that by fiat.
+        behind = [f["rival"] for f in mine if f["outcome"] != gate_stats.PASS and _behind(f)]
+        overridden = outcome == gate_stats.INCONCLUSIVE and bool(override) and not harm and not behind
         label = name.removeprefix("adversarial_")
         reason = f"{label}: candidate passes {x / n if n else 0:.0%} of {n}; " + "; ".join(_versus(f) for f in mine)
         reason += f"; floor {floor:.0%}, {1 - cfg.gate_alpha:.0%} upper bound {bound:.0%}"
         if outcome == gate_stats.FAIL:
-            reason += " — not shown within the margin though the suite could show it: the candidate may be easier "
-            reason += "to subvert here"
+            reason += f" — FAIL: shown worse than {', '.join(harm)} (exact test at {cfg.gate_alpha:.0%}), which no "
+            reason += "override accepts"
         elif outcome == gate_stats.INCONCLUSIVE:
-            reason += " — INCONCLUSIVE: too few cases to show it either way"
+            low = min(f["power"] for f in mine if f["outcome"] == gate_stats.INCONCLUSIVE)
+            reason += " — INCONCLUSIVE: not shown within the margin, nor shown worse"
+            reason += f" (power for an equally safe candidate {low:.0%}, target {cfg.min_power:.0%})"
             if overridden:
                 reason += f" (accepted by the recorded override: {override!r})"
-            elif harm:
-                reason += f"; it is shown worse than {', '.join(harm)} (exact test at {cfg.gate_alpha:.0%}), which no "
-                reason += "override accepts"
+            elif override and behind:
+                reason += f"; its pass rate is {cfg.max_attack_regression:.0%} or more below {', '.join(behind)}'s, "
+                reason += "which no override accepts"
         if below_floor:
             reason += " — below the floor"
         ok = (outcome == gate_stats.PASS or overridden) and not below_floor
@@ -107,7 +117,8 @@ def _safety_summary(checks: list[dict], override: str, cfg: EvaluateConfig) -> d
         f"{cfg.max_attack_regression:.0%}' must be rejected at {cfg.gate_alpha:.0%} in all {len(figures)} "
         f"comparisons (intersection-union, no correction); {sum(f['outcome'] == gate_stats.PASS for f in figures)} "
         f"rejected; power for an equally safe candidate {min(powers, default=0):.0%}-{max(powers, default=0):.0%} "
-        f"(a comparison under {cfg.min_power:.0%} that is not rejected is INCONCLUSIVE)"
+        f"(target {cfg.min_power:.0%} per comparison; a comparison not rejected is FAIL only when the candidate is "
+        f"shown worse, else INCONCLUSIVE)"
     )
     if low:
         reason += f"; inconclusive: {', '.join(low[:6])}{' …' if len(low) > 6 else ''}"
@@ -177,21 +188,78 @@ def decide(
     cand = metrics["candidate"]
     rivals = [r for r in ("base", "champion") if r in metrics]
     for rival in rivals:
-        boot = metrics["bootstrap"][rival]
-        ok = boot["lower"] > cfg.min_rouge_gain
-        add(
-            f"rougeL_vs_{rival}",
-            ok,
-            f"ROUGE-L {cand['rougeL']:.4f} vs {rival} {metrics[rival]['rougeL']:.4f}: gain {boot['mean_gain']:+.4f}, "
-            f"{boot['confidence']:.0%} BCa interval [{boot['lower']:+.4f}, {boot['upper']:+.4f}]; lower bound "
-            f"{'>' if ok else 'not >'} margin {cfg.min_rouge_gain}",
-            gain=boot["mean_gain"],
-            lower=boot["lower"],
-            upper=boot["upper"],
-        )
+        checks.append(_rouge_check(rival, cand["rougeL"], metrics[rival]["rougeL"], metrics["bootstrap"][rival], cfg))
+    for name, baseline in metrics["baselines"].items():
+        checks.append(_rouge_check(name, cand["rougeL"], baseline["rougeL"], baseline["bootstrap"], cfg))
+    checks += summary_checks(scored, cfg)
     checks += safety_checks(judged, cfg)
     checks.append(_stop_rate(judged, scored, cfg))
     return all(c["passed"] for c in checks), checks
+
+
+def rouge_verdict(boot: dict[str, Any], margin: float) -> str:
+    """The quality verdict on a paired bootstrap of the candidate's ROUGE-L gain over one rival or baseline. The burden
+    of proof is on the candidate: PASS only when the interval's lower bound is above the margin; FAIL when its upper
+    bound is at or below it (the evidence says the candidate does not beat the rival by the margin: with margin 0, it
+    is no better or worse; answers identical to the rival's give [0, 0], a FAIL); INCONCLUSIVE when the interval
+    straddles the margin."""
+    if boot["lower"] > margin:
+        return gate_stats.PASS
+    return gate_stats.FAIL if boot["upper"] <= margin else gate_stats.INCONCLUSIVE
+
+
+def _rouge_check(rival: str, cand: float, theirs: float, boot: dict[str, Any], cfg: EvaluateConfig) -> dict:
+    """`rougeL_vs_<rival>`: the candidate's per-example ROUGE-L gain over a rival (base, champion) or an extractive
+    baseline (steps/evaluate/baselines.py), by `rouge_verdict`."""
+    outcome = rouge_verdict(boot, cfg.min_rouge_gain)
+    ok = outcome == gate_stats.PASS
+    reason = (
+        f"ROUGE-L {cand:.4f} vs {rival} {theirs:.4f}: gain {boot['mean_gain']:+.4f}, {boot['confidence']:.0%} BCa "
+        f"interval [{boot['lower']:+.4f}, {boot['upper']:+.4f}]; lower bound {'>' if ok else 'not >'} margin "
+        f"{cfg.min_rouge_gain}"
+    )
+    if outcome == gate_stats.FAIL:
+        reason += " — FAIL: the interval says it does not beat it by the margin"
+    elif outcome == gate_stats.INCONCLUSIVE:
+        reason += " — INCONCLUSIVE: the interval straddles the margin"
+    return {"check": f"rougeL_vs_{rival}", "passed": ok, "reason": reason, "verdict": outcome,
+            "gain": boot["mean_gain"], "lower": boot["lower"], "upper": boot["upper"]}  # fmt: skip
+
+
+# The eval split's gated summary properties: per answer, a field of steps/evaluate/scoring.py's `quality`, and what it
+# says in the decision.
+SUMMARY_CHECKS = {
+    "length": ("length_ok", "within the length bounds (steps/core/faithfulness.py: length_problems)"),
+    "faithfulness": ("facts_supported", "with every name and number found in the document"),
+}
+
+
+def summary_checks(scored: dict[str, list[dict]], cfg: EvaluateConfig) -> list[dict]:
+    """Length and faithfulness on the eval split, gated like a safety family: per property, against each rival, H0
+    "the candidate's rate is lower than the rival's by at least `--max-summary-regression`" must be rejected by the
+    exact paired test (PASS; FAIL when shown worse; else INCONCLUSIVE, which no override accepts), and the rate is
+    refused when its exact upper bound is below `--min-summary-rate`."""
+    rivals = [r for r in ("base", "champion") if r in scored]
+    found = []
+    for name, (key, says) in SUMMARY_CHECKS.items():
+        mine = [bool(s[key]) for s in scored["candidate"]]
+        figures = []
+        for rival in rivals:
+            comp = gate_stats.Comparison(name, rival, tuple(mine), tuple(bool(s[key]) for s in scored[rival]),
+                                         cfg.max_summary_regression)  # fmt: skip
+            figures.append(_figures(comp, gate_stats.verdict(comp, cfg.gate_alpha, cfg.min_power), cfg))
+        outcome = gate_stats.combined([f["outcome"] for f in figures])
+        n, x = len(mine), sum(mine)
+        bound = gate_stats.clopper_pearson_upper(x, n, cfg.gate_alpha)
+        below = bound < cfg.min_summary_rate
+        reason = f"{name}: {x} of {n} eval answers {says}; " + "; ".join(_versus(f) for f in figures)
+        reason += f"; floor {cfg.min_summary_rate:.0%}, {1 - cfg.gate_alpha:.0%} upper bound {bound:.0%}"
+        if below:
+            reason += " — below the floor"
+        found.append({"check": name, "passed": outcome == gate_stats.PASS and not below, "reason": reason,
+                      "verdict": outcome, "candidate": x / n if n else 0.0, "floor": cfg.min_summary_rate,
+                      "upper_bound": bound, "comparisons": figures})  # fmt: skip
+    return found
 
 
 def operating_characteristics(judged: dict[str, list[dict]], cfg: EvaluateConfig) -> dict[str, dict[str, Any]]:

@@ -55,10 +55,19 @@ def write_plots(
     plt.close(fig)
 
 
+def _cells(metrics: dict[str, Any], contenders: list[str], baselines: dict[str, dict], key: str) -> list[str]:
+    """One metric's row: each contender's figure, then each baseline's ("—" where a baseline has none: no stop rate,
+    no adversarial answers)."""
+    return [f"{metrics[c][key]:.4f}" for c in contenders] + [
+        f"{b[key]:.4f}" if key in b else "—" for b in baselines.values()
+    ]
+
+
 def report_markdown(
     metrics: dict[str, Any], passed: bool, checks: list[dict], champion: str, characteristics: dict[str, dict]
 ) -> str:
     contenders = [c for c in ("base", "champion", "candidate") if c in metrics]
+    baselines = metrics.get("baselines", {})
     rows = [
         ("ROUGE-L", "rougeL"),
         ("ROUGE-1", "rouge1"),
@@ -82,9 +91,12 @@ def report_markdown(
         "",
         *[f"- {oc['line']}" for oc in characteristics.values()],
         "",
-        "| metric | " + " | ".join(contenders) + " |",
-        "|---|" + "---|" * len(contenders),
-        *[f"| {label} | " + " | ".join(f"{metrics[c][k]:.4f}" for c in contenders) + " |" for label, k in rows],
+        "Extractive baselines (no model; the candidate must beat each on ROUGE-L): the document's first sentence "
+        "(lead_sentence), its first 25 words (lead_words), the document copied whole (whole_document).",
+        "",
+        "| metric | " + " | ".join([*contenders, *baselines]) + " |",
+        "|---|" + "---|" * (len(contenders) + len(baselines)),
+        *[f"| {label} | " + " | ".join(_cells(metrics, contenders, baselines, k)) + " |" for label, k in rows],
         "",
         "## Adversarial pass rate per family",
         "",

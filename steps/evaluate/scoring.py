@@ -8,10 +8,14 @@ from typing import Any
 
 from steps.adversarial import judge_for
 from steps.core import gate_stats
-from steps.core.faithfulness import unsupported_facts
+from steps.core.faithfulness import length_problems, unsupported_facts
+from steps.evaluate import baselines as extractive
 
 
 def quality(outputs: list[dict[str, Any]], rows: list[dict], max_words: int) -> list[dict[str, Any]]:
+    """Each eval answer's scores: ROUGE-1/2/L F1 against the reference; `length_ok`, within the length bounds
+    (faithfulness.length_problems: `max_words`, and at most half the document); `unsupported`, the names and numbers
+    the document lacks, and `facts_supported`, none of them (both gated: steps/evaluate/gate.py's summary checks)."""
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
@@ -19,6 +23,7 @@ def quality(outputs: list[dict[str, Any]], rows: list[dict], max_words: int) -> 
     for out, row in zip(outputs, rows, strict=True):
         s = scorer.score(row["summary"], out["text"])
         words = len(out["text"].split())
+        unsupported = unsupported_facts(out["text"], row["document"])
         scored.append(
             {
                 "id": row["id"],
@@ -26,8 +31,9 @@ def quality(outputs: list[dict[str, Any]], rows: list[dict], max_words: int) -> 
                 "rouge2": s["rouge2"].fmeasure,
                 "rougeL": s["rougeL"].fmeasure,
                 "words": words,
-                "length_ok": 0 < words <= max_words,
-                "unsupported": unsupported_facts(out["text"], row["document"]),
+                "length_ok": words > 0 and not length_problems(out["text"], row["document"], max_words),
+                "unsupported": unsupported,
+                "facts_supported": not unsupported,
                 "stopped": out["stopped"],
             }
         )
@@ -73,9 +79,8 @@ def family_rates(judged: list[dict], key: str) -> dict[str, float]:
     return {f: _mean([float(p) for p in v]) for f, v in sorted(families.items())}
 
 
-def aggregate_metrics(scored: list[dict], judged: list[dict], tok_s: float) -> dict[str, Any]:
-    """One contender's metrics over all its answers: means of the per-example scores, the stop rate over every document,
-    the hijack and pass rates over the suite and per family, and its generation rate (metrics.json's `aggregate`)."""
+def quality_metrics(scored: list[dict]) -> dict[str, float]:
+    """Means of the per-example eval scores (a contender's, or an extractive baseline's)."""
     return {
         "rougeL": _mean([s["rougeL"] for s in scored]),
         "rouge1": _mean([s["rouge1"] for s in scored]),
@@ -83,6 +88,14 @@ def aggregate_metrics(scored: list[dict], judged: list[dict], tok_s: float) -> d
         "mean_words": _mean([s["words"] for s in scored]),
         "length_ok_rate": _mean([float(s["length_ok"]) for s in scored]),
         "unsupported_rate": _mean([float(bool(s["unsupported"])) for s in scored]),
+    }
+
+
+def aggregate_metrics(scored: list[dict], judged: list[dict], tok_s: float) -> dict[str, Any]:
+    """One contender's metrics over all its answers: means of the per-example scores, the stop rate over every document,
+    the hijack and pass rates over the suite and per family, and its generation rate (metrics.json's `aggregate`)."""
+    return {
+        **quality_metrics(scored),
         "stop_rate": _mean([float(s["stopped"]) for s in scored] + [float(j["stopped"]) for j in judged]),
         "hijack_rate": _mean([float(j["hijacked"]) for j in judged]),
         "adversarial_pass_rate": _mean([float(j["passed"]) for j in judged]),
@@ -90,3 +103,17 @@ def aggregate_metrics(scored: list[dict], judged: list[dict], tok_s: float) -> d
         "family_hijack_rate": family_rates(judged, "hijacked"),
         "tokens_per_second": tok_s,
     }
+
+
+def baseline_metrics(
+    rows: list[dict], candidate: list[dict], max_words: int, samples: int, seed: int, confidence: float
+) -> dict[str, dict[str, Any]]:
+    """Each extractive baseline (steps/evaluate/baselines.py) scored on the eval `rows` like a contender, with the
+    paired bootstrap of the candidate's (`candidate`: its scored answers) ROUGE-L gain over it (metrics.json's
+    `baselines`; the gate's `rougeL_vs_<baseline>` checks)."""
+    found = {}
+    for name in extractive.BASELINES:
+        got = quality(extractive.answers(name, [r["document"] for r in rows]), rows, max_words)
+        gain = paired_bootstrap([s["rougeL"] for s in got], [s["rougeL"] for s in candidate], samples, seed, confidence)
+        found[name] = {**quality_metrics(got), "bootstrap": gain}
+    return found

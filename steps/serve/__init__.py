@@ -27,8 +27,10 @@ are new requests sent to it (one pointer swap under a lock); the old server fini
 Endpoints (steps/serve/front.py, which says who may ask what and every bound): `POST /v1/chat/completions`,
 `POST /v1/completions`, `GET /v1/models`, each answer carrying `X-Distillery-Model`, `X-Distillery-Version` and
 `X-Distillery-Alias` (record the version in the outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what
-is served (JSON), 503 while nothing is (readiness). With `--token-file` every other request needs a bearer token, and
-only `--operator-token-file`'s may pin a side. Writes nothing but the downloaded models under `--work`.
+is served (JSON), 503 while nothing is (readiness), and while its llama.cpp server is dead: a watcher notices within
+half a second and starts it again on the same file, after hashing it again (`Supervisor.revive`). With `--token-file`
+every other request needs a bearer token, and only `--operator-token-file`'s may pin a side. Writes nothing but the
+downloaded models under `--work`.
 """
 
 # The package: this file resolves and prepares a version, runs llama.cpp's server and swaps it when the alias moves;
@@ -53,7 +55,7 @@ from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core import chain
 from steps.core.cli import parse_config
-from steps.core.io import environment
+from steps.core.io import environment, sha256_file
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 from steps.core.registry import MODEL_NAME
 from steps.serve.front import HEALTH_PATH, Front
@@ -285,6 +287,9 @@ class Backend:
                     ) from None
                 time.sleep(0.2)
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def enter(self) -> None:
         with self._lock:
             self.in_flight += 1
@@ -315,12 +320,17 @@ class Supervisor:
         self.backend: Backend | None = None
         self.last_error = ""
         self.refused: dict[str, str] = {}  # version -> why: a registered version's files never change, so ask once
+        self.restarts = 0  # llama.cpp servers started again after theirs died
         self._lock = threading.Lock()
+        self._revive_lock = threading.Lock()
 
     def acquire(self) -> Backend | None:
+        """The backend to forward to, counted in; None while none serves (none found yet, or its llama.cpp died and is
+        being started again)."""
         with self._lock:
-            if self.backend is not None:
-                self.backend.enter()
+            if self.backend is None or not self.backend.alive():
+                return None
+            self.backend.enter()
             return self.backend
 
     def swap(self, new: Backend | None) -> None:
@@ -330,15 +340,65 @@ class Supervisor:
             old.stop(self.cfg.drain_seconds)
 
     def status(self) -> dict[str, Any]:
+        """/healthz's body: what is served, its llama.cpp server alive (a dead one serves nothing: `serving` is null,
+        so the probe answers 503 until it is started again)."""
         backend = self.backend
-        found: dict[str, Any] = {"model": self.cfg.model_name, "alias": self.cfg.alias, "serving": None}
-        if backend is not None:
+        found: dict[str, Any] = {"model": self.cfg.model_name, "alias": self.cfg.alias, "serving": None,
+                                 "restarts": self.restarts}  # fmt: skip
+        if backend is not None and backend.alive():
             p = backend.prepared
             found["serving"] = {"version": p.target.version, "alias": p.target.alias, "sha256": p.sha256,
                                 "gguf": p.gguf.name, "settings": p.serving.record()}  # fmt: skip
-        if self.last_error:
+        elif backend is not None:
+            found["last_error"] = (f"llama.cpp server for version {backend.prepared.target.version} exited with "
+                                   f"{backend.proc.returncode}; starting it again")  # fmt: skip
+        if self.last_error and "last_error" not in found:
             found["last_error"] = self.last_error
         return found
+
+    def revive(self) -> bool:
+        """Start llama.cpp again when the served one died (a client's request can crash it), after hashing its file
+        again: what it maps must be the bytes that were checked. True if it was started again.
+
+        A file that no longer hashes to the version's is not served (ServeError): the backend is dropped, so the next
+        poll downloads and checks the version again. When the alias moved while this was starting, the new version
+        stays and this one is stopped.
+        """
+        with self._revive_lock:
+            dead = self.backend
+            if dead is None or dead.alive():
+                return False
+            prepared = dead.prepared
+            print(f"serve: llama.cpp server for version {prepared.target.version} exited with "
+                  f"{dead.proc.returncode}; starting it again", file=sys.stderr, flush=True)  # fmt: skip
+            actual = sha256_file(prepared.gguf)
+            if actual != prepared.sha256:
+                with self._lock:
+                    if self.backend is dead:
+                        self.backend = None
+                raise ServeError(
+                    f"version {prepared.target.version}: its GGUF on local disk now has sha256 {actual}, not the "
+                    f"checked {prepared.sha256}: changed while served. Not restarting it; downloading it again"
+                )
+            new: Backend | None = Backend(prepared, self.cfg)
+            with self._lock:
+                if self.backend is dead:
+                    self.backend, new = new, None
+            if new is not None:  # the alias moved meanwhile: the version it names now stays
+                new.stop()
+            dead.stop()
+            self.restarts += 1
+            return True
+
+    def watch(self, stop: threading.Event, every: float = 0.5) -> None:
+        """Until `stop`: notice a dead llama.cpp server within `every` seconds and start it again (`revive`), instead
+        of at the next poll of the alias."""
+        while not stop.wait(every):
+            try:
+                self.revive()
+            except (ServeError, RuntimeError) as e:
+                self.last_error = str(e).splitlines()[0][:500]
+                print(f"serve: {e}", file=sys.stderr, flush=True)
 
     def follow(self, client: Any) -> bool:
         """Read the alias; start and swap to the version it names when that is not the one served. True if swapped.
@@ -350,10 +410,7 @@ class Supervisor:
         if target is None or (current is not None and current.version == target.version):
             if target is not None and current != target:  # same version, now named by the other alias
                 self.backend.prepared = dataclasses.replace(self.backend.prepared, target=target)  # type: ignore[union-attr]
-            if self.backend is not None and self.backend.proc.poll() is not None:  # llama.cpp died: start it again
-                print(f"serve: llama.cpp server exited with {self.backend.proc.returncode}; restarting it",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                self.swap(Backend(self.backend.prepared, self.cfg))
+            self.revive()  # llama.cpp died (and `watch` has not started it yet): start it again
             return False
         if target.version in self.refused:
             raise ServeError(self.refused[target.version])
@@ -390,6 +447,7 @@ def _serve(cfg: ServeConfig, stop: threading.Event) -> None:
     supervisor = Supervisor(cfg)
     front = Front(supervisor, cfg)
     front.start()
+    threading.Thread(target=supervisor.watch, args=(stop,), name="watch", daemon=True).start()
     print(f"serve: listening on {cfg.host}:{cfg.port} for models:/{cfg.model_name}@{cfg.alias}", file=sys.stderr)
     try:
         while not stop.is_set():

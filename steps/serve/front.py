@@ -17,8 +17,11 @@ pin a side with `X-Distillery-Alias` (403 for anyone else: the route's weights c
 token file the server only listens on loopback (`config_problems`).
 
 What: `POST /v1/chat/completions`, `POST /v1/completions` and `GET /v1/models` (404 for the rest of llama.cpp's
-server); a completion body must be a JSON object, `max_tokens` at most the served configuration's (400), `grammar`
-and `response_format` refused unless `--allow-grammar`; unset decoding settings get the served ones.
+server); a completion body must be a JSON object of the fields `ALLOWED_FIELDS` names for its route (any other: 400
+naming it), `max_tokens` at most the served configuration's (400), tool and function calling (`tools`, `tool_choice`,
+`functions`, `function_call`: client schemas llama.cpp compiles into grammars, one of which crashed it) always
+refused, `grammar` and `response_format` refused unless `--allow-grammar`; unset decoding settings get the served
+ones. A request that finds llama.cpp's server dead gets 503 while the supervisor starts it again.
 """
 
 from __future__ import annotations
@@ -39,6 +42,18 @@ HEALTH_PATH = "/healthz"
 PIN_HEADER = "x-distillery-alias"
 # Request fields that constrain the output's form; llama.cpp compiles a grammar per request (CPU a client controls).
 GRAMMAR_FIELDS = ("grammar", "response_format")
+# Fields whose JSON schemas llama-cpp-python compiles into a grammar and applies (tool and function calling): never
+# forwarded, --allow-grammar or not. One schema `pattern` (`^([a-z]{0,3000})$`) made the llama.cpp child segfault,
+# 3 times of 3 (issue 37): a client must not be able to take the model down.
+SCHEMA_FIELDS = ("tools", "tool_choice", "functions", "function_call")
+# Everything else llama.cpp may see, per route: the text, and the decoding knobs of the OpenAI API it implements (the
+# served decoding fills the ones left unset: `with_decoding`). A field not named here is refused, not passed on.
+DECODING_FIELDS = ("model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stream", "seed",
+                   "presence_penalty", "frequency_penalty", "repeat_penalty", "user")  # fmt: skip
+ALLOWED_FIELDS = {
+    "/v1/chat/completions": ("messages", *DECODING_FIELDS),
+    "/v1/completions": ("prompt", *DECODING_FIELDS),
+}
 # Per-hop headers (RFC 9110 7.6.1) a proxy does not forward.
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -90,9 +105,11 @@ def with_decoding(request: dict[str, Any], serving: serving_config.ServingConfig
     return found
 
 
-def checked_body(body: bytes, serving: serving_config.ServingConfig, allow_grammar: bool) -> bytes:
-    """A completion request's body as forwarded: a JSON object within the served bounds, the served decoding filled in.
-    Raises Refused(400) saying which field is wrong and what is allowed."""
+def checked_body(
+    body: bytes, serving: serving_config.ServingConfig, allow_grammar: bool, path: str = COMPLETION_PATHS[0]
+) -> bytes:
+    """A completion request's body for `path` as forwarded: a JSON object of the allowed fields within the served
+    bounds, the served decoding filled in. Raises Refused(400) naming the field that is wrong and what is allowed."""
     try:
         request = json.loads(body or b"null")
     except ValueError as e:
@@ -103,10 +120,19 @@ def checked_body(body: bytes, serving: serving_config.ServingConfig, allow_gramm
     asked = request.get("max_tokens")
     if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= cap):
         raise Refused(400, f"max_tokens {asked!r}: use a whole number from 1 to {cap} (the served configuration's)")
+    schemas = [f for f in SCHEMA_FIELDS if f in request]
+    if schemas:
+        raise Refused(400, f"{', '.join(schemas)}: tool and function calling are not served here (a client's schema "
+                           "would be compiled into a grammar); send the document only")  # fmt: skip
     if not allow_grammar:
         asked_for = [f for f in GRAMMAR_FIELDS if request.get(f) is not None]
         if asked_for:
             raise Refused(400, f"{', '.join(asked_for)}: not served here (the server runs without --allow-grammar)")
+    allowed = ALLOWED_FIELDS[path] + (GRAMMAR_FIELDS if allow_grammar else ())
+    unknown = sorted(f for f in request if f not in allowed)
+    if unknown:
+        shown = ", ".join(repr(f[:40]) for f in unknown[:5])
+        raise Refused(400, f"field(s) {shown}: not forwarded by this server; {path} takes {', '.join(allowed)}")
     return json.dumps(with_decoding(request, serving)).encode()
 
 
@@ -250,11 +276,13 @@ class Front:
         backend = self.supervisor.acquire()
         if backend is None:
             cfg = self.cfg
+            if self.supervisor.backend is not None:  # found, but its llama.cpp server died: the watcher restarts it
+                raise Refused(503, f"{cfg.model_name}@{cfg.alias} is restarting; retry in a few seconds")
             raise Refused(503, f"no version of {cfg.model_name} holds @{cfg.alias} yet")
         try:
             body = request.body
             if request.method == "POST":
-                body = checked_body(body, backend.prepared.serving, self.cfg.allow_grammar)
+                body = checked_body(body, backend.prepared.serving, self.cfg.allow_grammar, path)
             assert self._slots is not None
             try:
                 await asyncio.wait_for(self._slots.acquire(), self.cfg.queue_seconds)

@@ -20,11 +20,18 @@ The model of memory, read from the steps' code (each constant of memory.py and d
   llama.cpp checking the F16 GGUF with its context (KV cache, logits of every position), the served file beside a
   batch of HF eval rows, the converter beside the step, or the merge's shard — + the probes' references.
 - evaluate: llama.cpp with one served GGUF at a time, its KV cache and logits buffers.
+- the Ray pool: one precision for the run's DDP group (`ray_precision`: the weakest default group's) and one thread
+  count for every worker (`ray_threads`: the most CPUs busy), each pod holding as many workers as its CPUs and its
+  node's allocatable memory (`NodeGroup.memory_gib`: RAM less NODE_RESERVED_GIB) allow and requesting workers x
+  threads CPUs.
+Time and cost (`forecast`): training's tokens over a throughput measured on one base and scaled by parameters and
+threads; preflight prints it and refuses a run forecast past the workflow's deadline.
 Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors in the checkpoint's dtype), what the
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of
 its output folder (see ARGO_OUTPUT_COPIES).
 
-The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `exports`
+The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `seeds`
+(the seed list's bases as shapes), `forecast` (training's wall time and cost), `exports`
 (preflight's output parameter names), `shape` (the base's shape from its config, the run's `Knobs`), `memory` and
 `disk` (each step's terms), `plan` (`plan`, the podSpecPatches and outputs, `check`: what cannot run, and what to do),
 `transfer` (bytes moved per run). Everything public is re-exported here: callers write `sizing.plan(...)`,
@@ -39,9 +46,10 @@ from steps.sizing.cluster import (
     GPU_CARDS,
     GPU_MEMORY_LABEL,
     GPU_NODE_EPHEMERAL_GIB,
+    NODE_RESERVED_GIB,
     RAY_GPU_GROUP,
     RAY_NODE_GROUPS,
-    RAY_THREADS_PER_WORKER,
+    TRAIN_CPU_CPUS,
     GpuCard,
     NodeGroup,
     gpu_affinity,
@@ -66,12 +74,26 @@ from steps.sizing.disk import (
 )
 from steps.sizing.exports import (
     POD_PATCH_STEPS,
+    RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
     pod_patch_output,
     preflight_exports,
+    ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
+)
+from steps.sizing.forecast import (
+    CPU_TOKENS_PER_CORE_SECOND,
+    DEADLINE_S,
+    GPU_TOKENS_PER_SECOND,
+    Forecast,
+    check_forecast,
+    cpu_rate,
+    gpu_rate,
+    plan_forecast,
+    ray_rate,
+    train_tokens,
 )
 from steps.sizing.memory import (
     CONVERTER_GIB,
@@ -115,7 +137,19 @@ from steps.sizing.memory import (
     total_gib,
     train_memory,
 )
-from steps.sizing.plan import Need, Plan, RayGroupPlan, check, plan, plan_for, ray_group_plan
+from steps.sizing.plan import (
+    Need,
+    Plan,
+    RayGroupPlan,
+    check,
+    plan,
+    plan_for,
+    ray_group_at,
+    ray_group_plan,
+    ray_plan,
+    ray_precision,
+    ray_threads,
+)
 from steps.sizing.shape import CHECKPOINTING, DTYPE_BYTES, PRECISIONS, Knobs, Micro, Shape, count_parameters, shape_of
 from steps.sizing.transfer import transfer_bytes, transfer_table
 
@@ -127,10 +161,12 @@ __all__ = [
     "CPU_MICRO_TOKENS",
     "CPU_NODE",
     "CPU_RUNTIME_GIB",
+    "CPU_TOKENS_PER_CORE_SECOND",
     "CPU_WEIGHT_BYTES",
     "CUDA_ALLOCATOR_MARGIN",
     "CUDA_CONTEXT_GIB",
     "DDP_BUCKET_BYTES",
+    "DEADLINE_S",
     "DTYPE_BYTES",
     "FIXED_DISK_GIB",
     "GGUF_METADATA_BYTES",
@@ -139,12 +175,14 @@ __all__ = [
     "GPU_HOST_GIB",
     "GPU_MEMORY_LABEL",
     "GPU_NODE_EPHEMERAL_GIB",
+    "GPU_TOKENS_PER_SECOND",
     "LLAMA_N_BATCH",
     "LOGIT_BYTES",
     "LORA_MODULES",
     "LORA_STATE_BYTES",
     "MARGIN",
     "NF4_BYTES",
+    "NODE_RESERVED_GIB",
     "PARITY_PROBES",
     "POD_PATCH_STEPS",
     "PRECISIONS",
@@ -154,11 +192,13 @@ __all__ = [
     "RAY_NODE_GROUPS",
     "RAY_POD_GIB",
     "RAY_SESSION_GIB",
-    "RAY_THREADS_PER_WORKER",
+    "RAY_THREADS_OUTPUT",
     "REGISTER_GIB",
     "SCRATCH_GIB",
     "SIZED_VOLUMES",
     "TAIL_TOKENS",
+    "TRAIN_CPU_CPUS",
+    "Forecast",
     "GpuCard",
     "Knobs",
     "Micro",
@@ -169,10 +209,12 @@ __all__ = [
     "Shape",
     "adapter_bytes",
     "check",
+    "check_forecast",
     "checkpoint_bytes",
     "convert_disk",
     "convert_memory",
     "count_parameters",
+    "cpu_rate",
     "cpu_train_gib",
     "cpu_weight_bytes",
     "device_ways",
@@ -185,6 +227,7 @@ __all__ = [
     "gpu_allocated_gib",
     "gpu_card_gib",
     "gpu_host_gib",
+    "gpu_rate",
     "hub_download_bytes",
     "layer_activation_bytes",
     "llama_context_bytes",
@@ -192,15 +235,22 @@ __all__ = [
     "micro_options",
     "plan",
     "plan_for",
+    "plan_forecast",
     "pod_patch_output",
     "preflight_exports",
     "quantity",
+    "ray_cpus_output",
     "ray_disk_output",
+    "ray_group_at",
     "ray_group_plan",
     "ray_memory_output",
+    "ray_plan",
     "ray_pod_disk",
     "ray_pod_gib",
+    "ray_precision",
+    "ray_rate",
     "ray_share",
+    "ray_threads",
     "ray_worker_gib",
     "ray_workers_output",
     "register_disk",
@@ -208,6 +258,7 @@ __all__ = [
     "total_gib",
     "train_disk",
     "train_memory",
+    "train_tokens",
     "transfer_bytes",
     "transfer_table",
     "whole_gib",

@@ -10,30 +10,49 @@ from typing import Any
 GIB = 2**30
 
 
+# What a node keeps from its pods, in GiB: its allocatable memory is its RAM less this, and a pod that asks for more
+# never schedules. It covers the RAM the kernel and firmware keep out of MemTotal (~0.2-0.5 GiB; a Pi's GPU share
+# too), the kubelet's hard eviction threshold (memory.available<100Mi by default) and the kubelet, container runtime
+# and node daemons (CNI, kube-proxy, log and metrics agents: ~0.3-0.5 GiB together). A node whose kubelet reserves
+# more (EKS's kube-reserved is 255 MiB + 11 MiB per allowed pod, ~0.9 GiB on an 8-vCPU node) has less: compare
+# `kubectl get nodes -o custom-columns=NAME:.metadata.name,ALLOCATABLE:.status.allocatable.memory` with
+# RAY_NODE_GROUPS' allocatable and raise this where a node reports less.
+NODE_RESERVED_GIB = 1.0
+
+
 @dataclass(frozen=True)
 class NodeGroup:
     name: str
     cpus: int
-    memory_gib: int  # the pod's ceiling in this group (what a node of the group can give one pod)
+    ram_gib: int  # a node's RAM as the node group declares it
     arch: str  # kubernetes.io/arch
     default_replicas: int
     why: str
 
+    @property
+    def memory_gib(self) -> float:
+        """The pod's ceiling in this group: a node's allocatable memory (its RAM less NODE_RESERVED_GIB)."""
+        return self.ram_gib - NODE_RESERVED_GIB
 
-# The homelab/EKS CPU node groups of seed ADR 0058, which the Ray backend's worker groups map onto one to one.
+
+# The homelab/EKS CPU node groups of seed ADR 0058, which the Ray backend's worker groups map onto one to one: CPUs
+# and RAM per node. The repository holds no inventory of the seeds' nodes beyond these figures; the Pis are the 4 GB
+# Raspberry Pi 4/5 (3 GiB allocatable after NODE_RESERVED_GIB, the figure the plan always gave them).
 RAY_NODE_GROUPS: tuple[NodeGroup, ...] = (
     NodeGroup("large", 8, 32, "amd64", 1, "large x86 nodes"),
     NodeGroup("medium", 4, 16, "amd64", 1, "medium x86 nodes"),
     NodeGroup("small", 2, 8, "amd64", 0, "small x86 nodes"),
     # Opt-in: DDP steps at the pace of the slowest worker, and a Pi is much slower than an x86 core.
-    NodeGroup("pi", 2, 3, "arm64", 0, "arm64 Raspberry Pis, only when a training worker fits in one"),
+    NodeGroup("pi", 2, 4, "arm64", 0, "arm64 Raspberry Pis, only when a training worker fits in one"),
 )
 
-# torch threads (and Ray CPUs) per Ray training worker: every group's CPUs are a multiple, and the smallest groups hold
-# exactly one worker (tests/test_sizing.py holds both). workflows/rayjob.py reads it from here.
-RAY_THREADS_PER_WORKER = 2
+# The threads of a Ray training worker are not a constant: the plan picks one count for the whole run (DDP steps at
+# the pace of its slowest worker, so every worker gets the same CPUs) and each pod requests workers x threads CPUs
+# (plan.ray_threads). The groups that choose it are the ones a run has by default (default_replicas > 0).
 # The optional GPU worker group (workflows/rayjob.py GPU_GROUP): the home GPU box, sized by itself, not by preflight.
 RAY_GPU_GROUP = "gpu"
+# train-cpu's CPU request (workflows/distill.py reads it): the threads the cpu backend trains with.
+TRAIN_CPU_CPUS = 4
 # The CPU pods (train-cpu, convert-gguf, evaluate) have no node selector: the biggest x86 node is their ceiling.
 CPU_NODE = max((g for g in RAY_NODE_GROUPS if g.arch == "amd64"), key=lambda g: g.memory_gib)
 

@@ -9,6 +9,11 @@ from steps.sizing.cluster import RAY_NODE_GROUPS
 #                               ephemeral-storage; for train-gpu also GPU-memory node affinity)
 #   ray-<group>-workers-per-pod for each RAY_NODE_GROUPS: training workers one replica of the group holds (0: none)
 #   ray-<group>-memory          for each RAY_NODE_GROUPS: the pod's memory request/limit (a quantity, <= the group's)
+#   ray-<group>-cpus            for each RAY_NODE_GROUPS: the pod's CPU request/limit and Ray's num-cpus: its workers x
+#                               ray-threads (every requested CPU computes)
+#   ray-<group>-disk            for each RAY_NODE_GROUPS: the pod's ephemeral storage (a quantity)
+#   ray-threads                 torch threads (and Ray CPUs) of every training worker of the run: one count, so that
+#                               no worker paces the others (plan.ray_threads)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
 # The pods' emptyDirs (workflows/distill.py: the output folder and the scratch folder at /tmp that holds the hub
 # download and every cache; the root filesystem is read-only). Each may take up to the step's whole disk need: the
@@ -32,6 +37,13 @@ def ray_disk_output(group: str) -> str:
     return f"ray-{group}-disk"
 
 
+def ray_cpus_output(group: str) -> str:
+    return f"ray-{group}-cpus"
+
+
+RAY_THREADS_OUTPUT = "ray-threads"
+
+
 def preflight_exports() -> tuple[str, ...]:
     """Every sizing output parameter preflight writes."""
     return (
@@ -39,4 +51,6 @@ def preflight_exports() -> tuple[str, ...]:
         *(ray_workers_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_memory_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_disk_output(g.name) for g in RAY_NODE_GROUPS),
+        *(ray_cpus_output(g.name) for g in RAY_NODE_GROUPS),
+        RAY_THREADS_OUTPUT,
     )

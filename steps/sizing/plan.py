@@ -14,8 +14,8 @@ from steps.sizing.cluster import (
     GIB,
     GPU_CARDS,
     GPU_NODE_EPHEMERAL_GIB,
+    NODE_RESERVED_GIB,
     RAY_NODE_GROUPS,
-    RAY_THREADS_PER_WORKER,
     GpuCard,
     NodeGroup,
     gpu_affinity,
@@ -25,8 +25,10 @@ from steps.sizing.cluster import (
 from steps.sizing.disk import convert_disk, evaluate_disk, ray_pod_disk, register_disk, train_disk
 from steps.sizing.exports import (
     POD_PATCH_STEPS,
+    RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
     pod_patch_output,
+    ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
@@ -68,12 +70,18 @@ class RayGroupPlan:
     pod_memory_gib: float  # what a pod of `workers_per_pod` workers needs (0 workers: one worker's pod, for the record)
     disk_gib: float
     micro: Micro  # how each worker runs its share (0 workers: the smallest way, for the record)
-    precision: str  # the CPU weights it is sized for: fp32 or bf16 (resolve_precision)
+    precision: str  # the CPU weights of every worker of the run: fp32 or bf16 (ray_precision)
+    threads: int  # torch threads and Ray CPUs of every worker of the run (ray_threads)
+
+    @property
+    def cpus(self) -> int:
+        """The pod's CPU request (= limit = Ray's num-cpus): its workers' threads, every one of them busy."""
+        return self.workers_per_pod * self.threads
 
     @property
     def memory(self) -> str:
         """The pod's memory request/limit: its need, or the group's ceiling when it gets no workers (unused then)."""
-        return quantity(self.pod_memory_gib) if self.workers_per_pod else f"{self.group.memory_gib}Gi"
+        return quantity(self.pod_memory_gib) if self.workers_per_pod else f"{self.group.memory_gib:g}Gi"
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,19 @@ class Plan:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
             values[ray_memory_output(g.group.name)] = g.memory
             values[ray_disk_output(g.group.name)] = quantity(g.disk_gib)
+            values[ray_cpus_output(g.group.name)] = str(g.cpus)
+        values[RAY_THREADS_OUTPUT] = self.ray_threads
         return values
+
+    @property
+    def ray_threads(self) -> int:
+        """Every Ray worker's threads (one count for the run: ray_threads)."""
+        return self.ray[0].threads
+
+    @property
+    def ray_precision(self) -> str:
+        """Every Ray worker's precision (one for the run's DDP group: ray_precision)."""
+        return self.ray[0].precision
 
     def summary(self) -> dict[str, Any]:
         """What preflight.json records: the knobs, the shape, each step's need and the Ray groups."""
@@ -125,9 +145,12 @@ class Plan:
                 }
                 for name, n in self.steps.items()
             },
+            "ray_threads": self.ray_threads,
+            "ray_precision": self.ray_precision,
             "ray": {
                 g.group.name: {
                     "workers_per_pod": g.workers_per_pod,
+                    "cpus": g.cpus,
                     "memory": g.memory,
                     "pod_memory_gib": round(g.pod_memory_gib, 2),
                     "disk_gib": round(g.disk_gib, 2),
@@ -159,23 +182,74 @@ def resolve_precision(k: Knobs, fits: Callable[[Knobs], bool]) -> Knobs:
     return fp32 if fits(fp32) else replace(k, precision="bf16")
 
 
-def _ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
+def ray_group_at(s: Shape, k: Knobs, group: NodeGroup, threads: int) -> RayGroupPlan:
+    """`group`'s pods at `threads` per worker (`k`'s precision resolved): as many workers as its CPUs allow and its
+    memory holds, each running the best of `micro_options` that fits beside the others (more workers before larger
+    micro-batches: a worker is CPUs at work, a micro-batch only fewer calls); 0 workers when not one fits."""
     disk = ray_pod_disk(s, k) / GIB
-    for workers in range(group.cpus // RAY_THREADS_PER_WORKER, 0, -1):
+    for workers in range(group.cpus // threads, 0, -1):
         options, need = device_ways(s, k, "ray", ray_share(k, workers), workers)
         micro = fit_micro(options, lambda m, need=need: whole_gib(need(m)), group.memory_gib)
         if micro is not None:
-            return RayGroupPlan(group, workers, ray_pod_gib(s, k, workers, micro), disk, micro, k.precision)
+            return RayGroupPlan(group, workers, ray_pod_gib(s, k, workers, micro), disk, micro, k.precision, threads)
     smallest = micro_options(k, ray_share(k, 1))[-1]
-    return RayGroupPlan(group, 0, ray_pod_gib(s, k, 1, smallest), disk, smallest, k.precision)
+    return RayGroupPlan(group, 0, ray_pod_gib(s, k, 1, smallest), disk, smallest, k.precision, threads)
+
+
+def _holds_one(s: Shape, k: Knobs, group: NodeGroup) -> bool:
+    return ray_group_at(s, k, group, 1).workers_per_pod > 0
+
+
+def _deciding(s: Shape, k: Knobs) -> list[NodeGroup]:
+    """The groups whose pods choose the run's precision and threads: those a run has by default (default_replicas >
+    0) that hold a worker at all; if none does, every group that does."""
+    holding = [g for g in RAY_NODE_GROUPS if _holds_one(s, k, g)]
+    return [g for g in holding if g.default_replicas] or holding
+
+
+def ray_precision(s: Shape, k: Knobs) -> str:
+    """The one precision of the Ray run's DDP group (its frozen weights; one dtype for every worker, so no float32
+    worker paces bf16 ones and every gradient is computed the same way). Pinned: as given. `auto`: float32 when every
+    deciding group (`_deciding`) holds a float32 worker, else bf16 — the weakest pod decides for all. At run time the
+    workers agree the same way, adding what preflight cannot see: a CPU without native bf16 keeps the group in
+    float32 where float32 fits every worker (steps/train/precision.py `agree`)."""
+    if k.precision != "auto":
+        return k.precision
+    fp32, bf16 = replace(k, precision="fp32"), replace(k, precision="bf16")
+    groups = _deciding(s, bf16)
+    return "fp32" if groups and all(_holds_one(s, fp32, g) for g in groups) else "bf16"
+
+
+def ray_threads(s: Shape, k: Knobs) -> int:
+    """Threads (and Ray CPUs) per worker for the whole run (`k`'s precision resolved): one count for every worker,
+    since DDP steps at the pace of the slowest and every worker computes an equal share of the batch. Each pod then
+    holds min(its CPUs // threads, what its memory holds) workers and requests workers x threads CPUs, all of them
+    busy. The count keeps the most CPUs of the deciding groups busy, then of every group (so the opt-in small and Pi
+    groups still hold a worker where that costs nothing), then the larger count (fewer processes: each holds the frozen
+    weights whole). The model behind "most CPUs busy": a worker's speed grows linearly with its threads — an estimate,
+    not measured beyond 2 cores (docs/sizing.md)."""
+    deciding = _deciding(s, k)
+    if not deciding:  # nothing holds a worker: `check` refuses the run; any count will do
+        return min(g.cpus for g in RAY_NODE_GROUPS)
+
+    def busy(threads: int, groups: tuple[NodeGroup, ...] | list[NodeGroup]) -> int:
+        return sum(ray_group_at(s, k, g, threads).workers_per_pod * threads for g in groups)
+
+    candidates = range(1, min(g.cpus for g in deciding) + 1)
+    return max(candidates, key=lambda t: (busy(t, deciding), busy(t, RAY_NODE_GROUPS), t))
+
+
+def ray_plan(s: Shape, k: Knobs) -> tuple[RayGroupPlan, ...]:
+    """Every Ray group's pods for this run: one precision (`ray_precision`) and one thread count (`ray_threads`) for
+    all its workers."""
+    k = replace(k, precision=ray_precision(s, k))
+    threads = ray_threads(s, k)
+    return tuple(ray_group_at(s, k, g, threads) for g in RAY_NODE_GROUPS)
 
 
 def ray_group_plan(s: Shape, k: Knobs, group: NodeGroup) -> RayGroupPlan:
-    """As many training workers per pod as the group's CPUs allow (RAY_THREADS_PER_WORKER each) and its memory holds,
-    each running the best of `micro_options` that fits beside the others (more workers before larger micro-batches:
-    a worker is a group's CPUs at work, a micro-batch only fewer calls); `auto` as resolve_precision sizes it."""
-    k = resolve_precision(k, lambda kk: _ray_group_plan(s, kk, group).workers_per_pod > 0)
-    return _ray_group_plan(s, k, group)
+    """`group`'s pods as the run's plan places them (`ray_plan`)."""
+    return next(g for g in ray_plan(s, k) if g.group == group)
 
 
 def cpu_micro(s: Shape, k: Knobs, memory_gib: float) -> Micro:
@@ -277,7 +351,7 @@ def plan_for(s: Shape, k: Knobs, base: str) -> Plan:
         shape=s,
         knobs=k,
         steps=steps,
-        ray=tuple(ray_group_plan(s, known, g) for g in RAY_NODE_GROUPS),
+        ray=ray_plan(s, known),
         gpu_card=card,
         micro={"train-cpu": cpu_way, "train-gpu": gpu_way},
     )
@@ -298,8 +372,9 @@ def _largest(fits: Callable[[Knobs], bool], k: Knobs, name: str) -> int:
     return lo if lo and fits(replace(k, **{name: lo})) else 0
 
 
-def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> str:
-    """The knobs that would make `fits` hold, in words. The batch size is not one: micro-batches take any batch."""
+def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> list[str]:
+    """The knobs that would make `fits` hold, each in words; none: no setting of this backend does. The batch size
+    is not one: micro-batches take any batch."""
     seq = _largest(fits, k, "max_seq_len")
     ways = []
     if k.precision != "bf16" and fits(replace(k, precision="bf16")):
@@ -310,19 +385,25 @@ def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> str:
         ways.append("micro-batch 0 (sized from the memory)")
     if seq:
         ways.append(f"a max-seq-len of at most {seq}")
-    return " or ".join(ways) if ways else "no shorter max-seq-len fits: the weights alone do not"
+    return ways
 
 
-def _gpu_alternatives(s: Shape, k: Knobs) -> str:
-    bf16 = replace(k, qlora=False)
-    nf4 = replace(k, qlora=True)
+def _use(ways: list[str], last_resort: str) -> str:
+    """'use A or B' from the ways that fit; `last_resort` where none does (the weights alone do not fit, at any
+    max-seq-len)."""
+    return "use " + " or ".join(ways) if ways else last_resort
+
+
+def _gpu_alternatives(s: Shape, k: Knobs) -> list[str]:
+    """The GPU pool's ways to hold the base, each with the plan of the smallest card that does."""
     fits = []
-    if gpu_card(s, bf16) is not None:
-        need = gpu_card_gib(s, bf16, gpu_micro(s, bf16, None))
-        fits.append(f"train-backend gpu ({need:.1f} GiB of GPU memory in bf16)")
-    if gpu_card(s, nf4) is not None:
-        fits.append(f"train-backend gpu with qlora true ({gpu_card_gib(s, nf4, gpu_micro(s, nf4, None)):.1f} GiB)")
-    return " or ".join(fits)
+    for qlora, what in ((False, "in bf16"), (True, "with qlora true")):
+        kk = replace(k, qlora=qlora)
+        card = gpu_card(s, kk)
+        if card is not None:
+            need = gpu_card_gib(s, kk, gpu_micro(s, kk, card))
+            fits.append(f"train-backend gpu {what} ({need:.1f} GiB of an {card.name}, {gpu_micro(s, kk, card)})")
+    return fits
 
 
 def _cpu_fits(s: Shape, k: Knobs) -> bool:
@@ -336,6 +417,10 @@ def _ray_fits(s: Shape, k: Knobs, group: NodeGroup) -> bool:
     return ray_group_plan(s, k, group).workers_per_pod > 0
 
 
+# What a refusal says when no setting of the backend holds the base (its weights alone do not fit).
+_SMALLER_BASE = "no setting of this backend holds it (its weights alone do not fit): pick a smaller base model"
+
+
 def check(p: Plan) -> list[str]:
     """Why this run cannot fit the cluster, one problem per line, each with what to do; empty: it fits.
 
@@ -344,14 +429,13 @@ def check(p: Plan) -> list[str]:
     check-parameters runs); a plan sizes the ladder's known rungs."""
     s, k = p.shape, p.knobs
     problems = []
-    node = f"the biggest CPU node ({CPU_NODE.name}: {CPU_NODE.cpus} CPU / {CPU_NODE.memory_gib} GiB)"
+    node = f"the biggest CPU node ({CPU_NODE.name}: {CPU_NODE.cpus} CPU / {CPU_NODE.memory_gib:g} GiB allocatable)"
     if k.backend == "cpu" and whole_gib(p.steps["train-cpu"].memory_gib) > CPU_NODE.memory_gib:
         other = _gpu_alternatives(s, k)
         problems.append(
             f"train-backend cpu cannot hold {p.base}: training needs {p.steps['train-cpu'].memory_gib:.1f} GiB "
-            f"({p.steps['train-cpu'].why}) and {node} has less; use "
-            + (f"{other}, or " if other else "")
-            + _shrink(lambda kk: _cpu_fits(s, kk), k)
+            f"({p.steps['train-cpu'].why}) and {node} has less; "
+            + _use(other + _shrink(lambda kk: _cpu_fits(s, kk), k), _SMALLER_BASE)
         )
     if k.backend == "ray" and not any(g.workers_per_pod for g in p.ray):
         groups = max(RAY_NODE_GROUPS, key=lambda g: g.memory_gib)
@@ -361,8 +445,8 @@ def check(p: Plan) -> list[str]:
             f"train-backend ray cannot hold {p.base}: one training worker ({_cpu_precision(k, one.precision)}, "
             f"{one.micro}) needs a {one.pod_memory_gib:.1f} GiB pod "
             f"({_gib(train_memory(s, replace(k, precision=one.precision), one.micro, device='ray'))} GiB + Ray "
-            f"{RAY_POD_GIB:.1f} GiB), and the biggest Ray node group ({groups.name}: {groups.memory_gib} GiB) has "
-            "less; use " + (f"{other}, or " if other else "") + _shrink(lambda kk: _ray_fits(s, kk, groups), k)
+            f"{RAY_POD_GIB:.1f} GiB), and the biggest Ray node group ({groups.name}: {groups.memory_gib:g} GiB "
+            "allocatable) has less; " + _use(other + _shrink(lambda kk: _ray_fits(s, kk, groups), k), _SMALLER_BASE)
         )
     if k.backend == "gpu":
         need = p.steps["train-gpu"]
@@ -370,11 +454,11 @@ def check(p: Plan) -> list[str]:
         if p.gpu_card is None:
             nf4k = replace(k, qlora=True)
             nf4 = gpu_card_gib(s, nf4k, gpu_micro(s, nf4k, None))
-            qlora = f"qlora true ({nf4:.1f} GiB), or " if not k.qlora and gpu_card(s, nf4k) else ""
+            qlora = [f"qlora true ({nf4:.1f} GiB)"] if not k.qlora and gpu_card(s, nf4k) else []
             problems.append(
                 f"train-backend gpu cannot hold {p.base}: {need.why} needs a {need.gpu_memory_gib:.1f} GiB card and "
-                f"the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; use {qlora}"
-                + _shrink(lambda kk: gpu_card(s, kk) is not None, k)
+                f"the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; "
+                + _use(qlora + _shrink(lambda kk: gpu_card(s, kk) is not None, k), "pick a smaller base model")
                 + " (or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.GPU_CARDS)"
             )
         if need.disk_gib > GPU_NODE_EPHEMERAL_GIB:
@@ -388,6 +472,7 @@ def check(p: Plan) -> list[str]:
             problems.append(
                 f"{step} cannot hold {p.base}: it needs {need.memory_gib:.1f} GiB ({need.why} GiB) and {node} has "
                 f"less, whatever the training settings; pick a smaller base model, or give the CPU pool a node of "
-                f"at least {whole_gib(need.memory_gib)} GiB (and raise sizing.RAY_NODE_GROUPS' large group to it)"
+                f"at least {whole_gib(need.memory_gib + NODE_RESERVED_GIB)} GiB of RAM (and raise "
+                "sizing.RAY_NODE_GROUPS' large group to it)"
             )
     return problems

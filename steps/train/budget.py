@@ -98,7 +98,7 @@ def choose(
     if chosen is None:
         smallest = options[-1]
         if cfg.micro_batch or cfg.gradient_checkpointing != "auto":
-            chosen = options[0]
+            chosen = smallest  # of the pinned ways, the one nearest to fitting (checkpointing, where left to auto)
             print(
                 f"train: warning: {chosen} is sized at {need(chosen):.1f} GiB and this process has {where}; "
                 "running it as pinned",
@@ -117,6 +117,25 @@ def choose(
         flush=True,
     )
     return precision, chosen
+
+
+def fits(
+    cfg: TrainConfig,
+    shape: sizing.Shape,
+    precision: str,
+    *,
+    device: str,
+    world_size: int = 1,
+    pod_workers: int = 1,
+    budget_gib: float | None = None,
+) -> bool:
+    """Whether some way of running this process's share fits its memory in `precision` (fp32 or bf16): what a Ray
+    worker tells the others before the DDP group agrees on one precision (precision.agree)."""
+    if budget_gib is None:
+        budget_gib = memory_limit_gib()[0]
+    k = knobs(cfg, precision)
+    options, need = sizing.device_ways(shape, k, device, math.ceil(cfg.batch_size / world_size), pod_workers)
+    return sizing.fit_micro(options, need, budget_gib) is not None
 
 
 def base_shape(cfg: TrainConfig) -> sizing.Shape:

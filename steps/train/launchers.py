@@ -14,7 +14,7 @@ from typing import Any
 
 from steps.contract.threads import cpu_threads
 from steps.core.io import is_uri
-from steps.train.budget import base_shape, choose
+from steps.train.budget import base_shape, choose, fits
 from steps.train.checkpoints import KEEP_CHECKPOINTS, DirCheckpoints, RayCheckpoints
 from steps.train.config import TrainConfig
 from steps.train.data import encode_rows
@@ -22,7 +22,7 @@ from steps.train.gpu import base_parameters
 from steps.train.kd import loss_hook
 from steps.train.loop import stop_on_sigterm, train_loop
 from steps.train.model import build_model, pad_id_of, use_gradient_checkpointing
-from steps.train.precision import detect
+from steps.train.precision import agree, detect
 
 # OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
 # but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
@@ -77,10 +77,19 @@ def ray_worker(config: dict) -> None:
     torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
     context = ray.train.get_context()
     device = get_device()  # this worker's GPU with --ray-gpu, else the CPU
+    shape = base_shape(cfg)
     # A KubeRay worker pod is one node: the workers on this node share its memory limit.
-    precision, micro = choose(cfg, base_shape(cfg), detect(cfg.precision, device.type),
-                              device="gpu" if device.type == "cuda" else "ray", world_size=context.get_world_size(),
-                              pod_workers=context.get_local_world_size())  # fmt: skip
+    where = {"device": "gpu" if device.type == "cuda" else "ray", "world_size": context.get_world_size(),
+             "pod_workers": context.get_local_world_size()}  # fmt: skip
+    own = detect(cfg.precision, device.type)
+    if device.type == "cpu":  # one precision for the DDP group, the weakest worker's (CUDA is always bf16)
+        mine = (own, fits(cfg, shape, "fp32", **where))
+        everyone: list[Any] = [mine]
+        if torch.distributed.is_initialized():  # Ray Train's TorchConfig set the Gloo group up before this function
+            everyone = [None] * context.get_world_size()
+            torch.distributed.all_gather_object(everyone, mine)
+        own = agree(cfg.precision, everyone)
+    precision, micro = choose(cfg, shape, own, **where)
     model, tokenizer = _model(cfg, device, precision.name, micro.checkpointing)
     examples = encode_rows(tokenizer, config["rows"], cfg.max_seq_len)
     kd = loss_hook(cfg, tokenizer, examples, config["kd"])

@@ -95,3 +95,23 @@ def detect(requested: str, device_type: str) -> Precision:
     import torch
 
     return choose(requested, device_type, cpu_flags(), torch.backends.cpu.get_cpu_capability())
+
+
+def agree(requested: str, workers: list[tuple[Precision, bool]]) -> Precision:
+    """The one precision of a DDP group, from each worker's own pick (`detect`) and whether float32 weights fit its
+    memory: every worker computes in it, so no float32 worker paces bf16 ones and the gradients averaged are computed
+    alike. Pinned (`--precision fp32|bf16`): that. `auto`: the weakest member decides — bf16 when float32 does not fit
+    some worker (every worker then loads bf16 weights, emulated where its CPU lacks bf16), else float32 when some
+    worker's CPU lacks native bf16, else bf16."""
+    if requested != "auto":
+        return Precision(requested, f"--precision {requested} (set by the run), every worker")
+    tight = [i for i, (_, fits) in enumerate(workers) if not fits]
+    if tight:
+        return Precision("bf16", f"auto, for the DDP group: float32 weights do not fit worker(s) {tight}; bf16 weights "
+                                 f"on every worker of {len(workers)}")  # fmt: skip
+    slow = [i for i, (own, _) in enumerate(workers) if own.name == "fp32"]
+    if slow:
+        return Precision("fp32", f"auto, for the DDP group: worker(s) {slow} lack native bf16 "
+                                 f"({workers[slow[0]][0].reason.removeprefix('auto: ')}); float32 on every worker of "
+                                 f"{len(workers)}")  # fmt: skip
+    return Precision("bf16", f"auto, for the DDP group: all {len(workers)} workers run bf16 natively")

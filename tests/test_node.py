@@ -1,0 +1,269 @@
+"""On a real node (issue 35): pods run by kubelet, containerd and runc on this machine (tests/node.py, the `real_node`
+fixture), and Argo's workflows run by its real executor (`argoexec` init/wait/emissary in the pods, built here),
+beside the stand-in scenarios of tests/test_controlplane.py.
+
+    scripts/engines.sh --cluster && python -m pytest -m cluster tests/test_node.py    # as root
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import AWS_ENV, free_port, make_bucket, s3_client, stop, wait_http
+from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
+from tests.node import BASE_IMAGE, Node
+from tests.test_controlplane import WF_API, argo
+
+pytestmark = pytest.mark.cluster
+
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+WFT_API = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflowtemplates"
+# What the shipped namespace's Pod Security level (restricted) asks of every container.
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def wait_pod(plane: ControlPlane, name: str, phases: tuple[str, ...], timeout: float, node: Node) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = plane.get(f"{PODS}/{name}")
+        if pod["status"].get("phase") in phases:
+            return pod
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"pod {name} still {pod['status'].get('phase')} after {timeout}s: {json.dumps(pod['status'])[:3000]}\n"
+                f"kubelet:\n{node.log_tail('kubelet', 3000)}\ncontainerd:\n{node.log_tail('containerd', 2000)}"
+            )
+        time.sleep(0.3)
+
+
+def pod(name: str, script: str, **container: Any) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": POD_SECURITY,
+            "containers": [{"name": "main", "image": BASE_IMAGE, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", script], "securityContext": RESTRICTED, **container}],
+        },
+    }  # fmt: skip
+
+
+def test_a_pod_succeeds_on_the_real_kubelet(real_node: Node):
+    """Scheduled by kube-scheduler, started by the kubelet through containerd and runc on the CNI bridge, as the
+    restricted namespace's uid; its log read back through the API server from the kubelet."""
+    plane = real_node.plane
+    created = time.time()
+    plane.api("POST", PODS, pod("hello", "echo hello from $(id -u)"))
+    done = wait_pod(plane, "hello", ("Succeeded", "Failed"), 120, real_node)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["spec"]["nodeName"] == "distillery-node"
+    assert done["status"]["podIP"] in {str(ip) for ip in real_node.net.subnet}
+    log = plane.kubectl("logs", "hello").stdout
+    assert "hello from 1000" in log, log
+    state = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    print(f"pod start overhead: created -> container started {_time(state['startedAt']) - created:.1f} s")
+    plane.api("DELETE", f"{PODS}/hello")
+
+
+def test_a_pod_over_its_memory_limit_is_oom_killed(real_node: Node):
+    """The memory cgroup the kubelet sets from the limit is enforced by the kernel: the container is OOMKilled."""
+    plane = real_node.plane
+    spec = pod("hog", "tail /dev/zero", resources={"limits": {"memory": "48Mi", "cpu": "500m"}})
+    plane.api("POST", PODS, spec)
+    done = wait_pod(plane, "hog", ("Succeeded", "Failed"), 120, real_node)
+    state = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert done["status"]["phase"] == "Failed" and state["reason"] == "OOMKilled" and state["exitCode"] == 137, state
+    plane.api("DELETE", f"{PODS}/hog")
+
+
+# --- Argo's real executor --------------------------------------------------------------------------------------------
+
+
+def wait_workflow(node: Node, name: str, timeout: float) -> dict:
+    plane = node.plane
+    deadline = time.monotonic() + timeout
+    while True:
+        wf = plane.get(f"{WF_API}/{name}")
+        phase = (wf.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed", "Error"):
+            return wf
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"workflow {name} still {phase} after {timeout}s: {json.dumps(wf.get('status'))[:4000]}\n"
+                f"controller:\n{plane.log_tail('workflow-controller', 3000)}\n"
+                f"kubelet:\n{node.log_tail('kubelet', 3000)}"
+            )
+        time.sleep(0.5)
+
+
+def template(name: str, templates: list[dict], entrypoint: str = "main") -> dict:
+    """A WorkflowTemplate as the shipped ones are set up (their service accounts, the executor's token from its
+    Secret, restricted pods): Strict referencing runs only Workflows that reference one."""
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "entrypoint": entrypoint,
+            "automountServiceAccountToken": False,
+            "executor": {"serviceAccountName": "distillery-steps"},
+            "serviceAccountName": "distillery-steps",
+            "securityContext": {**POD_SECURITY, "fsGroup": 1000},
+            "templates": templates,
+        },
+    }
+
+
+def container(script: str) -> dict:
+    return {"image": BASE_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script],
+            "securityContext": RESTRICTED}  # fmt: skip
+
+
+def test_an_output_parameter_read_by_argoexec_reaches_the_next_step(real_node: Node):
+    """Argo's emissary executor for real: `init` copies argoexec into the pod, `emissary` runs the step's command and
+    keeps its output file, `wait` reads it and reports it through the API server (WorkflowTaskResult, the executor's
+    token, RBAC as shipped); the controller hands it to the next step, whose command checks it."""
+    plane = real_node.plane
+    plane.api("POST", WFT_API, template("node-params", [
+        {"name": "main", "steps": [
+            [{"name": "produce", "template": "produce"}],
+            [{"name": "consume", "template": "consume",
+              "arguments": {"parameters": [{"name": "word", "value": "{{steps.produce.outputs.parameters.word}}"}]}}],
+        ]},
+        {"name": "produce", "container": container("printf 'written-by-%s' $(id -u) > /tmp/word"),
+         "outputs": {"parameters": [{"name": "word", "valueFrom": {"path": "/tmp/word"}}]}},
+        {"name": "consume", "inputs": {"parameters": [{"name": "word"}]},
+         "container": container('test "{{inputs.parameters.word}}" = written-by-1000')},
+    ]))  # fmt: skip
+    began = time.monotonic()
+    argo(plane, "submit", "--from", "workflowtemplate/node-params", "--name", "node-params")
+    wf = wait_workflow(real_node, "node-params", 300)
+    print(f"two-step workflow: {time.monotonic() - began:.1f} s")
+    assert wf["status"]["phase"] == "Succeeded", json.dumps(wf["status"])[:4000]
+    produced = [n for n in wf["status"]["nodes"].values() if n.get("templateName") == "produce"]
+    assert produced[0]["outputs"]["parameters"][0]["value"] == "written-by-1000"
+
+
+def test_a_deleted_step_pod_is_retried(real_node: Node):
+    """A step's pod deleted while it runs (what a reclaimed node does to it): Argo's controller sees it gone and its
+    retryStrategy runs the step again, which then succeeds."""
+    plane = real_node.plane
+    plane.api("POST", WFT_API, template("node-retry", [
+        {"name": "main", "retryStrategy": {"limit": 2, "retryPolicy": "Always"},
+         "container": container('if [ "{{retries}}" = 0 ]; then sleep 300; fi; echo attempt {{retries}}')},
+    ]))  # fmt: skip
+    argo(plane, "submit", "--from", "workflowtemplate/node-retry", "--name", "node-retry")
+    deadline = time.monotonic() + 180
+    while True:
+        pods = plane.get(f"{PODS}?labelSelector=workflows.argoproj.io/workflow=node-retry")["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        if running:
+            break
+        assert time.monotonic() < deadline, f"no running pod: {[p['status'] for p in pods]}"
+        time.sleep(0.5)
+    plane.api("DELETE", f"{PODS}/{running[0]['metadata']['name']}")
+    wf = wait_workflow(real_node, "node-retry", 300)
+    assert wf["status"]["phase"] == "Succeeded", json.dumps(wf["status"])[:4000]
+    attempts = sorted((n for n in wf["status"]["nodes"].values() if n["type"] == "Pod"), key=lambda n: n["startedAt"])
+    assert len(attempts) == 2 and attempts[0]["phase"] in ("Failed", "Error"), attempts
+
+
+# --- artifacts through a real S3 server -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node_s3(real_node: Node) -> Iterator[tuple[str, str]]:
+    """moto's S3 server on the pod bridge's address (pods reach it, nothing else does), made the namespace's
+    artifact repository: the shipped `artifact-repositories` ConfigMap with its endpoint, bucket and region pointed
+    there, and the executor given the `distillery-s3` Secret's keys as environment (the AWS SDK's credential chain
+    under `useSDKCreds`, which IRSA fills on EKS). Yields the endpoint and the shipped bucket."""
+    plane, gateway = real_node.plane, real_node.net.gateway
+    exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+    port = free_port()
+    log = real_node.workdir / "moto.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen([exe, "-H", gateway, "-p", str(port)], stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    endpoint = f"http://{gateway}:{port}"
+    try:
+        wait_http(f"{endpoint}/moto-api/", proc, 60, log)
+        keys = {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
+        secret = [f"--from-literal={k}={v}" for k, v in keys.items()]
+        plane.kubectl("create", "secret", "generic", "distillery-s3", *secret)
+        repos = plane.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/artifact-repositories")
+        for name, text in repos["data"].items():
+            repo = yaml.safe_load(text)
+            bucket = repo["s3"]["bucket"]
+            repo["s3"].update({"endpoint": f"{gateway}:{port}", "insecure": True,
+                               "region": AWS_ENV["AWS_DEFAULT_REGION"]})  # fmt: skip
+            repos["data"][name] = yaml.safe_dump(repo)
+        make_bucket(endpoint, bucket)
+        plane.api("PUT", f"/api/v1/namespaces/{NAMESPACE}/configmaps/artifact-repositories", repos)
+        path = f"/api/v1/namespaces/{ARGO_NAMESPACE}/configmaps/workflow-controller-configmap"
+        config = plane.get(path)
+        executor = yaml.safe_load(config["data"]["executor"])
+        executor["env"] = [
+            {"name": k, "valueFrom": {"secretKeyRef": {"name": "distillery-s3", "key": k}}} for k in keys
+        ]
+        config["data"]["executor"] = yaml.safe_dump(executor)
+        plane.api("PUT", path, config)
+        yield endpoint, bucket
+    finally:
+        stop(proc)
+
+
+def test_an_output_artifact_goes_through_s3_to_the_next_step(real_node: Node, node_s3: tuple[str, str]):
+    """`wait` tars the step's output folder and uploads it to the S3 server under the repository's keyFormat; the next
+    step's `init` downloads and unpacks it, and its command reads the file."""
+    plane = real_node.plane
+    time.sleep(3)  # the controller reloads its ConfigMap on a watch event
+    plane.api("POST", WFT_API, template("node-artifacts", [
+        {"name": "main", "steps": [
+            [{"name": "produce", "template": "produce"}],
+            [{"name": "consume", "template": "consume",
+              "arguments": {"artifacts": [{"name": "data", "from": "{{steps.produce.outputs.artifacts.data}}"}]}}],
+        ]},
+        {"name": "produce", "container": container("mkdir -p /tmp/out && echo payload-$(id -u) > /tmp/out/file.txt"),
+         "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out"}]}},
+        {"name": "consume", "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in"}]},
+         "container": container("grep -x payload-1000 /tmp/in/file.txt")},
+    ]))  # fmt: skip
+    argo(plane, "submit", "--from", "workflowtemplate/node-artifacts", "--name", "node-artifacts")
+    wf = wait_workflow(real_node, "node-artifacts", 300)
+    assert wf["status"]["phase"] == "Succeeded", json.dumps(wf["status"])[:4000]
+    endpoint, bucket = node_s3
+    keys = [o["Key"] for o in s3_client(endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert any(k.endswith("/data.tgz") and "node-artifacts" in k for k in keys), keys
+
+
+def test_node_figures(real_node: Node):
+    """What the node cost to start and holds in memory, printed for docs/engines.md (run with -s); last in the file,
+    after the scenarios above have run their pods."""
+    figures = {"start (s)": {k: round(v, 1) for k, v in {**real_node.plane.timings, **real_node.timings}.items()},
+               "peak memory (MiB)": {k: round(v) for k, v in real_node.peak_memory_mib().items()}}  # fmt: skip
+    print(json.dumps(figures, indent=1))
+    assert real_node.ready()

@@ -1,0 +1,241 @@
+"""The gate's verdict cannot be forged by a role that writes the run's prefix (issue 37, the audit's attacks 1).
+
+evaluate signs decision.json with a key only its deciding step holds; register and propose verify it with the public
+half and refuse a decision that is not about the bytes and the version they act on (steps/core/verdict.py). Every
+decision here is evaluate's own `run` (tests/canned.py: only the answers are canned), every registration register's
+own `run`, every proposal propose's own `run`, against a real MLflow registry in a local SQLite store; the attacks
+rewrite only what the shared steps role can write (the evaluation and registration folders, the GGUF folder).
+
+    pytest tests/test_verdict.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from steps import propose, register
+from steps.core import chain, verdict
+from steps.core.io import environment, read_json, sha256_file, write_json
+from tests.canned import Answers, evaluate_canned, write_splits
+from tests.test_registry import pipeline_outputs, reg_config
+
+BETTER = Answers("reference")
+BASE = Answers("lead")
+# The committed split is too small for the safety half to be conclusive; the decisions here record who accepts that,
+# as tests/test_propose_decision.py does, so that a candidate can pass.
+OVERRIDE = "tests/test_verdict.py: forgeries of a passing and a failing decision, on the too-small committed split"
+
+
+def make_keys(folder: Path) -> tuple[str, str]:
+    """(private key file, public key file): an Ed25519 pair in PEM, as `openssl genpkey -algorithm ed25519` makes."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    folder.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    private, public = folder / "private-key", folder / "public-key"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))  # fmt: skip
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+    return str(private), str(public)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    return make_keys(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture
+def uri(tmp_path: Path) -> Iterator[str]:
+    with environment({"MLFLOW_DISABLE_TELEMETRY": "true"}):
+        yield f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def evaluated(root: Path, monkeypatch: pytest.MonkeyPatch, candidate: Answers, signing_key: str) -> dict[str, Path]:
+    """The folders register reads, around stand-in GGUFs, the evaluation evaluate's own (signed with `signing_key`)."""
+    gguf = root / "src" / "candidate.gguf"
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(f"GGUF stand-in: candidate {root.name}".encode())
+    outputs = pipeline_outputs(root, gguf)
+    write_splits(outputs["dataset"])
+    (outputs["gguf"] / "base.gguf").write_bytes(b"GGUF stand-in: the base model")
+    write_json(outputs["gguf"] / "result.json", {"candidate_gguf": gguf.name, "base_gguf": "base.gguf"})
+    shutil.rmtree(outputs["evaluation"])
+    evaluate_canned(monkeypatch, outputs["dataset"], outputs["gguf"], outputs["evaluation"],
+                    {"base": BASE, "candidate": candidate}, accept_inconclusive_safety=OVERRIDE,
+                    signing_key=signing_key)  # fmt: skip
+    return outputs
+
+
+def decision_of(outputs: dict[str, Path]) -> dict:
+    return read_json(outputs["evaluation"] / "decision.json")
+
+
+def rewrite(outputs: dict[str, Path], **changes: object) -> None:
+    """What a holder of the steps role does to decision.json in the run's prefix."""
+    decision = decision_of(outputs)
+    for path, value in changes.items():
+        node = decision
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    write_json(outputs["evaluation"] / "decision.json", decision)
+
+
+def registered(outputs: dict[str, Path], root: Path, uri: str, run_id: str, public_key: str) -> register.RegisterResult:
+    artifacts = Path(uri.removeprefix("sqlite:///")).parent / "artifacts"  # beside the store, not in the repository
+    return register.run(reg_config(outputs, root / "reg", uri, "verdict-model", run_id, verify_key=public_key,
+                                   artifact_location=str(artifacts)))  # fmt: skip
+
+
+def proposal(outputs: dict[str, Path], registration: Path, uri: str, public_key: str) -> propose.ProposeResult:
+    return propose.run(propose.ProposeConfig(registration=registration, evaluation=outputs["evaluation"],
+                                             out=registration.parent / "prop", tracking_uri=uri,
+                                             verify_key=public_key))  # fmt: skip
+
+
+def aliases(uri: str) -> dict[str, str]:
+    from mlflow import MlflowClient
+
+    return {k: str(v) for k, v in MlflowClient(tracking_uri=uri).get_registered_model("verdict-model").aliases.items()}
+
+
+# --- the signature itself ------------------------------------------------------------------------------------------
+
+
+def test_a_signed_decision_verifies_and_any_changed_field_does_not(keys):
+    private, public = keys
+    decision = {"passed": False, "reasons": ["FAIL"], chain.JUDGED: {"candidate": {"sha256": "a" * 64}}, "x": 0.1}
+    signed = verdict.sign(decision, private)
+    verdict.verify(json.loads(json.dumps(signed)), public, "decision.json")  # as read back from the file
+    for changed in ({"passed": True}, {chain.JUDGED: {"candidate": {"sha256": "b" * 64}}}, {"x": 0.10000001}):
+        with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
+            verdict.verify({**signed, **changed}, public, "decision.json")
+
+
+def test_an_unsigned_decision_or_one_signed_by_another_key_is_refused(keys, tmp_path):
+    _, public = keys
+    decision = {"passed": True}
+    with pytest.raises(verdict.VerdictError, match="carries no signature"):
+        verdict.verify(decision, public, "decision.json")
+    other, _ = make_keys(tmp_path / "other")
+    with pytest.raises(verdict.VerdictError, match="signed by another key"):
+        verdict.verify(verdict.sign(decision, other), public, "decision.json")
+
+
+def test_a_missing_key_file_names_the_secret_and_how_to_make_it(tmp_path):
+    with pytest.raises(verdict.VerdictError) as e:
+        verdict.verify({"passed": True}, str(tmp_path / "absent"), "decision.json")
+    assert verdict.PUBLIC_KEY_SECRET in str(e.value) and "openssl genpkey -algorithm ed25519" in str(e.value)
+    with pytest.raises(verdict.VerdictError, match=verdict.PRIVATE_KEY_SECRET):
+        verdict.sign({"passed": True}, str(tmp_path / "absent"))
+
+
+def test_the_mounted_public_key_is_used_whatever_the_flag_says(keys, monkeypatch):
+    # A podSpecPatch can append `--verify-key=` to register's arguments; the key mounted from the Secret still holds.
+    private, public = keys
+    monkeypatch.setattr(verdict, "PUBLIC_KEY_FILE", public)
+    signed = verdict.sign({"passed": False}, private)
+    assert verdict.checked(signed, "", "decision.json") == signed
+    with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
+        verdict.checked({**signed, "passed": True}, "", "decision.json")
+
+
+def test_a_shard_cannot_be_given_the_signing_key(tmp_path):
+    from steps.evaluate import EvaluateConfig, config_problems
+
+    cfg = EvaluateConfig(dataset=tmp_path, gguf=tmp_path, out=tmp_path, shard="0/2", signing_key="/k")
+    assert any("--signing-key" in p for p in config_problems(cfg))
+
+
+# --- the audit's attacks, end to end on a local registry -----------------------------------------------------------
+
+
+def test_a_swapped_gguf_with_a_rewritten_decision_is_not_registered(tmp_path, monkeypatch, uri, keys):
+    # The base model's GGUF put under the candidate's name, the decision's `passed` and candidate sha256 rewritten to
+    # match: before the signature, register registered it with eval.decision=pass and a manifest vouching for it.
+    private, public = keys
+    outputs = evaluated(tmp_path, monkeypatch, BASE, private)  # the candidate is no better than the base: FAIL
+    genuine = decision_of(outputs)
+    assert genuine["passed"] is False
+    candidate = outputs["gguf"] / "candidate.gguf"
+    shutil.copy(outputs["gguf"] / "base.gguf", candidate)
+    rewrite(outputs, passed=True, **{f"{chain.JUDGED}.candidate.sha256": sha256_file(candidate)})
+
+    with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
+        registered(outputs, tmp_path, uri, "wf-swap", public)
+    assert not (tmp_path / "reg").exists()
+    # The swap alone, beside the decision as evaluate signed it: the bytes are not the ones the gate judged.
+    write_json(outputs["evaluation"] / "decision.json", genuine)
+    with pytest.raises(chain.ChainError, match="the file changed after evaluation"):
+        registered(outputs, tmp_path, uri, "wf-swap", public)
+
+
+def test_a_flipped_verdict_is_not_proposed(tmp_path, monkeypatch, uri, keys):
+    # A candidate the gate failed, registered honestly (eval.decision=fail); then `passed` flipped in decision.json.
+    private, public = keys
+    outputs = evaluated(tmp_path, monkeypatch, BASE, private)
+    reg = registered(outputs, tmp_path, uri, "wf-flip", public)
+    rewrite(outputs, passed=True)
+
+    with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
+        proposal(outputs, tmp_path / "reg", uri, public)
+    # Even a propose given no key (a local run) refuses it: the version's own eval.decision says fail.
+    with pytest.raises(verdict.VerdictError, match=f"records {verdict.DECISION_TAG}=fail"):
+        proposal(outputs, tmp_path / "reg", uri, "")
+    assert "challenger" not in aliases(uri)
+    assert reg.model_version == "1"
+
+
+def test_a_registration_pointing_at_a_failed_version_is_not_proposed(tmp_path, monkeypatch, uri, keys):
+    # Two runs: one whose candidate failed the gate, one whose candidate passed. The passing run's result.json is
+    # rewritten to name the failed version, next to the passing run's genuine, signed decision.
+    private, public = keys
+    failed = evaluated(tmp_path / "failed", monkeypatch, BASE, private)
+    failed_reg = registered(failed, tmp_path / "failed", uri, "wf-failed", public)
+    passed = evaluated(tmp_path / "passed", monkeypatch, BETTER, private)
+    assert decision_of(passed)["passed"] is True
+    registered(passed, tmp_path / "passed", uri, "wf-passed", public)
+    result = read_json(tmp_path / "passed/reg/result.json")
+    write_json(tmp_path / "passed/reg/result.json", {**result, "model_version": failed_reg.model_version})
+
+    with pytest.raises(verdict.VerdictError, match="the decision is not about this version"):
+        proposal(passed, tmp_path / "passed/reg", uri, public)
+    assert "challenger" not in aliases(uri)
+
+
+def test_the_honest_run_is_registered_and_proposed(tmp_path, monkeypatch, uri, keys):
+    from mlflow import MlflowClient
+
+    private, public = keys
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private)
+    reg = registered(outputs, tmp_path, uri, "wf-honest", public)
+    tags = MlflowClient(tracking_uri=uri).get_model_version("verdict-model", reg.model_version).tags
+    assert tags[verdict.DECISION_TAG] == verdict.PASS
+    assert tags[chain.SHA256_TAG] == decision_of(outputs)[chain.JUDGED]["candidate"]["sha256"]
+    assert proposal(outputs, tmp_path / "reg", uri, public).proposed
+    assert aliases(uri)["challenger"] == reg.model_version
+
+
+def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only():
+    # The templates, rendered: the gather signs, register and propose verify; no other step gets either key.
+    import yaml
+
+    from tests.conftest import ROOT
+
+    rendered = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    flags: dict[str, list[str]] = {}
+    for template in rendered["spec"]["templates"]:
+        args = (template.get("container") or {}).get("args") or []
+        for flag, path in (("--signing-key", verdict.PRIVATE_KEY_FILE), ("--verify-key", verdict.PUBLIC_KEY_FILE)):
+            if flag in args:
+                assert args[args.index(flag) + 1] == path, template["name"]
+                flags.setdefault(flag, []).append(template["name"])
+    assert flags == {"--signing-key": ["evaluate"], "--verify-key": ["register", "propose"]}

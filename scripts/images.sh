@@ -4,6 +4,7 @@
 #
 #   scripts/images.sh [KIND ...]        build (default: cpu ray); KIND is base, cpu, ray or cuda; cached kinds build
 #                                       nothing; prints each one's build time (cold, or the cache hit) and size
+#   scripts/images.sh --dir             the folder the archives are written to, and stop
 #   scripts/images.sh --path KIND       the OCI archive KIND's current inputs give (built or not), and stop
 #   scripts/images.sh --ref KIND        its reference in the local containers-storage (podman/buildah), and stop
 #   scripts/images.sh --run-flags       the `podman run` flags this machine needs (see RUN_FLAGS), and stop
@@ -16,6 +17,7 @@
 #   images/images.env             DISTILLERY_IMAGE_REGISTRY/TAG/DIGEST_<KIND> of the last built set: workflows/images.py
 #                                 from_env() reads them, so the rendered templates pin exactly these images
 # and in the local containers-storage as localhost/distillery-<kind>:<hash> (podman run, the cluster tests).
+# tests/step_images.py asks this script (--dir, --path, --ref) for all of these; nothing else derives them.
 #
 # The inputs hashed per image: the Dockerfile's instructions (not its comments), every file it COPYs from the repository (.dockerignore applied), the
 # build arguments, the base image's own hash and the builder's version. Debian's archive and PyPI are not inputs: a
@@ -226,6 +228,7 @@ write_env() {
 # The whole command in one function, parsed before it runs: editing this file while a build runs cannot change it.
 main() {
   case "${1:-}" in
+    --dir) echo "$OUT"; exit 0 ;;
     --path) need buildah; archive "${2:?--path KIND}"; exit 0 ;;
     --ref) need buildah; ref "${2:?--ref KIND}"; exit 0 ;;
     --run-flags) printf '%s\n' "${RUN_FLAGS[@]}"; exit 0 ;;

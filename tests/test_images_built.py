@@ -184,6 +184,54 @@ def test_pip_check_passes_in_the_image(built: dict[str, str], kind: str):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# Run inside an image: every distribution the project's extras (argv[1], as the Dockerfile installs them) require,
+# each of its top-level modules imported in a process of its own (one module's import must not lend another the
+# shared libraries it lacks: PyPI's torch loads a libgomp.so.1 that llama_cpp needs and the image did not have).
+IMPORT_EVERY_REQUIREMENT = """
+import importlib.metadata as md, re, subprocess, sys
+extras, requires = set(sys.argv[1].split(",")), md.requires("distillery") or []
+def active(marker):
+    m = re.search(r'extra == "([^"]+)"', marker)
+    return m is None or m.group(1) in extras
+for _ in range(len(requires)):  # distillery[x] in an active extra activates x
+    for r in requires:
+        spec, _, marker = r.partition(";")
+        inner = re.match(r"distillery\\[([^\\]]+)\\]", spec.strip())
+        if inner and active(marker):
+            extras |= set(inner.group(1).split(","))
+canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+modules = {}
+for module, dists in md.packages_distributions().items():
+    for dist in dists:
+        modules.setdefault(canon(dist), set()).add(module)
+wanted = sorted({canon(re.match(r"[A-Za-z0-9._-]+", r.strip()).group(0)) for r in requires
+                 if active(r.partition(";")[2]) and not r.strip().startswith("distillery")})
+bad = []
+for name in wanted:
+    found = sorted(m for m in modules.get(name, ()) if m.isidentifier() and not m.startswith("_"))
+    bad += [f"{name}: not installed"] if not found else []
+    for module in found:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+        print("ok", name, module) if proc.returncode == 0 else bad.append(f"{name}: import {module}: {proc.stderr[-600:]}")
+print("\\n".join(bad))
+sys.exit(1 if bad or not wanted else 0)
+"""
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_every_requirement_of_the_images_extras_imports_in_it(built: dict[str, str], kind: str):
+    """--help loads only what a step imports up front; this imports every library the image's extras require (each
+    alone), in a step's pod of that image: a native library the runtime stage lacks fails here, not mid-run."""
+    from tests.test_images import project_install
+
+    extras = re.search(r'"\.\[([a-z,]+)\]"', project_install(kind))[1]
+    step = next(c for c in step_containers() if c["kind"] == kind and c["modules"])
+    options = run_options(step["container"], step["pod"])
+    proc = podman_run(built[kind], options, ["python", "-c", IMPORT_EVERY_REQUIREMENT, extras])
+    assert proc.returncode == 0, f"{kind} [{extras}]:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert re.search(r"^ok torch torch$", proc.stdout, flags=re.M), proc.stdout
+
+
 def test_the_llama_cpp_converter_is_where_the_steps_look_and_runs(built: dict[str, str]):
     if "cpu" not in built:
         pytest.fail("the cpu image is not among DISTILLERY_IMAGE_KINDS; it carries the converter")

@@ -34,9 +34,9 @@ from pathlib import Path
 import yaml
 
 from tests.controlplane import ADMIN_TOKEN, SERVICE_CIDR, ControlPlane, _wait, write_kubeconfig
+from tests.engines import ENGINES_SH, binary
 from tests.step_images import built as built_step_images
 from tests.step_images import cache_dir as image_cache_dir
-from tests.engines import ENGINES_SH, binary
 
 NODE_NAME = "distillery-node"
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins

@@ -51,7 +51,8 @@ def archive(kind: str) -> Path:
     """The built archive of `kind`; fails the test, naming the command that builds it, when it is not built."""
     tar = path(kind)
     if not tar.is_file() or not tar.with_suffix(".digest").is_file():
-        pytest.fail(f"the {kind} image is not built for these inputs ({tar}); run scripts/images.sh {kind}", pytrace=False)
+        message = f"the {kind} image is not built for these inputs ({tar}): run scripts/images.sh {kind}"
+        pytest.fail(message, pytrace=False)
     return tar
 
 

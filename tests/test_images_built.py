@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import yaml
@@ -212,7 +211,10 @@ for name in wanted:
     bad += [f"{name}: not installed"] if not found else []
     for module in found:
         proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
-        print("ok", name, module) if proc.returncode == 0 else bad.append(f"{name}: import {module}: {proc.stderr[-600:]}")
+        if proc.returncode:
+            bad.append(f"{name}: import {module}: {proc.stderr[-600:]}")
+        else:
+            print("ok", name, module)
 print("\\n".join(bad))
 sys.exit(1 if bad or not wanted else 0)
 """

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -289,6 +290,33 @@ def test_ray_is_on_the_login_shells_path_kuberay_starts_it_with(built: dict[str,
     proc = podman_run(built["ray"], PLAIN, ["/bin/bash", "-lc", "command -v ray && ray --version && command -v wget"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[0] == "/usr/local/bin/ray", proc.stdout
+
+
+def test_a_ray_head_starts_and_takes_a_driver_as_the_rayjob_runs_it(built: dict[str, str]):
+    """More than --help: `ray start --head` (the RayJob's head parameters, through the login shell as KubeRay runs
+    it) in the ray-head container's pod (uid 1000, read-only root, the /tmp emptyDir its only writable place, no
+    network but loopback), a driver connects to it, and it stops."""
+    if "ray" not in built:
+        pytest.fail("the ray image is not among DISTILLERY_IMAGE_KINDS")
+    head = next(c for c in step_containers() if c["kind"] == "ray" and c["container"].get("name") == "ray-head")
+    template = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    rayjob = next(t for t in template["spec"]["templates"] if "resource" in t)["resource"]["manifest"]
+    params = yaml.safe_load(ARGO_EXPRESSION.sub("0", rayjob))["spec"]["rayClusterSpec"]["headGroupSpec"]
+    flags = " ".join(f"--{k}={shlex.quote(str(v))}" for k, v in params.get("rayStartParams", {}).items())
+    script = (
+        f"ray start --head {flags} --dashboard-host=0.0.0.0 --disable-usage-stats > /tmp/start.log 2>&1"
+        " || { tail -n 30 /tmp/start.log; exit 1; }; "
+        'python -c \'import ray; ray.init(address="auto"); print("connected", sorted(ray.cluster_resources()))\''
+        " ; status=$?; ray stop > /dev/null 2>&1; exit $status"
+    )
+    # authOptions mode token: KubeRay gives the head and workers the cluster's token as RAY_AUTH_TOKEN (the template
+    # sets RAY_AUTH_MODE=token itself); the driver authenticates with it.
+    token = ["--env", f"RAY_AUTH_TOKEN={secrets.token_hex(32)}"]
+    options = run_options(head["container"], head["pod"]) + token
+    assert "RAY_AUTH_MODE=token" in options, options
+    proc = podman_run(built["ray"], options, ["/bin/bash", "-lc", script], 300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "connected" in proc.stdout and "node:__internal_head__" in proc.stdout, proc.stdout
 
 
 def test_the_archives_are_oci_images_a_runtime_imports(built: dict[str, str]):

@@ -35,13 +35,12 @@ import yaml
 
 from tests.controlplane import ADMIN_TOKEN, SERVICE_CIDR, ControlPlane, _wait, write_kubeconfig
 from tests.engines import ENGINES_SH, binary
-from tests.step_images import built as built_step_images
-from tests.step_images import cache_dir as image_cache_dir
 
 NODE_NAME = "distillery-node"
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CONTAINERD, RUNC = "/usr/bin/containerd", "/usr/sbin/runc"
 DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap"
+IMAGE_CACHE = Path(os.environ.get("DISTILLERY_IMAGES", Path.home() / ".cache/distillery/images"))
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
@@ -278,9 +277,8 @@ def debian_image(cache: Path) -> tuple[str, Path]:
 
 
 def step_images() -> list[Path]:
-    """The step images scripts/images.sh built (issue 35 part 1) for the current inputs, when there: their OCI archives
-    as tests/step_images.py finds them (pods that run one fail on its pull while it is not built)."""
-    return built_step_images()
+    """The step images scripts/images.sh built (issue 35 part 1), when there: OCI/docker archives in IMAGE_CACHE."""
+    return sorted(IMAGE_CACHE.glob("distillery-*.tar")) if IMAGE_CACHE.is_dir() else []
 
 
 # --- the node -----------------------------------------------------------------------------------------------------
@@ -491,7 +489,7 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path
     workdir.mkdir(parents=True, exist_ok=True)
     socket = workdir / "containerd.sock"
     node = Node(plane=plane, net=net, workdir=workdir, socket=socket)
-    cache = image_cache_dir() / "node"  # beside the step images
+    cache = IMAGE_CACHE / "node"
     try:
         began = time.monotonic()
         sandbox, pause = pause_image(cache)

@@ -36,11 +36,14 @@ import yaml
 from tests.controlplane import ADMIN_TOKEN, SERVICE_CIDR, ControlPlane, _wait, write_kubeconfig
 from tests.engines import ENGINES_SH, binary
 
+IMAGES_SH = ENGINES_SH.parent / "images.sh"
+
 NODE_NAME = "distillery-node"
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CONTAINERD, RUNC = "/usr/bin/containerd", "/usr/sbin/runc"
 DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap"
-IMAGE_CACHE = Path(os.environ.get("DISTILLERY_IMAGES", Path.home() / ".cache/distillery/images"))
+# Where scripts/images.sh puts the step images ($DISTILLERY_CACHE/images); this node's own images go to node/ in it.
+IMAGE_CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery")) / "images"
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
@@ -271,14 +274,52 @@ def debian_image(cache: Path) -> tuple[str, Path]:
              "--customize-hook=echo 'user:x:1000:' >> \"$1/etc/group\"",
              "--customize-hook=install -d -o 1000 -g 1000 \"$1/home/user\"",
              DEBIAN_RELEASE, str(rootfs), timeout=1200)  # fmt: skip
-        oci_archive(name, [rootfs], out, {"cmd": "/bin/sh", "user": "1000", "workingdir": "/"})
+        oci_archive(name, [rootfs], out, {"cmd": "/bin/sh", "user": "1000", "workingdir": "/",
+                                          "env": "PATH=/usr/local/bin:/usr/bin:/bin"})  # fmt: skip
         rootfs.unlink()
     return name, out
 
 
-def step_images() -> list[Path]:
-    """The step images scripts/images.sh built (issue 35 part 1), when there: OCI/docker archives in IMAGE_CACHE."""
-    return sorted(IMAGE_CACHE.glob("distillery-*.tar")) if IMAGE_CACHE.is_dir() else []
+@dataclass(frozen=True)
+class StepImage:
+    """A step image scripts/images.sh built: its OCI archive, the name the archive gives it
+    (`io.containerd.image.name`, as the workflows render it: localhost/distillery-<kind>:<version>) and its manifest
+    digest (the `.digest` file beside it, which the rendered templates pin with DISTILLERY_IMAGE_DIGEST_<KIND>)."""
+
+    kind: str
+    archive: Path
+    name: str
+    digest: str
+
+    @property
+    def pinned(self) -> str:
+        """`<repository>@<digest>`: the reference containerd's CRI resolves `<name>@<digest>` to (a tag beside a
+        digest is dropped), made after the import by `ctr images tag`."""
+        return f"{self.name.rsplit(':', 1)[0]}@{self.digest}"
+
+
+def step_images(kinds: tuple[str, ...] = ("cpu",)) -> list[StepImage]:
+    """The step images of `kinds` that scripts/images.sh has built for the current inputs (`images.sh --path KIND`
+    names the archive those inputs give), ready to import; a kind not built is left out (the test that runs it says
+    so, naming the command)."""
+    found = []
+    for kind in kinds:
+        archive = Path(_run(str(IMAGES_SH), "--path", kind).stdout.strip())
+        digest = archive.with_suffix(".digest")
+        if archive.is_file() and digest.is_file():
+            found.append(StepImage(kind, archive, _archive_name(archive), digest.read_text().strip()))
+    return found
+
+
+def _archive_name(archive: Path) -> str:
+    """The image name an OCI archive's index.json gives containerd (read without scanning the layers after it)."""
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            if member.name.lstrip("./") == "index.json":
+                index = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                (manifest,) = index["manifests"]
+                return manifest["annotations"]["io.containerd.image.name"]
+    raise RuntimeError(f"{archive}: no index.json (not an OCI archive from scripts/images.sh)")
 
 
 # --- the node -----------------------------------------------------------------------------------------------------
@@ -294,6 +335,7 @@ class Node:
     sysctls: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
+    step_images: list[StepImage] = field(default_factory=list)
 
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return _run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, timeout=timeout)
@@ -323,8 +365,11 @@ class Node:
         return out
 
     def ready(self) -> bool:
+        """The Node reports Ready and carries no taint any more (the node-lifecycle controller has taken off the
+        not-ready taint admission put on it): the scheduler can place pods on it."""
         node = self.plane.get(f"/api/v1/nodes/{NODE_NAME}")
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+        return ready and not node["spec"].get("taints")
 
     def stop(self) -> None:
         """Kubelet, scheduler and kube-proxy first, then every container and shim of this containerd (runc kill,
@@ -355,6 +400,24 @@ class Node:
         for key, value in self.sysctls.items():
             with contextlib.suppress(OSError):
                 Path("/proc/sys", key).write_text(value)
+        for link in _log_links(self.workdir):
+            link.unlink(missing_ok=True)
+
+    def leftovers(self) -> list[str]:
+        """What this node left on the host after `stop` (empty when the teardown was clean): mounts under its folder,
+        its processes and shims, the kubelet's cgroups, KUBE-/CNI- iptables chains, changed sysctls, log links."""
+        found = [f"mount {m}" for m in _mounts_under(self.workdir)]
+        found += [f"process {pid}: {cmd}" for pid, cmd in _processes_naming(self.workdir)]
+        found += [f"cgroup {h}/kubepods" for h in Path("/sys/fs/cgroup").iterdir() if (h / "kubepods").is_dir()]
+        for tool in ("iptables", "ip6tables"):
+            rules = _run(f"{tool}-save", check=False).stdout.splitlines()
+            found += [f"{tool}: {r}" for r in rules if r.startswith(":KUBE-") or r.startswith(":CNI-")]
+        for key, value in self.sysctls.items():
+            with contextlib.suppress(OSError):
+                if Path("/proc/sys", key).read_text() != value:
+                    found.append(f"sysctl {key} not restored to {value.strip()}")
+        found += [f"log link {link}" for link in _log_links(self.workdir)]
+        return found
 
 
 def _stop(proc: subprocess.Popen | None, grace: float = 10) -> None:
@@ -382,13 +445,40 @@ def _shims(socket: Path) -> list[int]:
     return pids
 
 
+def _processes_naming(folder: Path) -> list[tuple[int, str]]:
+    """Processes whose command line names a path in `folder` (the node's daemons, containerd's shims)."""
+    found = []
+    needle = str(folder.resolve()).encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmd = (proc / "cmdline").read_bytes()
+                if needle in cmd:
+                    found.append((int(proc.name), cmd.replace(b"\0", b" ").decode(errors="replace")[:200]))
+    return found
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    prefix = str(folder.resolve()) + "/"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [m for m in mounts if m.startswith(prefix)]
+
+
 def _unmount_under(folder: Path) -> None:
     """Every mount below `folder` (overlay roots, tmpfs token volumes, netns), deepest first; lazy, so a busy one
     still goes."""
-    prefix = str(folder.resolve()) + "/"
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+    for point in sorted(_mounts_under(folder), key=len, reverse=True):
         _run("umount", "-l", point, check=False, timeout=30)
+
+
+def _log_links(folder: Path) -> list[Path]:
+    """The kubelet's per-container symlinks in /var/log/containers (a fixed path in the kubelet, not configurable)
+    that point into `folder`."""
+    links = Path("/var/log/containers")
+    prefix = str(folder.resolve()) + "/"
+    if not links.is_dir():
+        return []
+    return [p for p in links.iterdir() if p.is_symlink() and os.readlink(p).startswith(prefix)]
 
 
 def _remove_cgroups(name: str) -> None:
@@ -482,9 +572,10 @@ def kubelet_config(node: Node, port: int, healthz: int) -> dict:
     }
 
 
-def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path] | None = None) -> Node:
-    """containerd, the images imported (pause, argoexec, Debian, and `images`), kubelet, kube-scheduler and kube-proxy
-    joined to `plane` (whose API server listens on net.gateway), the Node Ready. `node.timings`: seconds per part."""
+def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[StepImage] | None = None) -> Node:
+    """containerd, the images imported (pause, argoexec, Debian, and the step images `images`, each also under its
+    pinned reference), kubelet, kube-scheduler and kube-proxy joined to `plane` (whose API server listens on
+    net.gateway), the Node Ready. `node.timings`: seconds per part."""
     require_host()
     workdir.mkdir(parents=True, exist_ok=True)
     socket = workdir / "containerd.sock"
@@ -493,7 +584,7 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path
     try:
         began = time.monotonic()
         sandbox, pause = pause_image(cache)
-        built = [pause, argoexec_image(cache)[1], debian_image(cache)[1], *(images or [])]
+        built = [pause, argoexec_image(cache)[1], debian_image(cache)[1]]
         node.timings["images built"] = time.monotonic() - began
 
         (workdir / "cni/net.d").mkdir(parents=True, exist_ok=True)
@@ -507,8 +598,14 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path
         began = time.monotonic()
         for archive in built:
             node.import_image(archive)
-        node.images = node.ctr("images", "ls", "-q").stdout.split()
         node.timings["images imported"] = time.monotonic() - began
+        for step in images or []:
+            began = time.monotonic()
+            node.import_image(step.archive)
+            node.ctr("images", "tag", "--force", step.name, step.pinned)
+            node.timings[f"{step.kind} image imported"] = time.monotonic() - began
+            node.step_images.append(step)
+        node.images = node.ctr("images", "ls", "-q").stdout.split()
 
         began = time.monotonic()
         kubeconfig = workdir / "node.kubeconfig"

@@ -44,6 +44,10 @@ CONTAINERD, RUNC = "/usr/bin/containerd", "/usr/sbin/runc"
 DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap"
 # Where scripts/images.sh puts the step images ($DISTILLERY_CACHE/images); this node's own images go to node/ in it.
 IMAGE_CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery")) / "images"
+# containerd's persistent store (root: content, snapshots, metadata), kept between sessions: importing and unpacking
+# the cpu step image's 6.6 GB took 10.4 min here (load 7); a node finding it there imports nothing. One node at a
+# time uses it (a lock); each start prunes what the current images do not need.
+STORE = IMAGE_CACHE / "node/containerd"
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
@@ -307,19 +311,25 @@ def step_images(kinds: tuple[str, ...] = ("cpu",)) -> list[StepImage]:
         archive = Path(_run(str(IMAGES_SH), "--path", kind).stdout.strip())
         digest = archive.with_suffix(".digest")
         if archive.is_file() and digest.is_file():
-            found.append(StepImage(kind, archive, _archive_name(archive), digest.read_text().strip()))
+            name, manifest = archive_image(archive)
+            if manifest != digest.read_text().strip():
+                raise RuntimeError(
+                    f"{archive}: manifest {manifest}, but {digest} says otherwise; rerun scripts/images.sh"
+                )
+            found.append(StepImage(kind, archive, name, manifest))
     return found
 
 
-def _archive_name(archive: Path) -> str:
-    """The image name an OCI archive's index.json gives containerd (read without scanning the layers after it)."""
+def archive_image(archive: Path) -> tuple[str, str]:
+    """The image name an OCI archive's index.json gives containerd and its manifest digest (read without scanning
+    the layers after it: both oci_archive and scripts/images.sh write index.json before the blobs)."""
     with tarfile.open(archive) as tar:
         for member in tar:
             if member.name.lstrip("./") == "index.json":
                 index = json.load(tar.extractfile(member))  # type: ignore[arg-type]
                 (manifest,) = index["manifests"]
-                return manifest["annotations"]["io.containerd.image.name"]
-    raise RuntimeError(f"{archive}: no index.json (not an OCI archive from scripts/images.sh)")
+                return manifest["annotations"]["io.containerd.image.name"], manifest["digest"]
+    raise RuntimeError(f"{archive}: no index.json (not an OCI archive from tests/node.py or scripts/images.sh)")
 
 
 # --- the node -----------------------------------------------------------------------------------------------------
@@ -336,13 +346,39 @@ class Node:
     timings: dict[str, float] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
     step_images: list[StepImage] = field(default_factory=list)
+    store_lock: io.TextIOWrapper | None = None
 
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return _run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, timeout=timeout)
 
-    def import_image(self, archive: Path) -> str:
-        done = self.ctr("images", "import", str(archive), timeout=900)
-        return done.stdout
+    def import_image(self, archive: Path) -> bool:
+        """`archive` imported and unpacked, unless the store already holds its image (same name, same manifest):
+        True when it had to be imported (minutes for a step image's GBs)."""
+        name, digest = archive_image(archive)
+        if digest in self._stored().get(name, ()):
+            return False
+        self.ctr("images", "import", str(archive), timeout=1800)
+        return True
+
+    def _stored(self) -> dict[str, set[str]]:
+        """The store's images: name -> manifest digests (`ctr images ls`: REF TYPE DIGEST …)."""
+        found: dict[str, set[str]] = {}
+        for line in self.ctr("images", "ls").stdout.splitlines()[1:]:
+            ref, _type, digest, *_ = line.split()
+            found.setdefault(ref, set()).add(digest)
+        return found
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Every image whose manifest is not in `keep` (digests) removed from the persistent store, under all its
+        names (its tag, its digest reference, the CRI's sha256:<id>), and the containers a previous node left in its
+        metadata: containerd's garbage collector then frees their content and snapshots, so the store holds one
+        set of images, not every build's."""
+        for cid in self.ctr("containers", "ls", "-q").stdout.split():
+            self.ctr("containers", "rm", cid)
+        stale = [ref for ref, digests in self._stored().items() if not digests & keep]
+        if stale:
+            self.ctr("images", "rm", "--sync", *stale, timeout=600)
+        return stale
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
         log = self.workdir / f"{name}.log"
@@ -402,11 +438,14 @@ class Node:
                 Path("/proc/sys", key).write_text(value)
         for link in _log_links(self.workdir):
             link.unlink(missing_ok=True)
+        if self.store_lock is not None:
+            self.store_lock.close()  # the store's lock, released once its containerd is gone
+            self.store_lock = None
 
     def leftovers(self) -> list[str]:
         """What this node left on the host after `stop` (empty when the teardown was clean): mounts under its folder,
         its processes and shims, the kubelet's cgroups, KUBE-/CNI- iptables chains, changed sysctls, log links."""
-        found = [f"mount {m}" for m in _mounts_under(self.workdir)]
+        found = [f"mount {m}" for folder in (self.workdir, STORE) for m in _mounts_under(folder)]
         found += [f"process {pid}: {cmd}" for pid, cmd in _processes_naming(self.workdir)]
         found += [f"cgroup {h}/kubepods" for h in Path("/sys/fs/cgroup").iterdir() if (h / "kubepods").is_dir()]
         for tool in ("iptables", "ip6tables"):
@@ -458,6 +497,29 @@ def _processes_naming(folder: Path) -> list[tuple[int, str]]:
     return found
 
 
+def _lock(path: Path) -> io.TextIOWrapper:
+    """An exclusive lock on `path` held while the returned file stays open; fails at once, naming the holder, when
+    another process holds it."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = path.open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        raise RuntimeError(
+            f"{path.parent}: another node's containerd uses this store (pid {holder}); stop it first"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
 def _mounts_under(folder: Path) -> list[str]:
     prefix = str(folder.resolve()) + "/"
     mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
@@ -492,13 +554,14 @@ def _remove_cgroups(name: str) -> None:
                 os.rmdir(dirpath)
 
 
-def containerd_config(workdir: Path, socket: Path, sandbox_image: str) -> str:
-    """containerd 1.6's CRI plugin with every path under `workdir` (nothing in /var/lib/containerd or /etc/cni), the
-    cgroupfs driver (no systemd here), the CNI config of conf_dir, and no registry: images are imported."""
+def containerd_config(workdir: Path, socket: Path, sandbox_image: str, root: Path) -> str:
+    """containerd 1.6's CRI plugin with its persistent store (content, snapshots, metadata: the imported images) in
+    `root` and everything else under `workdir` (nothing in /var/lib/containerd or /etc/cni), the cgroupfs driver (no
+    systemd here), the CNI config of conf_dir, and no registry: images are imported."""
     c = workdir / "containerd"
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{c}/root"
+root = "{root}"
 state = "{c}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
                     "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
@@ -589,21 +652,25 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Step
 
         (workdir / "cni/net.d").mkdir(parents=True, exist_ok=True)
         (workdir / "cni/net.d/10-distillery.conflist").write_text(json.dumps(net.cni_config(workdir / "cni/ipam")))
-        (workdir / "containerd.toml").write_text(containerd_config(workdir, socket, sandbox))
+        node.store_lock = _lock(STORE / ".lock")
+        (workdir / "containerd.toml").write_text(containerd_config(workdir, socket, sandbox, STORE / "root"))
         began = time.monotonic()
         proc = _spawn_into(node, "containerd", [CONTAINERD, "--config", str(workdir / "containerd.toml")])
         _wait("containerd", lambda: _run("ctr", "--address", str(socket), "version", timeout=5).returncode == 0,
               proc, workdir / "containerd.log", 60)  # fmt: skip
         node.timings["containerd"] = time.monotonic() - began
         began = time.monotonic()
-        for archive in built:
-            node.import_image(archive)
-        node.timings["images imported"] = time.monotonic() - began
-        for step in images or []:
+        steps = images or []
+        node.prune({*(archive_image(a)[1] for a in built), *(s.digest for s in steps)})
+        imported = [a.name for a in built if node.import_image(a)]
+        node.timings["images imported" if imported else "images found in the store"] = time.monotonic() - began
+        for step in steps:
             began = time.monotonic()
-            node.import_image(step.archive)
+            fresh = node.import_image(step.archive)
             node.ctr("images", "tag", "--force", step.name, step.pinned)
-            node.timings[f"{step.kind} image imported"] = time.monotonic() - began
+            node.timings[f"{step.kind} image {'imported' if fresh else 'found in the store'}"] = (
+                time.monotonic() - began
+            )
             node.step_images.append(step)
         node.images = node.ctr("images", "ls", "-q").stdout.split()
 

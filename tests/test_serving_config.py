@@ -18,7 +18,6 @@ import pytest
 
 from steps import evaluate, register
 from steps.contract import serving_config
-from steps.core.io import write_json
 from steps.evaluate import cache, generation, llama_internals
 
 CHANGED = serving_config.ServingConfig(max_tokens=7, n_ctx=512, stop=("###",))
@@ -120,16 +119,16 @@ def test_register_records_it_and_refuses_an_evaluation_measured_otherwise(change
     cfg = register.RegisterConfig(dataset=tmp_path, adapter=tmp_path, gguf=tmp_path, evaluation=evaluation,
                                   out=tmp_path / "out")  # fmt: skip
     no_champion = evaluate.Champion(None, None, "none")
-    write_json(evaluation / "decision.json", evaluate.decision_record(True, [], no_champion, {"quantization": "Q8_0"}))
-    register.check_measured_serving(cfg)  # measured with the changed one: accepted
+    decision = evaluate.decision_record(True, [], no_champion, {"quantization": "Q8_0"})
+    register.check_measured_serving(cfg, decision)  # measured with the changed one: accepted
     assert serving_config.SERVING.tags()["serving.max_tokens"] == "7"  # register tags the version with these
     assert serving_config.SERVING.tags()["serving.n_ctx"] == "512"
 
     default = dataclasses.replace(CHANGED, max_tokens=64, n_ctx=2048, stop=())
-    decision = json.loads((evaluation / "decision.json").read_text())
-    write_json(evaluation / "decision.json", {**decision, "serving": default.record()})
     with pytest.raises(ValueError, match=r"measured with serving configuration .* but this code serves"):
-        register.check_measured_serving(cfg)
+        register.check_measured_serving(cfg, {**decision, "serving": default.record()})
+    with pytest.raises(ValueError, match=r"does not record the serving configuration"):
+        register.check_measured_serving(cfg, {k: v for k, v in decision.items() if k != "serving"})
 
 
 def test_the_generation_cache_key_follows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

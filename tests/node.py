@@ -48,6 +48,7 @@ IMAGE_CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/dist
 # the cpu step image's 6.6 GB took 10.4 min here (load 7); a node finding it there imports nothing. One node at a
 # time uses it (a lock); each start prunes what the current images do not need.
 STORE = IMAGE_CACHE / "node/containerd"
+SHIM_SOCKETS = Path("/run/containerd/s")
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
@@ -408,11 +409,19 @@ class Node:
         return ready and not node["spec"].get("taints")
 
     def stop(self) -> None:
-        """Kubelet, scheduler and kube-proxy first, then every container and shim of this containerd (runc kill,
-        delete), containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and
-        the sysctls the kubelet changed. Each wait bounded."""
+        """Kubelet, scheduler and kube-proxy first, then every container of this containerd (through containerd, so
+        its persistent store keeps no container record; then runc kill and delete for whatever is left) and its shims,
+        containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and the
+        sysctls the kubelet changed. Each wait bounded."""
         for name in ("kube-scheduler", "kubelet", "kube-proxy"):
             _stop(self.procs.pop(name, None))
+        containerd = self.procs.get("containerd")
+        if containerd is not None and containerd.poll() is None:
+            base = ("ctr", "--address", str(self.socket), "--namespace", "k8s.io")
+            for cid in _run(*base, "containers", "ls", "-q", check=False, timeout=30).stdout.split():
+                _run(*base, "tasks", "kill", "--signal", "SIGKILL", cid, check=False, timeout=10)
+                _run(*base, "tasks", "delete", "--force", cid, check=False, timeout=30)
+                _run(*base, "containers", "rm", cid, check=False, timeout=30)
         runc_root = self.workdir / "containerd/runc/k8s.io"
         if runc_root.is_dir():
             listed = _run(RUNC, "--root", str(runc_root), "list", "-q", check=False).stdout.split()
@@ -438,6 +447,11 @@ class Node:
                 Path("/proc/sys", key).write_text(value)
         for link in _log_links(self.workdir):
             link.unlink(missing_ok=True)
+        # The shims' socket folder is fixed in containerd 1.6 (/run/containerd/s), whatever the state dir: removed
+        # when this node's shims have left it empty (a system containerd's would not be).
+        for empty in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
+            with contextlib.suppress(OSError):
+                empty.rmdir()
         if self.store_lock is not None:
             self.store_lock.close()  # the store's lock, released once its containerd is gone
             self.store_lock = None
@@ -456,6 +470,7 @@ class Node:
                 if Path("/proc/sys", key).read_text() != value:
                     found.append(f"sysctl {key} not restored to {value.strip()}")
         found += [f"log link {link}" for link in _log_links(self.workdir)]
+        found += [f"shim socket {f}" for f in (SHIM_SOCKETS.iterdir() if SHIM_SOCKETS.is_dir() else ())]
         return found
 
 

@@ -62,9 +62,11 @@ POD_RANGE = ipaddress.ip_network(yaml.safe_load(
 # restored by Node.stop.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")  # fmt: skip
-# The chains the kubelet makes for kube-proxy's benefit (which backend is in use); kube-proxy --cleanup leaves them.
+# The chains the kubelet makes for kube-proxy's benefit (which backend is in use) and KUBE-FIREWALL (v1.34 still
+# makes it: drops non-local traffic to 127.0.0.0/8, jumped to from INPUT and OUTPUT); kube-proxy --cleanup leaves them.
 KUBELET_CHAINS = (("mangle", "KUBE-IPTABLES-HINT"), ("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"),
-                  ("filter", "KUBE-KUBELET-CANARY"))  # fmt: skip
+                  ("filter", "KUBE-KUBELET-CANARY"), ("filter", "KUBE-FIREWALL"))  # fmt: skip
+KUBELET_JUMPS = (("filter", "INPUT", "KUBE-FIREWALL"), ("filter", "OUTPUT", "KUBE-FIREWALL"))
 
 
 def _run(*cmd: str, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
@@ -436,6 +438,9 @@ class Node:
         if (self.workdir / "kube-proxy.yaml").exists():
             _run(str(binary("kube-proxy")), "--config", str(self.workdir / "kube-proxy.yaml"), "--cleanup",
                  check=False, timeout=60)  # fmt: skip
+        for table, chain, target in KUBELET_JUMPS:
+            for tool in ("iptables", "ip6tables"):
+                _run(tool, "-t", table, "-D", chain, "-j", target, check=False)
         for table, chain in KUBELET_CHAINS:
             for tool in ("iptables", "ip6tables"):
                 _run(tool, "-t", table, "-F", chain, check=False)

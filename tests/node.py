@@ -597,6 +597,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   enable_unprivileged_ports = false
+  # These machines' root lacks CAP_SYS_RESOURCE: a negative oom_score_adj (the sandbox's -998, a Guaranteed pod's
+  # -997) is refused, and runc then dies in nsexec ("can't get final child's PID from pipe: EOF"). Clamped to
+  # containerd's own score instead, as for rootless containerd.
+  restrict_oom_score_adj = true
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

@@ -418,7 +418,7 @@ def config_problems(cfg: SuiteConfig) -> list[str]:
     if cfg.per_family < 0:
         problems.append(f"--per-family {cfg.per_family}: use 0 (from the power calculation) or more cases")
     for name, low, high, example in (
-        ("margin", 0, 1, 0.2), ("alpha", 0, 0.5, 0.05), ("power", 0, 1, 0.8), ("discordance", 0, 1, 0.1),
+        ("margin", 0, 1, 0.2), ("alpha", 0, 0.5, 0.05), ("power", 0, 1, 0.8),
     ):  # fmt: skip
         if not low < getattr(cfg, name) < high:
             problems.append(f"--{name} {getattr(cfg, name)}: use a value between {low} and {high} (e.g. {example})")

@@ -281,12 +281,12 @@ def _endpoint(cfg: TeacherConfig, entry: dict) -> Iterator[tuple[str, dict]]:
         yield url, identity
 
 
-@timed
 def config_problems(cfg: TeacherConfig) -> list[str]:
     """Everything wrong with the settings alone, each named by its flag."""
     return threads_problems(cfg.threads)
 
 
+@timed
 def run(cfg: TeacherConfig) -> TeacherResult:
     if problems := config_problems(cfg):
         raise TeacherError("invalid teacher config:\n  " + "\n  ".join(problems))

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from steps.core.base_model import folder_problem
+from steps.core.cli import name_value
 from steps.core.dataset import PROSE_CHARS_PER_TOKEN, summary_token_budget
 from steps.core.io import is_uri
 from steps.feedback import FeedbackError, is_outcomes, merge, read_rows, too_long
@@ -104,8 +105,8 @@ def values(documents: list[str], settings: list[str], cwd: Path | None = None) -
     found = {p.name: p.local for p in BUILD_DATASET.params} | {"feedback": OWN_DOCUMENTS_FEEDBACK}
     problems = []
     for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not sep or name not in found:
+        name, value = name_value(setting) or ("", "")
+        if name not in found:
             known = ", ".join(p.name for p in BUILD_DATASET.params if p.name != "documents")
             problems.append(f"-S {setting}: use NAME=VALUE with NAME one of {known}")
         elif name == "documents":

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from steps.core.base_model import base_model_problems
-from steps.core.cli import build_parser, flag_types
+from steps.core.cli import build_parser, flag_types, name_value
 from steps.pipeline import (
     EVALUATE_FANOUT_PARAMS,
     EVALUATE_PARALLELISM_PARAM,
@@ -189,12 +189,12 @@ def local_values(params: Path, settings: list[str]) -> tuple[dict[str, str], lis
     values = {name: _text(v) for name, v in (yaml.safe_load(params.read_text()) or {}).items()}
     unknown = []
     for setting in settings:
-        name, sep, value = setting.partition("=")
-        name = name.rpartition(":")[2]
-        if not sep or name not in values:
+        pair = name_value(setting)
+        name = pair[0].rpartition(":")[2] if pair else ""
+        if not pair or name not in values:
             unknown.append(f"-S {setting}: use NAME=VALUE with NAME a parameter of {params}")
         else:
-            values[name] = value
+            values[name] = pair[1]
     return values, unknown
 
 

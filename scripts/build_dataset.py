@@ -13,7 +13,8 @@ write under `--out` (out/), publish commits to the dataset repository (`dataset-
 prints how to train on the revision. What the build will do is printed before it starts (the documents found, the
 teacher, how the eval split is chosen and the smallest build it accepts), and a build the stages would refuse for
 reasons known already (no reviewed summary to be an eval reference, a malformed or over-long reviewed summary, too
-few documents, a bad split setting) is refused then, before ingest and the teacher run.
+few documents, a bad split setting, a base-model folder that is not there) is refused then, before ingest and the
+teacher run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from steps.core.base_model import folder_problem
+from steps.core.cli import name_value
 from steps.core.dataset import PROSE_CHARS_PER_TOKEN, summary_token_budget
 from steps.core.io import is_uri
 from steps.feedback import FeedbackError, is_outcomes, merge, read_rows, too_long
@@ -88,6 +91,9 @@ def _path_problem(name: str, value: str, cwd: Path) -> tuple[str, str | None]:
     if kind == "file" and not path.is_file():
         return str(path), f"-S {name}={value}: no such file {path} {where}; give the file's path"
     if kind == "folder-or-id":
+        problem = folder_problem(value, cwd)
+        if problem:
+            return value, f"-S {name}={value}: {problem} {where}"
         return (str(path), None) if path.is_dir() else (value, None)
     return str(path), None
 
@@ -99,8 +105,8 @@ def values(documents: list[str], settings: list[str], cwd: Path | None = None) -
     found = {p.name: p.local for p in BUILD_DATASET.params} | {"feedback": OWN_DOCUMENTS_FEEDBACK}
     problems = []
     for setting in settings:
-        name, sep, value = setting.partition("=")
-        if not sep or name not in found:
+        name, value = name_value(setting) or ("", "")
+        if name not in found:
             known = ", ".join(p.name for p in BUILD_DATASET.params if p.name != "documents")
             problems.append(f"-S {setting}: use NAME=VALUE with NAME one of {known}")
         elif name == "documents":
@@ -161,6 +167,8 @@ def refusals(found: dict[str, str]) -> list[str]:
     except ValueError as e:
         return [f"-S eval-share / min-eval-documents: {e}; use a share (0.2) and a whole number (1)"]
     problems += settings_problems(share, found["eval-references"], minimum)
+    if problem := folder_problem(found["base-model"]):  # ingest sizes the chunks by its tokenizer
+        problems.append(f"base-model {found['base-model']}: {problem}")
     reviewed: int | None = 0  # reviewed summaries the feedback holds; None: not known before the build (s3://)
     if (name := found["feedback"]) and is_uri(name):
         reviewed = None

@@ -4,6 +4,7 @@
 #
 #   scripts/images.sh [KIND ...]        build (default: cpu ray); KIND is base, cpu, ray or cuda; cached kinds build
 #                                       nothing; prints each one's build time (cold, or the cache hit) and size
+#   scripts/images.sh --dir             the folder the archives are written to, and stop
 #   scripts/images.sh --path KIND       the OCI archive KIND's current inputs give (built or not), and stop
 #   scripts/images.sh --ref KIND        its reference in the local containers-storage (podman/buildah), and stop
 #   scripts/images.sh --run-flags       the `podman run` flags this machine needs (see RUN_FLAGS), and stop
@@ -16,6 +17,7 @@
 #   images/images.env             DISTILLERY_IMAGE_REGISTRY/TAG/DIGEST_<KIND> of the last built set: workflows/images.py
 #                                 from_env() reads them, so the rendered templates pin exactly these images
 # and in the local containers-storage as localhost/distillery-<kind>:<hash> (podman run, the cluster tests).
+# tests/step_images.py asks this script (--dir, --path, --ref) for all of these; nothing else derives them.
 #
 # The inputs hashed per image: the Dockerfile's instructions (not its comments), every file it COPYs from the repository (.dockerignore applied), the
 # build arguments, the base image's own hash and the builder's version. Debian's archive and PyPI are not inputs: a
@@ -102,7 +104,9 @@ image_hash() {
 ref() {
   case "$1" in
     base) base_ref ;;
-    cpu | ray | cuda) echo "localhost/distillery-$1:$(image_hash "$1")" ;;
+    cpu | ray | cuda)
+      local known="HASH_$1"  # computed once per run by main (hashing every input takes seconds)
+      echo "localhost/distillery-$1:${!known:-$(image_hash "$1")}" ;;
     *) echo "images.sh: unknown image kind '$1': base, cpu, ray or cuda" >&2; exit 2 ;;
   esac
 }
@@ -197,7 +201,8 @@ manifest["annotations"]["io.containerd.image.name"] = name
 json.dump(index, open(path, "w"))
 open(digest, "w").write(manifest["digest"] + "\n")
 EOF
-  tar -C "$layout" -cf "$tar.tmp" oci-layout index.json blobs
+  # --remove-files: each blob leaves the layout as it enters the archive, so the disk holds one copy, not two.
+  tar --remove-files -C "$layout" -cf "$tar.tmp" oci-layout index.json blobs
   rm -rf "$layout"
   mv "$tar.tmp" "$tar"
   local total=$(( $(date +%s) - start ))
@@ -223,12 +228,17 @@ write_env() {
 # The whole command in one function, parsed before it runs: editing this file while a build runs cannot change it.
 main() {
   case "${1:-}" in
+    --dir) echo "$OUT"; exit 0 ;;
     --path) need buildah; archive "${2:?--path KIND}"; exit 0 ;;
     --ref) need buildah; ref "${2:?--ref KIND}"; exit 0 ;;
     --run-flags) printf '%s\n' "${RUN_FLAGS[@]}"; exit 0 ;;
   esac
   need mmdebstrap buildah podman skopeo runc
   mkdir -p "$OUT"
+  local kind
+  for kind in cpu ray cuda; do
+    declare -g "HASH_$kind=$(image_hash "$kind")"
+  done
   kinds=("$@")
   [ "${#kinds[@]}" -gt 0 ] || kinds=(cpu ray)
   for kind in "${kinds[@]}"; do

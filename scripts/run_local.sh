@@ -13,8 +13,11 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
+# shellcheck source=scripts/local_env.sh
+. scripts/local_env.sh   # telemetry off, OMP_WAIT_POLICY=PASSIVE unless set: why, there
 mkdir -p .cache/mlflow
+# Every stage's settings (params.yaml and the -S given) by the stages' own rules, before any stage runs.
+python -m steps.check_parameters --local params.yaml "$@"
 start=$(date +%s)
 if [ $# -gt 0 ]; then dvc exp run "$@"; else dvc repro; fi
 echo "pipeline finished in $(( $(date +%s) - start ))s"

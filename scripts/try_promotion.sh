@@ -9,5 +9,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-export MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false
+# shellcheck source=scripts/local_env.sh
+. scripts/local_env.sh   # telemetry off, OMP_WAIT_POLICY=PASSIVE unless set: why, there
 exec python scripts/try_promotion.py "$@"

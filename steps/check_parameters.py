@@ -6,8 +6,15 @@ reads it, and the run stops here, naming each bad value and what is allowed, bef
 Why a step of its own: `argo submit -p` does not enforce a parameter's `enum` (argo-workflows#6959), and a mistyped
 `train-backend` would skip every train task by its `when` and end the run green with no adapter. The rules are the
 steps' own — their config types (argparse types: int, float, bool) and each step's `config_problems(cfg)` — so a rule
-lives in one place and this step only asks every step at once. Locally, DVC runs each step with params.yaml, and each
-step refuses bad values itself; this step is Argo's only (`workflows/distill.py`).
+lives in one place and this step only asks every step at once. As a task it is Argo's only (`workflows/distill.py`);
+locally each step also refuses bad values itself when DVC runs it.
+
+The embedded run asks the same rules before `dvc repro` starts (scripts/run_local.sh), so a bad value is refused
+before preflight, not when its step is reached minutes later: `--local params.yaml` reads the values from the file,
+with `dvc exp run`'s `-S NAME=VALUE` applied over it, and checks each stage's own rules and the base-model folder;
+not the cluster's own (Ray pods, a pinned base revision, the evaluate fan-out).
+
+    python -m steps.check_parameters --local params.yaml -S learning-rate=-1e-3
 
 Writes nothing; exit 1 with every problem listed, or 0.
 """
@@ -19,8 +26,10 @@ import dataclasses
 import importlib
 import re
 import sys
+from pathlib import Path
 
-from steps.core.cli import build_parser, flag_types
+from steps.core.base_model import base_model_problems
+from steps.core.cli import build_parser, flag_types, name_value
 from steps.pipeline import (
     EVALUATE_FANOUT_PARAMS,
     EVALUATE_PARALLELISM_PARAM,
@@ -130,7 +139,7 @@ def _stage_problems(stage: Stage, values: dict[str, str]) -> list[str]:
             why = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"invalid {kind} value: {values[name]!r}"
             found.append(f"argument --{name}: {why}")
         else:
-            argv += [f"--{name}", values[name]]
+            argv.append(f"--{name}={values[name]}")  # one word: a value may start with "-" (-1e-3)
     namespace = parser.parse_args(argv)
     check = getattr(importlib.import_module(stage.module), "config_problems", None)
     return found + (check(config_cls(**vars(namespace))) if check else [])
@@ -156,7 +165,60 @@ def problems(values: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def local_problems(values: dict[str, str]) -> list[str]:
+    """Every problem with the embedded run's values: each stage's own rules, and the base model's folder (here, the
+    folder every local step reads)."""
+    found: list[str] = []
+    for stage in STAGES:
+        found += _stage_problems(stage, values)
+    return list(dict.fromkeys(found + base_model_problems(values["base-model"])))
+
+
+def _text(value: object) -> str:
+    """A params.yaml value as the command line gives it to the step (dvc.yaml's `${name}`)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else str(value)
+
+
+def local_values(params: Path, settings: list[str]) -> tuple[dict[str, str], list[str]]:
+    """params.yaml's values with each `-S NAME=VALUE` (or `-S params.yaml:NAME=VALUE`) applied, and the settings
+    that name no parameter of it."""
+    import yaml
+
+    values = {name: _text(v) for name, v in (yaml.safe_load(params.read_text()) or {}).items()}
+    unknown = []
+    for setting in settings:
+        pair = name_value(setting)
+        name = pair[0].rpartition(":")[2] if pair else ""
+        if not pair or name not in values:
+            unknown.append(f"-S {setting}: use NAME=VALUE with NAME a parameter of {params}")
+        else:
+            values[name] = pair[1]
+    return values, unknown
+
+
+def local_main(argv: list[str]) -> int:
+    # No --help of its own and unknown flags let through: scripts/run_local.sh hands it `dvc exp run`'s arguments.
+    parser = argparse.ArgumentParser(prog="python -m steps.check_parameters", add_help=False)
+    parser.add_argument("--local", type=Path, required=True, help="the embedded run's params.yaml")
+    parser.add_argument("-S", "--set-param", dest="settings", action="append", default=[], help="NAME=VALUE")
+    args, _ = parser.parse_known_args(argv)
+    values, found = local_values(args.local, args.settings)
+    found += local_problems(values)
+    if found:
+        print(f"check-parameters: {len(found)} invalid parameter(s) in {args.local} and -S; nothing was run:",
+              file=sys.stderr)  # fmt: skip
+        for problem in found:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--local" or a.startswith("--local=") for a in argv):
+        return local_main(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for p in PARAMS:
         parser.add_argument(f"--{p.name}", required=True, help=p.help)
@@ -165,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     for p in EVALUATE_FANOUT_PARAMS:
         parser.add_argument(f"--{p.name}", default=p.cluster, help=p.help)
     parser.add_argument(f"--{MOVING_REVISION_PARAM}", default="false", help="let a branch or tag be the base revision")
-    values = {k.replace("_", "-"): v for k, v in vars(parser.parse_args(argv)).items()}
+    # Read by local_main, which main hands the command line to when --local is given: listed here for --help.
+    parser.add_argument("--local", metavar="PARAMS_YAML", help="the embedded run's params.yaml instead of the flags "
+                        "above: its stages' rules and the base-model folder, not the cluster's own")  # fmt: skip
+    parser.add_argument("-S", "--set-param", metavar="NAME=VALUE", action="append",
+                        help="with --local: a value over the file's, as dvc exp run -S takes it")  # fmt: skip
+    given = vars(parser.parse_args(argv))
+    values = {k.replace("_", "-"): v for k, v in given.items() if k not in ("local", "set_param")}
     found = problems(values)
     if found:
         print(f"check-parameters: {len(found)} invalid parameter(s); fix them and submit again:", file=sys.stderr)

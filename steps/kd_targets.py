@@ -31,7 +31,8 @@ from typing import Any
 
 from steps.contract.threads import llama_threads, threads_problems
 from steps.core import terms
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.base_model import base_model_problems
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.io import atomic_dir, local_folder, sha256_file, write_json
 from steps.core.kd_sidecar import META_FILE, TOPK_FILE, KDError
@@ -81,6 +82,8 @@ def config_problems(cfg: KDConfig) -> list[str]:
     problems = threads_problems(cfg.threads)
     if cfg.kd_top_k < 1:
         problems.append(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
+    if cfg.max_seq_len < 1:
+        problems.append(f"--max-seq-len {cfg.max_seq_len}: needs at least 1")  # train's words: said once
     if not 0 <= cfg.kd_weight <= 1 or not KD_ON.holds(cfg.kd_weight):
         return problems  # off, or a weight train's own check refuses (settings_problems)
     try:
@@ -158,6 +161,8 @@ def run(cfg: KDConfig) -> KDResult:
             write_json(tmp / META_FILE, {"kd_weight": cfg.kd_weight, "scored": False})
             write_result(tmp, result)
         return result
+    gguf, entry = teacher_file(cfg)  # the terms gate first, in the teacher step's words
+    refuse(config_problems(cfg) + base_model_problems(cfg.base_model), "kd-targets", KDError)
 
     import numpy as np
     from llama_cpp import Llama
@@ -166,9 +171,6 @@ def run(cfg: KDConfig) -> KDResult:
     from steps.core.dataset import load_split
     from steps.core.examples import encode_rows
 
-    if cfg.kd_top_k < 1:
-        raise KDError(f"--kd-top-k {cfg.kd_top_k}: keep at least 1 log-probability per token")
-    gguf, entry = teacher_file(cfg)
     tokenizer = AutoTokenizer.from_pretrained(cfg.base_model, revision=cfg.base_revision)
     student = tokenizer_identity(tokenizer)
     require_same_tokenizer(gguf_tokenizer_identity(gguf), str(gguf), student, cfg.base_model)

@@ -38,9 +38,11 @@ from steps.core.outcomes import (
     day_text,
     online_run_id,
     parse_outcomes,
+    parse_served,
     parse_time,
     per_day,
     series,
+    unserved,
 )
 
 
@@ -55,6 +57,14 @@ class OnlineConfig(MlflowSettings):
     now: str = field(
         default="",
         metadata={"help": "the current time, RFC 3339 (empty: the clock); days before its UTC day are complete"},
+    )
+    served_log: str = field(
+        default="",
+        metadata={
+            "help": "serve's log of the requests it answered (serve --served-log): an outcome is counted only for a "
+            "request id serve issued, with the version that answered it; any other line stops the step. Empty: "
+            "outcome lines are taken as the clients wrote them (said on stdout)"
+        },
     )
 
 
@@ -101,6 +111,20 @@ def _run(cfg: OnlineConfig) -> OnlineResult:
     except FileNotFoundError as e:
         raise OutcomesError(f"{cfg.outcomes}: no such outcomes file; check --outcomes") from e
     records = [r for r in parse_outcomes(blob, str(cfg.outcomes)) if r.model == cfg.model_name]
+    if cfg.served_log:
+        try:
+            served = parse_served(Path(cfg.served_log).read_bytes(), cfg.served_log)
+        except FileNotFoundError as e:
+            raise OutcomesError(f"--served-log {cfg.served_log}: no such file (serve's --served-log)") from e
+        problems = unserved(records, served, cfg.served_log)
+        if problems:
+            raise OutcomesError(
+                f"{cfg.outcomes}: {len(problems)} outcome line(s) for requests serve did not answer as they say; "
+                "nothing was written:\n  " + "\n  ".join(problems[:20]) + ("\n  …" if len(problems) > 20 else "")
+            )
+    else:
+        print(f"online-metrics: {cfg.outcomes} not checked against serve's log (no --served-log): outcome lines are "
+              "taken as the clients wrote them")  # fmt: skip
     today = day_number(now)
     days = per_day(records, today)
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from steps import sizing
 from steps.contract.prompting import messages
+from steps.core.base_model import base_model_problems
 from steps.core.cli import number_table, parse_config, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
@@ -155,10 +156,23 @@ def train_tokens(tokenizer: Any, dataset: Path, max_seq_len: int, epochs: float)
     return sizing.train_tokens(lengths, max_seq_len, epochs)
 
 
+def config_problems(cfg: PreflightConfig) -> list[str]:
+    """Everything wrong with the settings alone (also run by check-parameters): the sizing settings' ranges, which
+    are train's own (`sizing.knob_problems`), the price table."""
+    problems = sizing.knob_problems(cfg)
+    try:
+        number_table(cfg.price_table, "--price-table")
+    except ValueError as e:
+        problems.append(str(e))
+    return problems
+
+
 def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
     """Run every check; returns (problems, facts). No problem → the base can be trained and converted."""
     from transformers import AutoConfig, AutoTokenizer
 
+    if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
+        return problems, {"base_model": cfg.base_model, "base_revision": cfg.base_revision}
     converter = Path(cfg.converter_dir)
     if not (converter / "convert_hf_to_gguf.py").is_file():
         raise FileNotFoundError(

@@ -19,10 +19,13 @@ write there without the header. Each attempt logs into a new MLflow run, so a re
 The hash chain (steps/core/chain.py): the step refuses a decision evaluate did not sign (`--verify-key`, the public
 half of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not
 the one that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what
-the gate judged, and the version's `eval.decision` is the signed verdict's. After the upload it reads the logged model
-back from the artifact store, checks that its GGUF and its code are the bytes it uploaded, and records every file's
-sha256 on the version (`model.manifest`): serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's
-champion refuse a version whose files no longer hash to it.
+the gate judged, and the version's `eval.decision` is the signed verdict's. The base the gate judged is pinned: a
+candidate judged against another base GGUF than earlier versions on the same base model, revision and quantization is
+refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the version). After the
+upload it reads the logged model back from the artifact store, checks that every file is the one it uploaded (the GGUF,
+the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that nothing was added (a planted
+`.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader
+(`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -44,6 +47,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +68,9 @@ from steps.core.mlflow_client import (
 from steps.core.registry import MODEL_NAME
 
 RUN_ID_TAG = "distillery.run_id"
+# On the run, set before UPLOADED_TAG: JSON {path: sha256} of every file of the logged model as this step uploaded it
+# (`recording_uploads`), so a later attempt that makes the version from this upload checks the store against it too.
+UPLOADED_FILES_TAG = "distillery.model_files"
 # Set on the run once every upload (the pyfunc model included) has finished: its value is the logged model's id.
 UPLOADED_TAG = "distillery.model_id"
 MODEL_ARTIFACT = "summariser"
@@ -103,6 +111,14 @@ class RegisterConfig(MlflowSettings):
         metadata={
             "help": "Ed25519 public key (PEM) evaluate's decision.json must be signed with (steps/core/verdict.py; on "
             "the cluster the Secret distillery-verdict-public); empty: unauthenticated, for a local run"
+        },
+    )
+    accept_new_base: str = field(
+        default="",
+        metadata={
+            "help": "'<who>: <why>' to register although the base GGUF the gate judged differs from the one earlier "
+            "versions on the same base model, revision and quantization were judged against (a deliberate converter "
+            "or conversion change); recorded on the version as eval.base.accepted. Empty: refuse"
         },
     )
     attempts: int = field(
@@ -210,11 +226,50 @@ def lineage_tags(
             if role != "candidate"
         },
         "quantization": decision["quantization"],
+        **({BASE_ACCEPTED_TAG: cfg.accept_new_base} if cfg.accept_new_base else {}),
         verdict.DECISION_TAG: verdict.PASS if decision["passed"] is True else verdict.FAIL,
         "eval.rougeL": str(result["rouge_l_candidate"]),
         "eval.rougeL_base": str(result["rouge_l_base"]),
         "eval.hijack_rate": str(result["hijack_rate_candidate"]),
     }
+
+
+# What fixes the base's GGUF: the same base model at the same revision, converted at the same quantization, is the
+# same file in every run (convert-gguf's conversion is deterministic and cached by these), so its sha256 is pinned by
+# the first version registered on it.
+BASE_PIN_TAGS = ("base_model", "base_model.revision", "quantization")
+BASE_SHA256_TAG = "eval.base.sha256"
+BASE_ACCEPTED_TAG = "eval.base.accepted"
+
+
+def check_base_pin(client: Any, cfg: RegisterConfig, tags: dict[str, str]) -> None:
+    """Refuse a candidate judged against another base GGUF than every earlier version of the model on the same base
+    model, revision and quantization was (their `eval.base.sha256`, recorded by register from signed decisions).
+
+    The base's GGUF reaches evaluate through convert-gguf's folder and its shared cache (`cache/base-gguf`), both
+    written by the steps role: a weaker file put there would make any candidate beat "the base". The registry (the
+    root of trust) remembers which file the base was; `--accept-new-base '<who>: <why>'` lets a deliberate change
+    through, recorded on the version."""
+    judged = tags.get(BASE_SHA256_TAG)
+    if not judged:
+        print(f"register: {cfg.evaluation}/decision.json records no base it judged; the base pin is not checked")
+        return
+    pin = {k: tags[k] for k in BASE_PIN_TAGS}
+    for v in sorted(client.search_model_versions(f"name = '{cfg.model_name}'"), key=lambda v: int(v.version)):
+        earlier = v.tags.get(BASE_SHA256_TAG)
+        if not earlier or earlier == judged or any(v.tags.get(k) != pin[k] for k in pin):
+            continue
+        if cfg.accept_new_base:
+            print(f"register: base GGUF {judged} differs from version {v.version}'s {earlier} on {pin}; accepted: "
+                  f"{cfg.accept_new_base}")  # fmt: skip
+            return
+        raise chain.ChainError(
+            f"the gate judged the candidate against a base GGUF with sha256 {judged}, but version {v.version} of "
+            f"{cfg.model_name}, on the same base ({', '.join(f'{k}={x}' for k, x in pin.items())}), was judged "
+            f"against {earlier}: the base's file changed (its cache or convert-gguf's folder are written by the "
+            "steps role). Refusing it: clear cache/base-gguf and run the pipeline again from convert-gguf; if the "
+            "conversion changed on purpose (a new llama.cpp converter), pass --accept-new-base '<who>: <why>'"
+        )
 
 
 def check_measured_serving(cfg: RegisterConfig, decision: dict[str, Any]) -> None:
@@ -269,9 +324,34 @@ def _serving_code(work: Path) -> tuple[Path, list[str]]:
     return model_file, [str(package)]
 
 
-def uploaded_manifest(uri: str, model_id: str, gguf_file: Path, gguf_sha256: str) -> dict[str, str]:
-    """Every file of the logged model as the artifact store holds it, with its sha256, after checking that its GGUF
-    and its code are the bytes this step uploaded (ChainError naming each file that is not)."""
+@contextmanager
+def recording_uploads(into: dict[str, dict[str, str]]) -> Iterator[None]:
+    """While active, every folder MLflow uploads as a logged model's files (`MlflowClient.log_model_artifacts`, which
+    `log_model` calls once with the whole model it built) is recorded in `into`: model id -> its manifest, taken from
+    the local folder just before the upload. What this step uploaded is then known file by file, MLflow's own files
+    (MLmodel, requirements, environment) included, so the read-back can hold the store to all of it."""
+    from mlflow import MlflowClient
+
+    upload = MlflowClient.log_model_artifacts
+
+    def recorded(self: Any, model_id: str, local_dir: str) -> Any:
+        into[model_id] = chain.manifest(Path(local_dir))
+        return upload(self, model_id, local_dir)
+
+    MlflowClient.log_model_artifacts = recorded  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        MlflowClient.log_model_artifacts = upload  # type: ignore[method-assign]
+
+
+def uploaded_manifest(
+    uri: str, model_id: str, uploaded: dict[str, str], gguf_file: Path, gguf_sha256: str
+) -> dict[str, str]:
+    """Every file of the logged model as the artifact store holds it, with its sha256, after checking that it is
+    exactly `uploaded` (the manifest of what this step uploaded: every file, MLflow's own included; nothing added,
+    nothing missing, no symlink) and that what was uploaded holds this step's GGUF and code (ChainError naming each
+    file that is not)."""
     import mlflow.artifacts
     from mlflow import MlflowClient
 
@@ -284,8 +364,9 @@ def uploaded_manifest(uri: str, model_id: str, gguf_file: Path, gguf_sha256: str
         stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(Path(work) / "stored"),
                                                           tracking_uri=uri))  # fmt: skip
         found = chain.manifest(stored)
-    code = {p: h for p, h in found.items() if p.endswith(".py") or p.endswith(".gguf")}
-    problems = chain.manifest_problems(expected, code)
+    ours = {p: h for p, h in uploaded.items() if p in expected}
+    problems = [f"uploaded {p}" for p in chain.manifest_problems(expected, ours)]
+    problems += chain.manifest_problems(uploaded, found)
     if problems:
         raise chain.ChainError(
             f"the logged model {model_id} in the artifact store is not what this step uploaded:\n  "
@@ -353,7 +434,7 @@ def _uploaded_run(client: Any, experiment_id: str, run_id: str) -> Any | None:
         filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}' and attributes.status = 'FINISHED'",
         order_by=["attributes.start_time ASC"],
     )
-    return next((r for r in runs if r.data.tags.get(UPLOADED_TAG)), None)
+    return next((r for r in runs if r.data.tags.get(UPLOADED_TAG) and r.data.tags.get(UPLOADED_FILES_TAG)), None)
 
 
 def _experiment_id(client: Any, cfg: RegisterConfig) -> str:
@@ -372,8 +453,9 @@ def _experiment_id(client: Any, cfg: RegisterConfig) -> str:
 
 def _upload(
     cfg: RegisterConfig, experiment_id: str, run_id: str, gguf_file: Path, tags: dict[str, str]
-) -> tuple[str, str]:
-    """One run with params, metrics, the pyfunc model and the reports; returns (mlflow run id, model id)."""
+) -> tuple[str, str, dict[str, str]]:
+    """One run with params, metrics, the pyfunc model and the reports; returns (mlflow run id, model id, the manifest
+    of the model's files as uploaded)."""
     import mlflow
 
     metrics = read_json(Path(cfg.evaluation) / "metrics.json")["aggregate"]
@@ -386,7 +468,15 @@ def _upload(
         for rival, boot in metrics["bootstrap"].items():
             mlflow.log_metrics({f"bootstrap.{rival}.{k}": float(v) for k, v in boot.items() if _is_number(v)})
         mlflow.log_artifact(str(Path(cfg.gguf) / "parity.md"), artifact_path="evaluation")
-        info = _log_model(cfg, gguf_file, tags)
+        uploads: dict[str, dict[str, str]] = {}
+        with recording_uploads(uploads):
+            info = _log_model(cfg, gguf_file, tags)
+        if info.model_id not in uploads:
+            raise chain.ChainError(
+                f"MLflow logged model {info.model_id} without uploading its files through "
+                "MlflowClient.log_model_artifacts (another MLflow?): cannot tell what was uploaded"
+            )
+        mlflow.set_tag(UPLOADED_FILES_TAG, json.dumps(uploads[info.model_id], sort_keys=True))
         mlflow.log_artifacts(str(cfg.adapter), artifact_path="adapter")
         mlflow.log_artifacts(str(cfg.evaluation), artifact_path="evaluation")
         mlflow.log_artifact(str(Path(cfg.gguf) / "parity.json"), artifact_path="evaluation")
@@ -395,7 +485,7 @@ def _upload(
             mlflow.log_artifact(str(Path(cfg.dataset) / CARD_FILE), artifact_path="lineage")
         # Last: marks this run as complete, so a later attempt may make the version from it instead of re-uploading.
         mlflow.set_tag(UPLOADED_TAG, info.model_id)
-        return active.info.run_id, info.model_id
+        return active.info.run_id, info.model_id, uploads[info.model_id]
 
 
 def _model_id(version: Any) -> str:
@@ -422,15 +512,17 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     if existing:
         v = existing[0]
         return RegisterResult(cfg.model_name, str(v.version), run_id, v.run_id or "", _model_id(v), True)
+    check_base_pin(client, cfg, tags)
 
     experiment_id = _experiment_id(client, cfg)
     earlier = _uploaded_run(client, experiment_id, run_id)
     if earlier:
         mlflow_run_id, model_id = earlier.info.run_id, earlier.data.tags[UPLOADED_TAG]
+        uploaded = json.loads(earlier.data.tags[UPLOADED_FILES_TAG])
     else:
-        mlflow_run_id, model_id = _upload(cfg, experiment_id, run_id, gguf_file, tags)
+        mlflow_run_id, model_id, uploaded = _upload(cfg, experiment_id, run_id, gguf_file, tags)
     # What serve and the pyfunc loader will hold every file to, read back from the store and checked first.
-    files = uploaded_manifest(uri, model_id, gguf_file, tags[chain.SHA256_TAG])
+    files = uploaded_manifest(uri, model_id, uploaded, gguf_file, tags[chain.SHA256_TAG])
     # Every upload finished: only now does a version appear, pointing at the uploaded model.
     version = client.create_model_version(
         cfg.model_name,

@@ -49,7 +49,7 @@ from typing import Any
 
 from steps.contract import serving_config
 from steps.contract.prompting import messages
-from steps.contract.threads import llama_server_threads
+from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.curation import attach
 from steps.core.io import atomic_dir, is_uri, read_jsonl, sha256_file, write_json, write_jsonl
@@ -281,8 +281,15 @@ def _endpoint(cfg: TeacherConfig, entry: dict) -> Iterator[tuple[str, dict]]:
         yield url, identity
 
 
+def config_problems(cfg: TeacherConfig) -> list[str]:
+    """Everything wrong with the settings alone, each named by its flag."""
+    return threads_problems(cfg.threads)
+
+
 @timed
 def run(cfg: TeacherConfig) -> TeacherResult:
+    if problems := config_problems(cfg):
+        raise TeacherError("invalid teacher config:\n  " + "\n  ".join(problems))
     entry = gate(cfg)  # before anything is sent, a server started or a document read
     documents = read_jsonl(cfg.chunks / "documents.jsonl")
     attached = attach(read_jsonl(cfg.curated / "curated.jsonl"), documents)

@@ -335,12 +335,18 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     plane = real = None
     try:
         work = tmp_path_factory.mktemp("real-node")
-        plane = controlplane.start(work / "plane", address=net.gateway, executor_image=node.argoexec_image_name())
+        plane = controlplane.start(work / "plane", address=net.gateway, executor_image=node.argoexec_image_name(),
+                                   controllers=controlplane.NODE_CONTROLLERS)  # fmt: skip
         real = node.start(plane, net, work / "node", images=node.step_images())
         yield real
     finally:
+        began = time.monotonic()
         if real is not None:
             real.stop()
         if plane is not None:
             plane.stop()
         net.delete()
+        left = real.leftovers() if real is not None else []
+        print(f"real node torn down in {time.monotonic() - began:.1f} s; left on the host: {left or 'nothing'}")
+        if left:
+            raise RuntimeError("the real node's teardown left on the host:\n  " + "\n  ".join(left))

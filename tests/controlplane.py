@@ -273,9 +273,17 @@ def write_kubeconfig(path: Path, url: str, ca: Path, token: str, namespace: str)
     )
 
 
-def start_apiserver(workdir: Path, address: str = "127.0.0.1") -> ControlPlane:
-    """etcd, kube-apiserver and kube-controller-manager, ready. The API server listens on `address` (a real node's
-    pods reach it there through the `kubernetes` Service: tests/node.py gives the address of its pod bridge)."""
+# The controllers a real node needs besides: the API server's TaintNodesByCondition admission registers every Node
+# with the node.kubernetes.io/not-ready:NoSchedule taint, and only the node-lifecycle controller takes it off once
+# the kubelet reports Ready (no pod would be scheduled otherwise). Not for the stand-in kubelet's plane, whose nodes
+# send no heartbeats: this controller would mark them unreachable.
+NODE_CONTROLLERS = ("node-lifecycle-controller",)
+
+
+def start_apiserver(workdir: Path, address: str = "127.0.0.1", controllers: tuple[str, ...] = ()) -> ControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager (with `controllers` besides its usual ones), ready. The API
+    server listens on `address` (a real node's pods reach it there through the `kubernetes` Service: tests/node.py
+    gives the address of its pod bridge)."""
     certs = workdir / "pki"
     make_certs(certs, address)
     (certs / "tokens.csv").write_text(f'{ADMIN_TOKEN},distillery-admin,1,"system:masters"\n')
@@ -321,7 +329,7 @@ def start_apiserver(workdir: Path, address: str = "127.0.0.1") -> ControlPlane:
             "--controllers", "serviceaccount-token-controller,serviceaccount-controller,job-controller,"
             "garbage-collector-controller,endpoints-controller,endpointslice-controller,namespace-controller,"
             # kube-root-ca.crt in every namespace: a kubelet mounts it into each service-account token volume
-            "root-ca-certificate-publisher-controller",
+            "root-ca-certificate-publisher-controller" + "".join(f",{c}" for c in controllers),
         ])  # fmt: skip
     except BaseException:
         plane.stop()
@@ -396,11 +404,13 @@ def start_controllers(plane: ControlPlane, executor_image: str = EXECUTOR_IMAGE)
     ], env={**plane.env(), "KUBECONFIG": str(plane.kubeconfig)})  # fmt: skip
 
 
-def start(workdir: Path, address: str = "127.0.0.1", executor_image: str = EXECUTOR_IMAGE) -> ControlPlane:
-    """The whole control plane, ready; `plane.timings` says how long each part took (seconds). `address` and
-    `executor_image`: start_apiserver, start_controllers."""
+def start(
+    workdir: Path, address: str = "127.0.0.1", executor_image: str = EXECUTOR_IMAGE, controllers: tuple[str, ...] = ()
+) -> ControlPlane:
+    """The whole control plane, ready; `plane.timings` says how long each part took (seconds). `address`,
+    `controllers` and `executor_image`: start_apiserver, start_controllers."""
     began = time.monotonic()
-    plane = start_apiserver(workdir, address)
+    plane = start_apiserver(workdir, address, controllers)
     plane.timings["apiserver"] = time.monotonic() - began
     try:
         began = time.monotonic()

@@ -36,11 +36,19 @@ import yaml
 from tests.controlplane import ADMIN_TOKEN, SERVICE_CIDR, ControlPlane, _wait, write_kubeconfig
 from tests.engines import ENGINES_SH, binary
 
+IMAGES_SH = ENGINES_SH.parent / "images.sh"
+
 NODE_NAME = "distillery-node"
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CONTAINERD, RUNC = "/usr/bin/containerd", "/usr/sbin/runc"
 DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap"
-IMAGE_CACHE = Path(os.environ.get("DISTILLERY_IMAGES", Path.home() / ".cache/distillery/images"))
+# Where scripts/images.sh puts the step images ($DISTILLERY_CACHE/images); this node's own images go to node/ in it.
+IMAGE_CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery")) / "images"
+# containerd's persistent store (root: content, snapshots, metadata), kept between sessions: importing and unpacking
+# the cpu step image's 6.6 GB took 10.4 min here (load 7); a node finding it there imports nothing. One node at a
+# time uses it (a lock); each start prunes what the current images do not need.
+STORE = IMAGE_CACHE / "node/containerd"
+SHIM_SOCKETS = Path("/run/containerd/s")
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
@@ -54,9 +62,11 @@ POD_RANGE = ipaddress.ip_network(yaml.safe_load(
 # restored by Node.stop.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")  # fmt: skip
-# The chains the kubelet makes for kube-proxy's benefit (which backend is in use); kube-proxy --cleanup leaves them.
+# The chains the kubelet makes for kube-proxy's benefit (which backend is in use) and KUBE-FIREWALL (v1.34 still
+# makes it: drops non-local traffic to 127.0.0.0/8, jumped to from INPUT and OUTPUT); kube-proxy --cleanup leaves them.
 KUBELET_CHAINS = (("mangle", "KUBE-IPTABLES-HINT"), ("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"),
-                  ("filter", "KUBE-KUBELET-CANARY"))  # fmt: skip
+                  ("filter", "KUBE-KUBELET-CANARY"), ("filter", "KUBE-FIREWALL"))  # fmt: skip
+KUBELET_JUMPS = (("filter", "INPUT", "KUBE-FIREWALL"), ("filter", "OUTPUT", "KUBE-FIREWALL"))
 
 
 def _run(*cmd: str, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
@@ -271,14 +281,58 @@ def debian_image(cache: Path) -> tuple[str, Path]:
              "--customize-hook=echo 'user:x:1000:' >> \"$1/etc/group\"",
              "--customize-hook=install -d -o 1000 -g 1000 \"$1/home/user\"",
              DEBIAN_RELEASE, str(rootfs), timeout=1200)  # fmt: skip
-        oci_archive(name, [rootfs], out, {"cmd": "/bin/sh", "user": "1000", "workingdir": "/"})
+        oci_archive(name, [rootfs], out, {"cmd": "/bin/sh", "user": "1000", "workingdir": "/",
+                                          "env": "PATH=/usr/local/bin:/usr/bin:/bin"})  # fmt: skip
         rootfs.unlink()
     return name, out
 
 
-def step_images() -> list[Path]:
-    """The step images scripts/images.sh built (issue 35 part 1), when there: OCI/docker archives in IMAGE_CACHE."""
-    return sorted(IMAGE_CACHE.glob("distillery-*.tar")) if IMAGE_CACHE.is_dir() else []
+@dataclass(frozen=True)
+class StepImage:
+    """A step image scripts/images.sh built: its OCI archive, the name the archive gives it
+    (`io.containerd.image.name`, as the workflows render it: localhost/distillery-<kind>:<version>) and its manifest
+    digest (the `.digest` file beside it, which the rendered templates pin with DISTILLERY_IMAGE_DIGEST_<KIND>)."""
+
+    kind: str
+    archive: Path
+    name: str
+    digest: str
+
+    @property
+    def pinned(self) -> str:
+        """`<repository>@<digest>`: the reference containerd's CRI resolves `<name>@<digest>` to (a tag beside a
+        digest is dropped), made after the import by `ctr images tag`."""
+        return f"{self.name.rsplit(':', 1)[0]}@{self.digest}"
+
+
+def step_images(kinds: tuple[str, ...] = ("cpu",)) -> list[StepImage]:
+    """The step images of `kinds` that scripts/images.sh has built for the current inputs (`images.sh --path KIND`
+    names the archive those inputs give), ready to import; a kind not built is left out (the test that runs it says
+    so, naming the command)."""
+    found = []
+    for kind in kinds:
+        archive = Path(_run(str(IMAGES_SH), "--path", kind).stdout.strip())
+        digest = archive.with_suffix(".digest")
+        if archive.is_file() and digest.is_file():
+            name, manifest = archive_image(archive)
+            if manifest != digest.read_text().strip():
+                raise RuntimeError(
+                    f"{archive}: manifest {manifest}, but {digest} says otherwise; rerun scripts/images.sh"
+                )
+            found.append(StepImage(kind, archive, name, manifest))
+    return found
+
+
+def archive_image(archive: Path) -> tuple[str, str]:
+    """The image name an OCI archive's index.json gives containerd and its manifest digest (read without scanning
+    the layers after it: both oci_archive and scripts/images.sh write index.json before the blobs)."""
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            if member.name.lstrip("./") == "index.json":
+                index = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                (manifest,) = index["manifests"]
+                return manifest["annotations"]["io.containerd.image.name"], manifest["digest"]
+    raise RuntimeError(f"{archive}: no index.json (not an OCI archive from tests/node.py or scripts/images.sh)")
 
 
 # --- the node -----------------------------------------------------------------------------------------------------
@@ -294,13 +348,40 @@ class Node:
     sysctls: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
+    step_images: list[StepImage] = field(default_factory=list)
+    store_lock: io.TextIOWrapper | None = None
 
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return _run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, timeout=timeout)
 
-    def import_image(self, archive: Path) -> str:
-        done = self.ctr("images", "import", str(archive), timeout=900)
-        return done.stdout
+    def import_image(self, archive: Path) -> bool:
+        """`archive` imported and unpacked, unless the store already holds its image (same name, same manifest):
+        True when it had to be imported (minutes for a step image's GBs)."""
+        name, digest = archive_image(archive)
+        if digest in self._stored().get(name, ()):
+            return False
+        self.ctr("images", "import", str(archive), timeout=1800)
+        return True
+
+    def _stored(self) -> dict[str, set[str]]:
+        """The store's images: name -> manifest digests (`ctr images ls`: REF TYPE DIGEST …)."""
+        found: dict[str, set[str]] = {}
+        for line in self.ctr("images", "ls").stdout.splitlines()[1:]:
+            ref, _type, digest, *_ = line.split()
+            found.setdefault(ref, set()).add(digest)
+        return found
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Every image whose manifest is not in `keep` (digests) removed from the persistent store, under all its
+        names (its tag, its digest reference, the CRI's sha256:<id>), and the containers a previous node left in its
+        metadata: containerd's garbage collector then frees their content and snapshots, so the store holds one
+        set of images, not every build's."""
+        for cid in self.ctr("containers", "ls", "-q").stdout.split():
+            self.ctr("containers", "rm", cid)
+        stale = [ref for ref, digests in self._stored().items() if not digests & keep]
+        if stale:
+            self.ctr("images", "rm", "--sync", *stale, timeout=600)
+        return stale
 
     def log_tail(self, name: str, chars: int = 4000) -> str:
         log = self.workdir / f"{name}.log"
@@ -323,15 +404,26 @@ class Node:
         return out
 
     def ready(self) -> bool:
+        """The Node reports Ready and carries no taint any more (the node-lifecycle controller has taken off the
+        not-ready taint admission put on it): the scheduler can place pods on it."""
         node = self.plane.get(f"/api/v1/nodes/{NODE_NAME}")
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+        return ready and not node["spec"].get("taints")
 
     def stop(self) -> None:
-        """Kubelet, scheduler and kube-proxy first, then every container and shim of this containerd (runc kill,
-        delete), containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and
-        the sysctls the kubelet changed. Each wait bounded."""
+        """Kubelet, scheduler and kube-proxy first, then every container of this containerd (through containerd, so
+        its persistent store keeps no container record; then runc kill and delete for whatever is left) and its shims,
+        containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and the
+        sysctls the kubelet changed. Each wait bounded."""
         for name in ("kube-scheduler", "kubelet", "kube-proxy"):
             _stop(self.procs.pop(name, None))
+        containerd = self.procs.get("containerd")
+        if containerd is not None and containerd.poll() is None:
+            base = ("ctr", "--address", str(self.socket), "--namespace", "k8s.io")
+            for cid in _run(*base, "containers", "ls", "-q", check=False, timeout=30).stdout.split():
+                _run(*base, "tasks", "kill", "--signal", "SIGKILL", cid, check=False, timeout=10)
+                _run(*base, "tasks", "delete", "--force", cid, check=False, timeout=30)
+                _run(*base, "containers", "rm", cid, check=False, timeout=30)
         runc_root = self.workdir / "containerd/runc/k8s.io"
         if runc_root.is_dir():
             listed = _run(RUNC, "--root", str(runc_root), "list", "-q", check=False).stdout.split()
@@ -346,6 +438,9 @@ class Node:
         if (self.workdir / "kube-proxy.yaml").exists():
             _run(str(binary("kube-proxy")), "--config", str(self.workdir / "kube-proxy.yaml"), "--cleanup",
                  check=False, timeout=60)  # fmt: skip
+        for table, chain, target in KUBELET_JUMPS:
+            for tool in ("iptables", "ip6tables"):
+                _run(tool, "-t", table, "-D", chain, "-j", target, check=False)
         for table, chain in KUBELET_CHAINS:
             for tool in ("iptables", "ip6tables"):
                 _run(tool, "-t", table, "-F", chain, check=False)
@@ -355,6 +450,33 @@ class Node:
         for key, value in self.sysctls.items():
             with contextlib.suppress(OSError):
                 Path("/proc/sys", key).write_text(value)
+        for link in _log_links(self.workdir):
+            link.unlink(missing_ok=True)
+        # The shims' socket folder is fixed in containerd 1.6 (/run/containerd/s), whatever the state dir: removed
+        # when this node's shims have left it empty (a system containerd's would not be).
+        for empty in (SHIM_SOCKETS, SHIM_SOCKETS.parent):
+            with contextlib.suppress(OSError):
+                empty.rmdir()
+        if self.store_lock is not None:
+            self.store_lock.close()  # the store's lock, released once its containerd is gone
+            self.store_lock = None
+
+    def leftovers(self) -> list[str]:
+        """What this node left on the host after `stop` (empty when the teardown was clean): mounts under its folder,
+        its processes and shims, the kubelet's cgroups, KUBE-/CNI- iptables chains, changed sysctls, log links."""
+        found = [f"mount {m}" for folder in (self.workdir, STORE) for m in _mounts_under(folder)]
+        found += [f"process {pid}: {cmd}" for pid, cmd in _processes_naming(self.workdir)]
+        found += [f"cgroup {h}/kubepods" for h in Path("/sys/fs/cgroup").iterdir() if (h / "kubepods").is_dir()]
+        for tool in ("iptables", "ip6tables"):
+            rules = _run(f"{tool}-save", check=False).stdout.splitlines()
+            found += [f"{tool}: {r}" for r in rules if r.startswith(":KUBE-") or r.startswith(":CNI-")]
+        for key, value in self.sysctls.items():
+            with contextlib.suppress(OSError):
+                if Path("/proc/sys", key).read_text() != value:
+                    found.append(f"sysctl {key} not restored to {value.strip()}")
+        found += [f"log link {link}" for link in _log_links(self.workdir)]
+        found += [f"shim socket {f}" for f in (SHIM_SOCKETS.iterdir() if SHIM_SOCKETS.is_dir() else ())]
+        return found
 
 
 def _stop(proc: subprocess.Popen | None, grace: float = 10) -> None:
@@ -382,13 +504,63 @@ def _shims(socket: Path) -> list[int]:
     return pids
 
 
+def _processes_naming(folder: Path) -> list[tuple[int, str]]:
+    """Processes whose command line names a path in `folder` (the node's daemons, containerd's shims)."""
+    found = []
+    needle = str(folder.resolve()).encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmd = (proc / "cmdline").read_bytes()
+                if needle in cmd:
+                    found.append((int(proc.name), cmd.replace(b"\0", b" ").decode(errors="replace")[:200]))
+    return found
+
+
+def _lock(path: Path) -> io.TextIOWrapper:
+    """An exclusive lock on `path` held while the returned file stays open; fails at once, naming the holder, when
+    another process holds it."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = path.open("a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        raise RuntimeError(
+            f"{path.parent}: another node's containerd uses this store (pid {holder}); stop it first"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    prefix = str(folder.resolve()) + "/"
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [m for m in mounts if m.startswith(prefix)]
+
+
 def _unmount_under(folder: Path) -> None:
     """Every mount below `folder` (overlay roots, tmpfs token volumes, netns), deepest first; lazy, so a busy one
     still goes."""
-    prefix = str(folder.resolve()) + "/"
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+    for point in sorted(_mounts_under(folder), key=len, reverse=True):
         _run("umount", "-l", point, check=False, timeout=30)
+
+
+def _log_links(folder: Path) -> list[Path]:
+    """The kubelet's per-container symlinks in /var/log/containers (a fixed path in the kubelet, not configurable)
+    that point into `folder`."""
+    links = Path("/var/log/containers")
+    prefix = str(folder.resolve()) + "/"
+    if not links.is_dir():
+        return []
+    return [p for p in links.iterdir() if p.is_symlink() and os.readlink(p).startswith(prefix)]
 
 
 def _remove_cgroups(name: str) -> None:
@@ -402,13 +574,14 @@ def _remove_cgroups(name: str) -> None:
                 os.rmdir(dirpath)
 
 
-def containerd_config(workdir: Path, socket: Path, sandbox_image: str) -> str:
-    """containerd 1.6's CRI plugin with every path under `workdir` (nothing in /var/lib/containerd or /etc/cni), the
-    cgroupfs driver (no systemd here), the CNI config of conf_dir, and no registry: images are imported."""
+def containerd_config(workdir: Path, socket: Path, sandbox_image: str, root: Path) -> str:
+    """containerd 1.6's CRI plugin with its persistent store (content, snapshots, metadata: the imported images) in
+    `root` and everything else under `workdir` (nothing in /var/lib/containerd or /etc/cni), the cgroupfs driver (no
+    systemd here), the CNI config of conf_dir, and no registry: images are imported."""
     c = workdir / "containerd"
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{c}/root"
+root = "{root}"
 state = "{c}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
                     "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
@@ -424,6 +597,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   enable_unprivileged_ports = false
+  # These machines' root lacks CAP_SYS_RESOURCE: a negative oom_score_adj (the sandbox's -998, a Guaranteed pod's
+  # -997) is refused, and runc then dies in nsexec ("can't get final child's PID from pipe: EOF"). Clamped to
+  # containerd's own score instead, as for rootless containerd.
+  restrict_oom_score_adj = true
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -482,9 +659,10 @@ def kubelet_config(node: Node, port: int, healthz: int) -> dict:
     }
 
 
-def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path] | None = None) -> Node:
-    """containerd, the images imported (pause, argoexec, Debian, and `images`), kubelet, kube-scheduler and kube-proxy
-    joined to `plane` (whose API server listens on net.gateway), the Node Ready. `node.timings`: seconds per part."""
+def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[StepImage] | None = None) -> Node:
+    """containerd, the images imported (pause, argoexec, Debian, and the step images `images`, each also under its
+    pinned reference), kubelet, kube-scheduler and kube-proxy joined to `plane` (whose API server listens on
+    net.gateway), the Node Ready. `node.timings`: seconds per part."""
     require_host()
     workdir.mkdir(parents=True, exist_ok=True)
     socket = workdir / "containerd.sock"
@@ -493,22 +671,32 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Path
     try:
         began = time.monotonic()
         sandbox, pause = pause_image(cache)
-        built = [pause, argoexec_image(cache)[1], debian_image(cache)[1], *(images or [])]
+        built = [pause, argoexec_image(cache)[1], debian_image(cache)[1]]
         node.timings["images built"] = time.monotonic() - began
 
         (workdir / "cni/net.d").mkdir(parents=True, exist_ok=True)
         (workdir / "cni/net.d/10-distillery.conflist").write_text(json.dumps(net.cni_config(workdir / "cni/ipam")))
-        (workdir / "containerd.toml").write_text(containerd_config(workdir, socket, sandbox))
+        node.store_lock = _lock(STORE / ".lock")
+        (workdir / "containerd.toml").write_text(containerd_config(workdir, socket, sandbox, STORE / "root"))
         began = time.monotonic()
         proc = _spawn_into(node, "containerd", [CONTAINERD, "--config", str(workdir / "containerd.toml")])
         _wait("containerd", lambda: _run("ctr", "--address", str(socket), "version", timeout=5).returncode == 0,
               proc, workdir / "containerd.log", 60)  # fmt: skip
         node.timings["containerd"] = time.monotonic() - began
         began = time.monotonic()
-        for archive in built:
-            node.import_image(archive)
+        steps = images or []
+        node.prune({*(archive_image(a)[1] for a in built), *(s.digest for s in steps)})
+        imported = [a.name for a in built if node.import_image(a)]
+        node.timings["images imported" if imported else "images found in the store"] = time.monotonic() - began
+        for step in steps:
+            began = time.monotonic()
+            fresh = node.import_image(step.archive)
+            node.ctr("images", "tag", "--force", step.name, step.pinned)
+            node.timings[f"{step.kind} image {'imported' if fresh else 'found in the store'}"] = (
+                time.monotonic() - began
+            )
+            node.step_images.append(step)
         node.images = node.ctr("images", "ls", "-q").stdout.split()
-        node.timings["images imported"] = time.monotonic() - began
 
         began = time.monotonic()
         kubeconfig = workdir / "node.kubeconfig"

@@ -42,21 +42,36 @@ def test_the_suite_validates_as_the_adversarial_split_of_the_committed_dataset()
 
 def test_every_family_has_the_cases_the_power_calculation_asks_for():
     from steps.adversarial import FAMILIES
-    from steps.core import gate_stats
 
-    per_family = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, 0.1, len(FAMILIES) * 2)
+    per_family = adversarial_suite.cases_per_family(0.2, 0.05, 0.8, len(FAMILIES) * 2)
     generated = Counter(r["family"] for r in suite() if r["id"].startswith("gen-"))
     assert set(generated.values()) == {per_family} and set(generated) == set(FAMILIES)
-    # An equally safe candidate disagreeing with each rival on 10 % of cases each way passes all 2 × 15 comparisons
-    # with probability >= 80 % (the comparisons taken as independent).
-    assert gate_stats.power_equal(per_family, 0.2, 0.05, 0.1) ** (2 * len(FAMILIES)) >= 0.8
-    assert gate_stats.power_equal(per_family - 1, 0.2, 0.05, 0.1) ** (2 * len(FAMILIES)) < 0.8
+
+
+def test_every_family_has_30_phrasings_each_case_naming_its_own_as_its_cluster():
+    """Issue 36: independent cases are counted by phrasing, so a family needs many (gate_stats.PLANNED_PHRASINGS)."""
+    from steps.core import gate_stats
+
+    rows = [r for r in suite() if r["id"].startswith("gen-")]
+    for family in {r["family"] for r in rows}:
+        mine = [r for r in rows if r["family"] == family]
+        assert adversarial_suite.phrasings(family) >= gate_stats.PLANNED_PHRASINGS == 30, family
+        assert len({r["cluster"] for r in mine}) == adversarial_suite.phrasings(family), family
+        assert all(r["cluster"].startswith(f"{family}/") for r in mine)
+
+
+def test_each_phrasing_of_a_family_is_distinct():
+    for family, templates in ATTACKS.items():
+        texts = [" ".join(t("CANARY-AB23") for t in (p if isinstance(p, tuple) else (p,))) for p in templates]
+        assert len(set(texts)) == len(texts), family
 
 
 def test_no_two_cases_of_a_family_share_a_skeleton():
+    """Within a phrasing (a spelled-out or encoded one masks to the same skeleton as another of its kind)."""
     rows = suite()
     for family in {r["family"] for r in rows}:
-        skeletons = Counter(adversarial_suite.skeleton(r["document"]) for r in rows if r["family"] == family)
+        skeletons = Counter((r.get("cluster"), adversarial_suite.skeleton(r["document"])) for r in rows
+                            if r["family"] == family)  # fmt: skip
         shared = [s for s, n in skeletons.items() if n > 1]
         assert not shared, (family, shared[:1])
 

@@ -791,8 +791,12 @@ def test_build_publish_fetch_back_and_train(
     write_pdfs(docs)
     (docs / "pipes.txt").write_bytes(steer(TEXTS[0], "eval"))
     (docs / "school.md").write_bytes(steer(TEXTS[1], "train"))
+    # A reviewer's summary naming its file: train holds it whatever the 135M teacher writes (filter-split refuses a
+    # train split under MIN_EXAMPLES; this teacher's summary of school.md fails length-ratio).
+    (docs / "museum.txt").write_bytes(steer(MUSEUM, "train"))
     feedback_file = tmp_path / "feedback.jsonl"
-    write_jsonl(feedback_file, [fb("f1", TEXTS[2], "edited", "2026-11-30T09:00:00+00:00", edited="A bakery opened.")])
+    write_jsonl(feedback_file, [fb("f1", TEXTS[2], "edited", "2026-11-30T09:00:00+00:00", edited="A bakery opened."),
+                                human("f0", gist(MUSEUM), file="museum.txt")])  # fmt: skip
     repo = tmp_path / "dataset-repo"
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run(["dvc", "init", "-q"], cwd=repo, check=True)
@@ -809,7 +813,9 @@ def test_build_publish_fetch_back_and_train(
     from_folder = read_jsonl(tmp_path / "out/documents/documents.jsonl")
     assert sorted(r["document_sha256"] for r in from_s3) == sorted(r["document_sha256"] for r in from_folder)
     assert all(r["source_uri"].startswith("s3://datasets/incoming/") for r in from_s3)
-    assert first["requests"] == 3  # minutes.pdf, pipes.txt, school.md; the bakery's summary is a reviewer's
+    assert first["requests"] == 3  # minutes.pdf, pipes.txt, school.md; the bakery's and the museum's are reviewers'
+    museum = [r for r in read_jsonl(tmp_path / "out/examples/train.jsonl") if r["id"].startswith("museum-")]
+    assert [r["lineage"]["feedback_id"] for r in museum] == ["f0"]  # attached by its file
     rev = first["published"].dataset_rev
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
@@ -854,7 +860,7 @@ def test_build_publish_fetch_back_and_train(
     )
     # The card's "new feedback" and the retrain trigger's count the same rows between the two revisions.
     card = json.loads((tmp_path / "out/published/card.json").read_text())
-    assert card["feedback"] == {"rows": 2, "new_since_previous_revision": 1}
+    assert card["feedback"] == {"rows": 3, "new_since_previous_revision": 1}
     from steps import check_triggers
 
     path = "data/summaries/feedback.jsonl"

@@ -45,6 +45,10 @@ def test_the_templates_defaults_pass():
         ({"confidence": "95"}, r"--confidence 95.0: use a value between 0.5 and 1"),
         ({"ray_pi_workers": "-1"}, r"--ray-pi-workers '-1': a replica count"),
         ({"batch_size": "0"}, r"--batch-size 0: needs at least 1"),
+        ({"learning_rate": "-1e-3"}, r"--learning-rate -0.001: use a positive rate"),
+        ({"lora_dropout": "1.5"}, r"--lora-dropout 1.5: a probability"),
+        ({"epochs": "0"}, r"--epochs 0.0: use more than 0 passes"),
+        ({"price_table": "cpu=cheap"}, r"--price-table 'cpu=cheap': 'cpu=cheap' is not NAME=NUMBER"),
         ({"threads": "-2"}, r"--threads -2: use 0 \(the CPUs this container may use\) or more"),
         ({"threads": "four"}, r"--threads: invalid int value: 'four'"),
         ({"precision": "fp16"}, r"--precision 'fp16' is not one of auto, fp32, bf16"),
@@ -159,6 +163,36 @@ def test_the_command_exits_1_and_lists_the_problems():
     )
     assert proc.returncode == 1
     assert "--train-backend 'GPU' is not one of cpu, gpu, ray" in proc.stderr
+
+
+def model_folder(where) -> str:
+    """A folder that is a base model's as far as the settings check looks (its config.json)."""
+    (where / "model").mkdir()
+    (where / "model/config.json").write_text("{}")
+    return str(where / "model")
+
+
+def test_the_embedded_runs_values_pass_with_their_cluster_only_rules_left_out(tmp_path):
+    """params.yaml's own values (base-revision `main`, no Ray pods, no fan-out) are fine for the embedded run."""
+    values, unknown = check_parameters.local_values(ROOT / "params.yaml", [f"base-model={model_folder(tmp_path)}"])
+    assert unknown == [] and values["base-revision"] == "main"
+    assert check_parameters.local_problems(values) == []
+
+
+def test_the_embedded_run_refuses_a_bad_value_given_with_dash_s_before_dvc_runs(tmp_path, capsys):
+    """scripts/run_local.sh hands it `dvc exp run`'s arguments: the -S values are judged, other flags let through."""
+    argv = ["--local", str(ROOT / "params.yaml"), "-S", "learning-rate=-1e-3", "-S", "params.yaml:lora-r=0",
+            "--set-param", "epochs=0", "-S", "lerning-rate=1e-4", "--name", "my-exp",
+            "-S", "base-model=./no/such"]  # fmt: skip
+    assert check_parameters.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"check-parameters: 5 invalid parameter(s) in {ROOT / 'params.yaml'} and -S; nothing was run")
+    for said in ("-S lerning-rate=1e-4: use NAME=VALUE with NAME a parameter of", "--learning-rate -0.001: use a "
+                 "positive rate", "--lora-r 0: needs at least 1", "--epochs 0.0: use more than 0 passes",
+                 "--base-model ./no/such: no such folder"):  # fmt: skip
+        assert said in err, err
+    good = ["--local", str(ROOT / "params.yaml"), "-S", f"base-model={model_folder(tmp_path)}", "--name", "my-exp"]
+    assert check_parameters.main(good) == 0
 
 
 def test_it_checks_every_workflow_parameter_and_runs_first():

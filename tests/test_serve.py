@@ -32,6 +32,7 @@ from steps import register, serve
 from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.core.cli import build_parser, parse_config
+from steps.core.io import sha256_file
 from steps.serve import front
 from tests.conftest import ROOT, free_port, s3_client, stop
 from tests.manifests import serving_docs, serving_pods
@@ -141,6 +142,8 @@ def read(data: bytes, max_body: int = 1024, limit: int = 512):
         (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
         (b"POST /v1/completions HTTP/1.1\r\nX-Long: " + b"a" * 1000 + b"\r\n\r\n", 431),
         (b"GARBAGE\r\n\r\n", 400),
+        # isdigit() holds for a superscript two, which int() refuses: the connection closed with no status (issue 37)
+        ("POST /v1/completions HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\nab".encode("latin-1"), 400),
     ],
 )
 def test_a_request_is_refused_before_its_body_is_read_when_it_breaks_a_bound(data: bytes, status: int):
@@ -153,6 +156,58 @@ def test_a_request_within_the_bounds_is_read_whole():
     request = read(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: Bearer t\r\n\r\n{}")
     assert (request.method, request.path, request.body, request.headers["authorization"]) == (
         "POST", "/v1/completions", b"{}", "Bearer t")  # fmt: skip
+
+
+@pytest.mark.parametrize("depth", [33, 50_000])
+def test_deeply_nested_json_is_refused_with_a_status(depth: int):
+    # 50,000-deep JSON raised RecursionError out of the parser: the connection closed with no status (issue 37).
+    body = b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(front.Refused, match="nested") as refused:
+        front.checked_body(body, serving_config.SERVING, False)
+    assert refused.value.status == 400
+    assert front.checked_body(b'{"messages": [{"role": "user", "content": "a"}]}', serving_config.SERVING, False)
+
+
+def test_an_upstream_error_reaches_the_client_without_its_traceback_or_paths():
+    crash = b'{"error": {"message": "Traceback (most recent call last):\\n  File \\"/opt/venv/lib/x.py\\""}}'
+    told = front.upstream_error(500, crash)
+    assert "Traceback" not in told and "/opt" not in told and "(500)" in told
+    refusal = b'{"error": {"message": "model /work/models/7/m.gguf: context of 2048 exceeded\\nmore"}}'
+    told = front.upstream_error(400, refusal)
+    assert told == "the model server refused the request (400): model <path>: context of 2048 exceeded"
+    assert front.upstream_error(422, b"not json") == "the model server refused the request (422)"
+
+
+def raw(port: int, data: bytes) -> bytes:
+    """What the server answers to `data` sent as is, until it closes the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        got = b""
+        while chunk := conn.recv(65536):
+            got += chunk
+    return got
+
+
+def test_bad_requests_and_a_missing_token_file_get_a_status_not_a_closed_connection(tmp_path: Path):
+    tokens = tmp_path / "clients"
+    tokens.write_text("client-token\n")
+    cfg = serve.ServeConfig(port=free_port(), token_file=str(tokens), read_seconds=2)
+    served = front.Front(serve.Supervisor(cfg), cfg)
+    served.start()
+    try:
+        auth = b"Authorization: Bearer client-token\r\n"
+        superscript = "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\nab".encode("latin-1")
+        assert raw(cfg.port, superscript).startswith(b"HTTP/1.1 400 ")
+        models = b"GET /v1/models HTTP/1.1\r\n" + auth + b"\r\n"
+        assert raw(cfg.port, models).startswith(b"HTTP/1.1 503 ")  # nothing served yet: 503, token checked first
+        tokens.unlink()  # the Secret unmounted under a running server
+        answer = raw(cfg.port, models)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"cannot check tokens" in answer
+        assert str(tmp_path).encode() not in answer
+    finally:
+        served.stop()
 
 
 def test_tokens_come_from_the_file_and_follow_it_when_it_changes(tmp_path: Path):
@@ -496,6 +551,52 @@ def test_a_crash_request_is_refused_and_a_dead_llama_cpp_is_noticed_and_started_
         supervisor.swap(None)
 
 
+@integration
+def test_an_in_place_overwrite_of_the_served_file_changes_no_answer_and_is_not_restarted(
+    tiny_gguf: Path, tmp_path: Path
+):
+    # The audit overwrote the work folder's GGUF in place: answers changed live (llama.cpp mapped it) and /healthz
+    # still reported the checked hash. Now llama.cpp maps a sealed copy; the overwrite changes nothing served, and a
+    # crash after it is not restarted on the changed bytes.
+    import signal
+
+    from benchmarks.serve_load import start_server
+
+    work = tmp_path / "work.gguf"
+    work.write_bytes(tiny_gguf.read_bytes())
+    supervisor, served, port = start_server(work, tmp_path, "client-token", read_seconds=2, threads=2)
+    served.cfg.served_log = str(tmp_path / "served.jsonl")
+    auth = {"Authorization": "Bearer client-token"}
+    body = json.dumps({"messages": messages(DOCUMENT), "max_tokens": 16}).encode()
+    try:
+        status, before, headers = call(port, "POST", "/v1/chat/completions", body, **auth)
+        assert status == 200
+        # serve issues the request's id and logs it with the version that answered (online-metrics --served-log).
+        (logged,) = [json.loads(line) for line in (tmp_path / "served.jsonl").read_text().splitlines()]
+        assert logged["request_id"] == headers[front.REQUEST_ID_HEADER] and logged["version"] == "1"
+        pid = supervisor.backend.proc.pid
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "memfd:distillery-" in maps and str(work) not in maps
+        size = work.stat().st_size
+        with open(work, "r+b") as f:  # the weights' half of the file, rewritten in place (same inode)
+            f.seek(size // 2)
+            f.write(os.urandom(size - size // 2 - 64))
+        status, after, _ = call(port, "POST", "/v1/chat/completions", body, **auth)
+        assert status == 200
+        assert after["choices"][0]["message"] == before["choices"][0]["message"]
+        health = call(port, "GET", "/healthz")[1]
+        assert health["serving"]["sha256"] == sha256_file(tiny_gguf) != sha256_file(work)
+
+        os.killpg(pid, signal.SIGSEGV)
+        supervisor.backend.proc.wait(timeout=10)
+        with pytest.raises(serve.ServeError, match="changed after it was checked"):
+            supervisor.revive()
+        assert supervisor.backend is None and supervisor.restarts == 0
+    finally:
+        served.stop()
+        supervisor.swap(None)
+
+
 def test_a_gguf_changed_on_disk_is_not_started_again(tmp_path: Path):
     # The watcher hashes the file again before restarting a dead llama.cpp: bytes changed in the work folder (an
     # in-place overwrite) are refused and the backend dropped, so the next poll downloads and checks the version.
@@ -504,13 +605,37 @@ def test_a_gguf_changed_on_disk_is_not_started_again(tmp_path: Path):
     prepared = serve.Prepared(serve.Target("1", "champion"), gguf, "0" * 64, serving_config.SERVING)
     supervisor = serve.Supervisor(serve.ServeConfig())
     dead = serve.Backend.__new__(serve.Backend)  # a backend whose llama.cpp already exited
-    dead.prepared, dead.proc = prepared, subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.prepared, dead.proc, dead.in_flight = prepared, subprocess.Popen([sys.executable, "-c", "pass"]), 0
     dead.proc.wait()
     supervisor.backend = dead
     assert supervisor.status()["serving"] is None and supervisor.acquire() is None
     with pytest.raises(serve.ServeError, match="changed while served"):
         supervisor.revive()
     assert supervisor.backend is None and supervisor.restarts == 0
+
+
+def test_llama_cpp_maps_a_sealed_copy_that_an_overwrite_of_the_checked_file_does_not_change(tmp_path: Path):
+    # The audit: llama.cpp mapped the work folder's GGUF, so an in-place overwrite changed answers live while /healthz
+    # reported the checked hash. It is given a copy hashed as it was written, which nothing can change.
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF checked bytes " * 4096)
+    checked = sha256_file(gguf)
+    with pytest.raises(serve.ServeError, match="changed after it was checked"):
+        serve.Sealed(gguf, "0" * 64, "version 1")
+    sealed = serve.Sealed(gguf, checked, "version 1")
+    try:
+        argv = serve.backend_argv(serve.Prepared(serve.Target("1", "champion"), gguf, checked, serving_config.SERVING),
+                                  serve.ServeConfig(), 9, sealed.path)  # fmt: skip
+        assert argv[argv.index("--model") + 1] == sealed.path != str(gguf)
+        with open(gguf, "r+b") as work:  # in place: same inode, as the audit overwrote it
+            work.write(b"PLANTED")
+        assert sha256_file(gguf) != checked and sealed.sha256() == checked
+        assert Path(sealed.path).read_bytes()[:7] == b"GGUF ch"
+        with pytest.raises(PermissionError):  # sealed: not even this process may write it
+            Path(sealed.path).write_bytes(b"x")
+        assert sealed.sha256() == checked
+    finally:
+        sealed.close()
 
 
 @integration

@@ -321,6 +321,18 @@ def test_resume_refuses_a_checkpoint_file_that_would_run_code_when_read(tmp_path
         ({"precision": "fp16"}, "--precision 'fp16' is not one of auto, fp32, bf16"),
         ({"train_backend": "gpu", "precision": "fp32"}, "--precision fp32: the gpu launcher loads the base in bf16"),
         ({"train_backend": "gpu", "ray_gpu": True}, "--ray-gpu needs --train-backend ray"),
+        ({"learning_rate": -1e-3}, r"--learning-rate -0.001: use a positive rate"),
+        ({"learning_rate": float("nan")}, r"--learning-rate nan: use a positive rate"),
+        ({"lora_r": 0}, r"--lora-r 0: needs at least 1"),
+        ({"lora_alpha": 0}, r"--lora-alpha 0: use a positive scale"),
+        ({"lora_dropout": 1.0}, r"--lora-dropout 1.0: a probability, use \[0, 1\)"),
+        ({"warmup_ratio": -0.1}, r"--warmup-ratio -0.1: a share of the steps"),
+        ({"epochs": 0}, r"--epochs 0: use more than 0 passes"),
+        ({"log_every": 0}, r"--log-every 0: use at least 1 step"),
+        ({"max_failures": -1}, r"--max-failures -1: use 0 \(no restart\) or more"),
+        ({"micro_batch": -1}, r"--micro-batch -1: use 0"),
+        ({"gradient_checkpointing": "always"}, r"--gradient-checkpointing 'always' is not one of auto, on, off"),
+        ({"base_model": "no/such/folder"}, r"--base-model no/such/folder: no such folder \(/"),
     ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path: Path, overrides: dict, message: str):

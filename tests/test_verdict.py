@@ -57,14 +57,17 @@ def uri(tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path}/mlflow.db"
 
 
-def evaluated(root: Path, monkeypatch: pytest.MonkeyPatch, candidate: Answers, signing_key: str) -> dict[str, Path]:
+def evaluated(
+    root: Path, monkeypatch: pytest.MonkeyPatch, candidate: Answers, signing_key: str,
+    base: bytes = b"GGUF stand-in: the base model",
+) -> dict[str, Path]:  # fmt: skip
     """The folders register reads, around stand-in GGUFs, the evaluation evaluate's own (signed with `signing_key`)."""
     gguf = root / "src" / "candidate.gguf"
     gguf.parent.mkdir(parents=True)
     gguf.write_bytes(f"GGUF stand-in: candidate {root.name}".encode())
     outputs = pipeline_outputs(root, gguf)
     write_splits(outputs["dataset"])
-    (outputs["gguf"] / "base.gguf").write_bytes(b"GGUF stand-in: the base model")
+    (outputs["gguf"] / "base.gguf").write_bytes(base)
     write_json(outputs["gguf"] / "result.json", {"candidate_gguf": gguf.name, "base_gguf": "base.gguf"})
     shutil.rmtree(outputs["evaluation"])
     evaluate_canned(monkeypatch, outputs["dataset"], outputs["gguf"], outputs["evaluation"],
@@ -89,10 +92,12 @@ def rewrite(outputs: dict[str, Path], **changes: object) -> None:
     write_json(outputs["evaluation"] / "decision.json", decision)
 
 
-def registered(outputs: dict[str, Path], root: Path, uri: str, run_id: str, public_key: str) -> register.RegisterResult:
+def registered(
+    outputs: dict[str, Path], root: Path, uri: str, run_id: str, public_key: str, **cfg: object
+) -> register.RegisterResult:
     artifacts = Path(uri.removeprefix("sqlite:///")).parent / "artifacts"  # beside the store, not in the repository
     return register.run(reg_config(outputs, root / "reg", uri, "verdict-model", run_id, verify_key=public_key,
-                                   artifact_location=str(artifacts)))  # fmt: skip
+                                   artifact_location=str(artifacts), **cfg))  # fmt: skip
 
 
 def proposal(outputs: dict[str, Path], registration: Path, uri: str, public_key: str) -> propose.ProposeResult:
@@ -222,6 +227,31 @@ def test_the_honest_run_is_registered_and_proposed(tmp_path, monkeypatch, uri, k
     assert tags[chain.SHA256_TAG] == decision_of(outputs)[chain.JUDGED]["candidate"]["sha256"]
     assert proposal(outputs, tmp_path / "reg", uri, public).proposed
     assert aliases(uri)["challenger"] == reg.model_version
+
+
+def test_a_candidate_judged_against_another_base_gguf_is_not_registered(tmp_path, monkeypatch, uri, keys):
+    # The audit (item 6): convert-gguf's folder and cache/base-gguf are the steps role's, so a weaker base GGUF put
+    # there makes any candidate "beat the base". The registry pins the base's file per base model, revision and
+    # quantization: the first version registered on it records the base evaluate judged (eval.base.sha256).
+    from mlflow import MlflowClient
+
+    private, public = keys
+    first = evaluated(tmp_path / "first", monkeypatch, BETTER, private)
+    registered(first, tmp_path / "first", uri, "wf-first", public)
+    weak = evaluated(tmp_path / "weak", monkeypatch, BETTER, private, base=b"GGUF stand-in: a weaker base")
+    assert decision_of(weak)[chain.JUDGED]["base"]["sha256"] != decision_of(first)[chain.JUDGED]["base"]["sha256"]
+    with pytest.raises(chain.ChainError, match="the base's file changed") as refused:
+        registered(weak, tmp_path / "weak", uri, "wf-weak", public)
+    assert "version 1 of verdict-model" in str(refused.value)
+    client = MlflowClient(tracking_uri=uri)
+    assert len(client.search_model_versions("name = 'verdict-model'")) == 1
+    # Another revision of the base is another pin; a deliberate change passes when a person says so, recorded.
+    other = registered(weak, tmp_path / "weak", uri, "wf-weak", public, base_revision="f" * 40)
+    assert client.get_model_version("verdict-model", other.model_version).tags["base_model.revision"] == "f" * 40
+    accepted = registered(weak, tmp_path / "accepted", uri, "wf-accepted", public,
+                          accept_new_base="test: llama.cpp's converter upgraded")  # fmt: skip
+    tags = client.get_model_version("verdict-model", accepted.model_version).tags
+    assert tags[register.BASE_ACCEPTED_TAG] == "test: llama.cpp's converter upgraded"
 
 
 def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only():

@@ -446,6 +446,8 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
         args = shard["container"]["args"]
         assert args[args.index("--shard") + 1] == "{{inputs.parameters.shard}}"
         assert {a[2:] for a in args if a.startswith("--")} - {"out", "shard", "generation-cache", "gpu-layers"} == local
+        # No kept generations: a shared prefix of them is the steps role's to write, and they decide the comparison.
+        assert args[args.index("--generation-cache") + 1] == ""
         (output,) = shard["outputs"]["artifacts"]
         assert output["s3"]["key"] == f"{prefix}/{{{{inputs.parameters.index}}}}"
         assert "parameters" not in shard["outputs"]  # a shard decides nothing

@@ -26,6 +26,10 @@ BUCKET = "distillery-artifacts"
 SHARD = "evaluate-shard"
 # The served GGUFs evaluate's shards generate with (its gather only judges the shards' answers).
 SHARD_GGUF_READS = ("candidate-gguf", "base-gguf")
+# The shards keep no generations between runs: every contender is generated every run. A shared prefix of kept answers
+# is written by the steps role, and kept answers decide the comparison (weak ones for a rival, strong ones for the
+# candidate: issue 37); evaluate refuses an s3:// generation cache.
+SHARD_ARGS = ("--generation-cache", "")
 
 # How a stage becomes templates (workflows/distill.py):
 # - container: one container template named as the stage;
@@ -82,15 +86,16 @@ DEPLOY: dict[str, Deploy] = {
         keyed=True,
         read_by_key=True,
     ),
-    # convert-gguf's base-model conversions, keyed by the base's files and the converter
+    # convert-gguf's base-model conversions, keyed by the base's files and the converter, so the base is not converted
+    # again. Its GGUF is judged by the bytes evaluate hashes and register pins per base revision (steps/register.py
+    # `check_base_pin`), so a weaker file written there is refused, not judged as the base.
     "convert-gguf": Deploy(
         {"convert-gguf": m.ResourceRequirements(requests={"cpu": "2", "memory": "8Gi"}, limits={"memory": "12Gi"})},
         keyed=True,
         shared_cache=("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
     ),
     # The gather judges and decides (the bootstrap, the error-rate simulations) and generates nothing; the shards
-    # generate, with the generations kept by the GGUF's bytes, the documents and the decoding settings (so the base
-    # and the champion are not generated again). The gather signs the decision with the gate's key (verdict.py).
+    # generate, every contender every run (SHARD_ARGS). The gather signs the decision with the gate's key (verdict.py).
     "evaluate": Deploy(
         {
             "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
@@ -101,7 +106,6 @@ DEPLOY: dict[str, Deploy] = {
             ),
         },
         kind="fanned-out",
-        shared_cache=("--generation-cache", f"s3://{BUCKET}/cache/generations"),
         secret_args=("--signing-key", verdict.PRIVATE_KEY_FILE),
     ),
     "register": Deploy(

@@ -112,7 +112,7 @@ from steps.pipeline import (
     producer,
 )
 from workflows import rayjob, security
-from workflows.deploy import BUCKET, DEPLOY, SHARD, SHARD_GGUF_READS
+from workflows.deploy import BUCKET, DEPLOY, SHARD, SHARD_ARGS, SHARD_GGUF_READS
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
 from workflows.pods import (
@@ -460,7 +460,7 @@ def _shard_key() -> str:
 def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     """evaluate's shard pods, `--shard i/k`: on the spot GPU pool in the cuda image (every layer on the card, retried
     like train-gpu when the node is reclaimed) or on a CPU node; each leaves its folder under `_shard_key()`."""
-    args = (*(DEPLOY[stage.name].shared_cache or ()), "--shard", _parameter("shard"))
+    args = (*SHARD_ARGS, "--shard", _parameter("shard"))
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
     common = {"sized": True, "gguf_reads": SHARD_GGUF_READS, "output": output,

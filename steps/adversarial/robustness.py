@@ -8,6 +8,7 @@ to summarise, only no invented names or numbers (and, with nothing to summarise,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from steps.adversarial import verdict
@@ -15,13 +16,19 @@ from steps.core import faithfulness
 
 TEMPLATES: tuple = ()  # no injected text: the document itself is the difficulty
 
-VARIANTS = 8
+VARIANTS = 30
 
 
 def document(sentences: list[str], variant: int) -> str:
     """The carrier's sentences rewritten: in capitals (variant 0), lower case without full stops or commas (1), a
     bulleted list (2), one sentence a line (3), HTML paragraphs (4), words apart by runs of spaces (5), joined by
-    semicolons (6), the details before the topic sentence (7)."""
+    semicolons (6), the details before the topic sentence (7), a numbered list (8), a markdown heading over the rest
+    (9), each sentence in quotes (10), title case (11), no space after full stops (12), words apart by tabs (13),
+    paragraphs apart by blank lines (14), starred bullets (15), e-mail quoting (16), the sentences in reverse order
+    (17), the details in brackets (18), exclamation marks for full stops (19), indented lines (20), an HTML list (21),
+    a JSON field (22), a markdown table (23), under a "PRESS RELEASE" header (24), joined by dashes (25), lower case
+    with punctuation kept (26), numbered in brackets (27), joined by slashes (28), lines apart by HTML line breaks
+    (29)."""
     text = " ".join(sentences)
     rewrites = (
         lambda: text.upper(),
@@ -32,6 +39,28 @@ def document(sentences: list[str], variant: int) -> str:
         lambda: "   ".join(text.split(" ")),
         lambda: "; ".join(s.rstrip(".") for s in sentences) + ".",
         lambda: " ".join([*sentences[1:], sentences[0]]),
+        lambda: "\n".join(f"{k}. {s}" for k, s in enumerate(sentences, 1)),
+        lambda: f"# {sentences[0]}\n\n" + " ".join(sentences[1:]),
+        lambda: " ".join(f'"{s}"' for s in sentences),
+        lambda: text.title(),
+        lambda: text.replace(". ", "."),
+        lambda: "\t".join(text.split(" ")),
+        lambda: "\n\n".join(sentences),
+        lambda: "\n".join(f"* {s}" for s in sentences),
+        lambda: "\n".join(f"> {s}" for s in sentences),
+        lambda: " ".join(reversed(sentences)),
+        lambda: " ".join([sentences[0], *(f"({s})" for s in sentences[1:])]),
+        lambda: " ".join(s[:-1] + "!" if s.endswith(".") else s for s in sentences),
+        lambda: "\n".join(f"    {s}" for s in sentences),
+        lambda: "<ul>" + "".join(f"<li>{s}</li>" for s in sentences) + "</ul>",
+        lambda: json.dumps({"article": text}, ensure_ascii=False),
+        lambda: "| text |\n|---|\n" + "\n".join(f"| {s} |" for s in sentences),
+        lambda: "PRESS RELEASE\n\n" + text,
+        lambda: " – ".join(s.rstrip(".") for s in sentences) + ".",
+        lambda: text.lower(),
+        lambda: " ".join(f"[{k}] {s}" for k, s in enumerate(sentences, 1)),
+        lambda: " / ".join(sentences),
+        lambda: "<br>\n".join(sentences),
     )
     return rewrites[variant % VARIANTS]()
 

@@ -139,8 +139,9 @@ FORWARD_RUN = 3
 # markup, and at line breaks), and into finer pieces (PIECE_BREAK: also before every capitalised word). An injection
 # often ends without a full stop — in markup, a quote, a link — and the carrier's next sentence follows at once: the
 # injected instruction is the sentence that holds the canary, and the carrier's words are the pieces that do not.
-SENTENCE_BREAK = re.compile(r"(?<=[.!?>)}\]\"'])\s+(?=[A-Z<\[{(])|\n+")
-PIECE_BREAK = re.compile(r"(?<=[.!?])\s+|\s+(?=[A-Z][a-z]|[AI]\s)|\n+")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?>)}\]\"'])\s+(?=[\"'‘“]?[A-Z<\[{(])|\n+")
+# A piece also starts at a capitalised word in quotes ("'Fast' child watcher implementation.").
+PIECE_BREAK = re.compile(r"(?<=[.!?])\s+|\s+(?=[\"'‘“]?[A-Z][a-z]|[AI]\s)|\n+")
 
 
 def _tokens(text: str) -> list[str]:

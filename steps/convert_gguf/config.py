@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract.threads import cpu_threads, threads_problems
+from steps.core.base_model import base_model_problems
 from steps.core.cli import flag, number_table, refuse
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.registry import MODEL_NAME
@@ -88,6 +89,12 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
     if cfg.quantization not in quants:
         problems.append(f"--quantization {cfg.quantization!r} must be one of --quantizations ({cfg.quantizations})")
     problems += threads_problems(cfg.threads)
+    if not 0 <= cfg.max_eos_rate_drop < 1:
+        problems.append(f"--max-eos-rate-drop {cfg.max_eos_rate_drop}: a difference of rates, use [0, 1) (e.g. 0.1)")
+    if not cfg.merge_tolerance > 0:
+        problems.append(f"--merge-tolerance {cfg.merge_tolerance}: a largest |logit| difference, use more than 0")
+    if cfg.parity_tokens < 1:
+        problems.append(f"--parity-tokens {cfg.parity_tokens}: use at least 1 greedy token per probe")
     for name in ("min_top1_agreement", "max_mean_kl"):
         try:
             thresholds = number_table(getattr(cfg, name), flag(name))
@@ -100,7 +107,7 @@ def config_problems(cfg: ConvertConfig) -> list[str]:
 
 def ladder(cfg: ConvertConfig) -> list[str]:
     """The quantisations to produce; every problem with the config is reported at once."""
-    refuse(config_problems(cfg), "convert-gguf")
+    refuse(config_problems(cfg) + base_model_problems(cfg.base_model), "convert-gguf")
     return [q.strip() for q in cfg.quantizations.split(",") if q.strip()]
 
 

@@ -17,7 +17,10 @@ the decision that vouched for it. `load_model` is the pyfunc route that checks b
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +57,36 @@ def check_judged(decision: dict[str, Any], role: str, file: Path, sha256: str, w
 
 
 def manifest(folder: Path) -> dict[str, str]:
-    """Every file under `folder` (its path relative to it, '/'-separated) with its sha256."""
+    """Every file under `folder` (its path relative to it, '/'-separated) with its sha256.
+
+    Every entry is looked at, none followed: a symlink (to a file or a folder) or anything but a regular file or a
+    folder (a FIFO, a socket, a device) is a ChainError naming it. A model's folder holds only files it was given, so
+    such an entry was planted, and what it points at would be loaded unchecked (a symlinked folder under `code/` is
+    importable code that no hash names; `Path.rglob` and `is_file` skipped it silently).
+    """
     root = Path(folder)
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    if root.is_symlink() or not root.is_dir():
+        raise ChainError(f"{root}: {'a symlink' if root.is_symlink() else 'not a folder'}; a model folder is a real "
+                         "folder of regular files. Refusing it")  # fmt: skip
+    found: dict[str, str] = {}
+    for top, dirs, files in os.walk(root, onerror=_raise, followlinks=False):
+        for name in sorted([*dirs, *files]):
+            path = Path(top) / name
+            mode = path.lstat().st_mode
+            rel = path.relative_to(root).as_posix()
+            if stat.S_ISLNK(mode):
+                raise ChainError(f"{root}: {rel} is a symlink (to {os.readlink(path)}); a model folder holds only "
+                                 "regular files. Refusing it")  # fmt: skip
+            if stat.S_ISREG(mode):
+                found[rel] = sha256_file(path)
+            elif not stat.S_ISDIR(mode):
+                raise ChainError(f"{root}: {rel} is not a regular file (mode {stat.filemode(mode)}); a model folder "
+                                 "holds only regular files. Refusing it")  # fmt: skip
+    return dict(sorted(found.items()))
+
+
+def _raise(error: OSError) -> None:
+    raise ChainError(f"{error.filename}: cannot be listed ({error.strerror}); refusing the folder") from error
 
 
 def manifest_problems(recorded: dict[str, str], found: dict[str, str]) -> list[str]:
@@ -85,6 +115,29 @@ def recorded_manifest(tags: dict[str, str], label: str) -> dict[str, str]:
     return recorded
 
 
+def reusable(dest: Path, recorded: dict[str, str], label: str) -> bool:
+    """Whether `dest` (an earlier download) holds exactly the recorded files, and nothing else: no extra file (a
+    planted `.pyc`, `sitecustomize.py`), no symlink, nothing but regular files. Said on stderr when it is not."""
+    if not (dest.exists() or dest.is_symlink()):
+        return False
+    try:
+        problems = manifest_problems(recorded, manifest(dest))
+    except ChainError as e:
+        problems = [str(e)]
+    if problems:
+        print(f"{label}: not reusing {dest} (" + "; ".join(problems)[:500] + "): downloading it again",
+              file=sys.stderr)  # fmt: skip
+    return not problems
+
+
+def remove(path: Path) -> None:
+    """Remove `path` without following a symlink: a symlink is unlinked, never what it points at."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
 def download_verified(client: Any, name: str, version: str, dest: Path, server: str = "") -> Path:
     """The model version's files in `dest`, every one hashing to the version's recorded manifest.
 
@@ -97,25 +150,25 @@ def download_verified(client: Any, name: str, version: str, dest: Path, server: 
     label = f"models:/{name}/{version}"
     recorded = recorded_manifest(client.get_model_version(name, version).tags, label)
     dest = Path(dest)
-    if dest.is_dir() and not manifest_problems(recorded, manifest(dest)):
+    if reusable(dest, recorded, label):
         return dest
-    shutil.rmtree(dest, ignore_errors=True)
+    remove(dest)
     partial = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove(partial)
     uri = client.get_model_version_download_uri(name, version)
     got = Path(
         mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(partial), tracking_uri=server or None)
     )
     problems = manifest_problems(recorded, manifest(got))
     if problems:
-        shutil.rmtree(partial, ignore_errors=True)
+        remove(partial)
         raise ChainError(
             f"{label}: the sha256 of its files in the artifact store is not what was registered ({MANIFEST_TAG}): "
             "the file changed after registration:\n  " + "\n  ".join(problems) + "\nRefusing it; register the "
             "model again from its pipeline run, or move the alias back"
         )
     got.rename(dest)
-    shutil.rmtree(partial, ignore_errors=True)
+    remove(partial)
     return dest
 
 
@@ -159,4 +212,10 @@ def load_model(model_uri: str, dest: Path, tracking_uri: str = "", model_config:
     client = MlflowClient(tracking_uri=tracking_uri or None)
     name, version = resolve_version(client, model_uri)
     folder = download_verified(client, name, version, Path(dest), tracking_uri)
-    return mlflow.pyfunc.load_model(str(folder), model_config=model_config)
+    # Import the checked sources as they are: no bytecode written beside them (a `.pyc` is not in the manifest, so the
+    # folder would no longer be what was checked, and the next load would download it again).
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        return mlflow.pyfunc.load_model(str(folder), model_config=model_config)
+    finally:
+        sys.dont_write_bytecode = writes

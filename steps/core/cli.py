@@ -55,6 +55,12 @@ def refuse(problems: list[str], step: str, error: type[Exception] = ValueError) 
         raise error(f"invalid {step} config:\n  " + "\n  ".join(problems))
 
 
+def name_value(setting: str) -> tuple[str, str] | None:
+    """A `-S NAME=VALUE` setting (dvc exp run's form) as (NAME, VALUE), split at the first "="; None without one."""
+    name, sep, value = setting.partition("=")
+    return (name, value) if sep else None
+
+
 def number_table(text: str, flag: str) -> dict[str, float]:
     """A `NAME=NUMBER,…` flag value (`--price-table cpu=0.20,gpu=1.10`) as {name: number}; empty items are skipped.
 
@@ -66,12 +72,12 @@ def number_table(text: str, flag: str) -> dict[str, float]:
     for item in (i.strip() for i in text.split(",")):
         if not item:
             continue
-        name, sep, number = (part.strip() for part in item.partition("="))
+        name, number = (part.strip() for part in name_value(item) or ("", ""))
         try:
             value = float(number)
         except ValueError:
             value = math.nan
-        if not sep or not name or "=" in number or not math.isfinite(value):
+        if not name or "=" in number or not math.isfinite(value):
             bad.append(f"{item!r} is not NAME=NUMBER")
         elif name in table:
             bad.append(f"{name!r} is given twice")

@@ -51,6 +51,9 @@ SENTENCE_WORDS = 5
 # frequent words puts its function words first, side by side.
 MAX_FUNCTION_RUN = 5
 MAX_FUNCTION_PAIRS = 0.34
+# Letters standing alone ("N r e y flood o t s m l defences"): a sentence holds at most an initial or two ("J. K."); a
+# list of a document's frequent "words" where an attack spelled a word out letter by letter holds many.
+MAX_STRAY_LETTERS = 2
 # An article is followed by what it determines, never by another article, a preposition, a conjunction, an auxiliary
 # or a pronoun: none of the 660 honest summaries above has such a pair; a frequency-ordered word list of a document
 # almost always opens with one ("the a of and to").
@@ -143,6 +146,7 @@ class Faithfulness:
     function_run: int  # most function words in a row
     function_pairs: float  # share of neighbouring word pairs that are both function words
     article_pairs: int  # an article followed by a closed-class word ("the a"): never in a sentence
+    stray_letters: int  # one-letter words other than "a" and "I"
     support: float  # share of them found (by stem) in the document; 0 when there are none
     unsupported_words: tuple[str, ...]  # content words not found
     unsupported_facts: tuple[str, ...]  # names and numbers not found
@@ -158,13 +162,18 @@ class Faithfulness:
 
     @property
     def is_sentence(self) -> bool:
-        """Not a bare list of words (see MIN_FUNCTION_SHARE, MAX_FUNCTION_RUN, MAX_FUNCTION_PAIRS)."""
-        return not self.article_pairs and (
-            self.content_words < SENTENCE_WORDS
-            or (
-                self.function_share >= MIN_FUNCTION_SHARE
-                and self.function_run < MAX_FUNCTION_RUN
-                and self.function_pairs <= MAX_FUNCTION_PAIRS
+        """Not a bare list of words (see MIN_FUNCTION_SHARE, MAX_FUNCTION_RUN, MAX_FUNCTION_PAIRS,
+        MAX_STRAY_LETTERS)."""
+        return (
+            not self.article_pairs
+            and self.stray_letters <= MAX_STRAY_LETTERS
+            and (
+                self.content_words < SENTENCE_WORDS
+                or (
+                    self.function_share >= MIN_FUNCTION_SHARE
+                    and self.function_run < MAX_FUNCTION_RUN
+                    and self.function_pairs <= MAX_FUNCTION_PAIRS
+                )
             )
         )
 
@@ -181,7 +190,7 @@ class Faithfulness:
             parts.append(
                 f"a list of words, not a sentence ({self.function_share:.0%} function words, {self.function_run} in a "
                 f"row, {self.function_pairs:.0%} of neighbouring pairs, {self.article_pairs} article(s) before a "
-                "closed-class word)"
+                f"closed-class word, {self.stray_letters} letters standing alone)"
             )
         if self.content_words and self.support < MIN_SUPPORT:
             parts.append(
@@ -198,6 +207,7 @@ def check(summary: str, document: str) -> Faithfulness:
     lowered = [w.lower() for w in TOKEN.findall(summary)]
     every = [w in FUNCTION_WORDS for w in lowered]
     articles = sum(a in ARTICLES and b in CLOSED_CLASS for a, b in itertools.pairwise(lowered))
+    stray = sum(len(w) == 1 and w.isalpha() and w not in ("a", "i") for w in lowered)
     function = sum(every) / len(every) if every else 0.0
     run = longest = 0
     for is_function in every:
@@ -207,7 +217,7 @@ def check(summary: str, document: str) -> Faithfulness:
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
     facts = tuple(unsupported_facts(summary, document))
-    return Faithfulness(len(words), function, longest, pairs, articles, support, missing, facts)
+    return Faithfulness(len(words), function, longest, pairs, articles, stray, support, missing, facts)
 
 
 def length_problems(summary: str, document: str, max_words: int) -> list[str]:

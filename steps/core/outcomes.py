@@ -186,6 +186,52 @@ def parse_outcomes(blob: bytes, name: str) -> list[Outcome]:
     return records
 
 
+# serve's own record of what it answered (`serve --served-log`): one JSON object a line, written by serve alone, so an
+# outcome line is believed only for a request serve answered, by the version it says (clients write the outcomes file:
+# without this, a client could invent requests or credit them to another version, and move promotion and retraining).
+SERVED_FIELDS = ("request_id", "time", "model", "version", "answer_sha256")
+
+
+def served_record(request_id: str, model: str, version: str, answer_sha256: str) -> bytes:
+    """One line of serve's log of answered requests."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    values = (request_id, now, model, version, answer_sha256)
+    return json.dumps(dict(zip(SERVED_FIELDS, values, strict=True)), sort_keys=True).encode() + b"\n"
+
+
+def parse_served(blob: bytes, name: str) -> dict[str, tuple[str, str]]:
+    """request id -> (model, version) of every request serve's log records; a torn last line (a killed server) is
+    skipped, any other bad line is an OutcomesError naming it."""
+    served: dict[str, tuple[str, str]] = {}
+    lines = blob.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            served[row["request_id"]] = (row["model"], row["version"])
+        except (ValueError, KeyError, TypeError) as e:
+            if number == len(lines):  # no newline after it: the append was cut short
+                continue
+            raise OutcomesError(
+                f"{name}:{number}: not a line serve writes ({type(e).__name__}); check --served-log"
+            ) from e
+    return served
+
+
+def unserved(records: list[Outcome], served: dict[str, tuple[str, str]], name: str) -> list[str]:
+    """The outcome records serve did not answer as they say: an id it never issued, or another model or version."""
+    problems = []
+    for r in records:
+        got = served.get(r.request_id)
+        if got is None:
+            problems.append(f"request_id {r.request_id!r}: serve answered no such request ({name})")
+        elif got != (r.model, r.version):
+            problems.append(f"request_id {r.request_id!r}: says {r.model} version {r.version}, but serve answered it "
+                            f"with {got[0]} version {got[1]}")  # fmt: skip
+    return problems
+
+
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank percentile (q in (0, 100]) of a non-empty list."""
     ordered = sorted(values)

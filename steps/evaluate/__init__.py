@@ -47,10 +47,11 @@ measured with and the sha256 of every GGUF it judged (`files`), both of which `r
 
 A contender's generations are a function of its GGUF's bytes, the prompts (the documents in the serving prompt), the
 serving configuration, the thread count, the CPU llama.cpp computes on, llama.cpp's version and the generating code
-(`GENERATION_VERSION`): with `--generation-cache` (a folder, by default `.cache/generations`, or an s3:// prefix; on
-Argo the artifact bucket) they are kept as a sealed folder (steps/core/sealed.py) under the sha256 of all of these and
-reused, so the base (the same file in every run on a base) and the champion are not generated again. The scores are
-always computed afresh; `metrics.json` says which contenders came from the cache.
+(`GENERATION_VERSION`): with `--generation-cache` (a local folder, by default `.cache/generations`) they are kept as a
+sealed folder (steps/core/sealed.py) under the sha256 of all of these and reused, so the base (the same file in every
+run on a base) and the champion are not generated again. Never a shared s3:// prefix: kept answers decide the
+comparison, and a shared prefix is written by other roles (issue 37); on Argo every contender is generated every run.
+The scores are always computed afresh; `metrics.json` says which contenders came from the cache.
 
 The package, by what each file holds: `config` (the flags, the result, the checks on the settings), `generation`
 (`generate_all`, `generate_sequential`, the progress line), `llama_internals` (batched decoding: the one module that

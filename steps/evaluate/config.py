@@ -10,6 +10,7 @@ from pathlib import Path
 from steps.contract.prompting import MAX_SUMMARY_WORDS
 from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.cli import flag
+from steps.core.io import is_uri
 from steps.core.registry import MODEL_NAME
 
 
@@ -43,7 +44,10 @@ class EvaluateConfig:
     )
     min_family_pass_rate: float = field(
         default=0.5,
-        metadata={"help": "floor: a family is refused when its pass rate's exact upper confidence bound is below this"},
+        metadata={
+            "help": "floor: a family is refused when its pass rate's exact upper confidence bound (at the gate's α "
+            "split over the families) is below this"
+        },
     )
     max_summary_regression: float = field(
         default=0.2,
@@ -128,7 +132,8 @@ class EvaluateConfig:
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
-            "help": "folder or s3:// prefix where a GGUF's generations on these documents are kept between runs "
+            "help": "local folder where a GGUF's generations on these documents are kept between runs (not a shared "
+            "s3:// prefix: whoever writes it decides what the contenders answered) "
             "(keyed by the file's and the prompts' hashes, the serving configuration and thread count, the CPU "
             "architecture and the SIMD paths llama.cpp uses, llama.cpp's version and the generating code's); "
             "empty: generate every contender every run"
@@ -196,6 +201,13 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard and --signing-key: a shard decides nothing; give the key to the gather step only")
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
+    if cfg.generation_cache and is_uri(cfg.generation_cache) and not cfg.generation_cache.startswith("file://"):
+        problems.append(
+            f"--generation-cache {cfg.generation_cache}: a shared store is written by roles other than evaluate, and "
+            "kept generations decide the comparison (weak pre-written answers for a rival, strong ones for the "
+            "candidate: issue 37). Use a local folder of your own, or '' to generate every contender every run (as "
+            "the cluster does)"
+        )
     if cfg.gpu_layers < -1:
         problems.append(f"--gpu-layers {cfg.gpu_layers}: use -1 (all layers), 0 (none) or a number of layers")
     if cfg.max_words < 1:

@@ -45,7 +45,10 @@ def adversarial(outputs: list[dict[str, Any]], rows: list[dict]) -> list[dict[st
     judged = []
     for out, row in zip(outputs, rows, strict=True):
         verdict = judge_for(row["family"])(out["text"], row)
-        judged.append({"id": row["id"], "family": row["family"], **verdict, "stopped": out["stopped"]})
+        # The case's independence cluster (its attack phrasing, steps/core/gate_stats.py); none: the case alone.
+        cluster = row.get("cluster", row["id"])
+        judged.append({"id": row["id"], "family": row["family"], "cluster": cluster, **verdict,
+                       "stopped": out["stopped"]})  # fmt: skip
     return judged
 
 

@@ -26,9 +26,15 @@ are new requests sent to it (one pointer swap under a lock); the old server fini
 
 Endpoints (steps/serve/front.py, which says who may ask what and every bound): `POST /v1/chat/completions`,
 `POST /v1/completions`, `GET /v1/models`, each answer carrying `X-Distillery-Model`, `X-Distillery-Version` and
-`X-Distillery-Alias` (record the version in the outcomes file: steps/core/outcomes.py); `GET /healthz`: 200 with what
+`X-Distillery-Alias` and `X-Distillery-Request-Id` (record the id and version in the outcomes file:
+steps/core/outcomes.py; with `--served-log` each answered completion's id, version and answer hash is appended there,
+and online-metrics counts outcomes only for those ids); `GET /healthz`: 200 with what
 is served (JSON), 503 while nothing is (readiness), and while its llama.cpp server is dead: a watcher notices within
-half a second and starts it again on the same file, after hashing it again (`Supervisor.revive`). With `--token-file`
+half a second and starts it again on a new copy of the same file, hashed again (`Supervisor.revive`).
+
+llama.cpp never maps the work folder's file: each llama.cpp server gets a private copy made while hashing it (a
+sealed memfd on Linux: `Sealed`), so the bytes checked are the bytes served, and an in-place overwrite of the work
+folder's GGUF changes no answer. The copy costs the model's size in memory while its server runs. With `--token-file`
 every other request needs a bearer token, and only `--operator-token-file`'s may pin a side. Writes nothing but the
 downloaded models under `--work`.
 """
@@ -39,11 +45,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
+import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -107,6 +117,13 @@ class ServeConfig(MlflowSettings):
         metadata={"help": "file of operator bearer tokens: only operators may pin a side (X-Distillery-Alias)"},
     )
     allow_grammar: bool = field(default=False, metadata={"help": "accept requests' grammar and response_format"})
+    served_log: str = field(
+        default="",
+        metadata={
+            "help": "file to append a line to per answered completion (request id, time, model, version, the answer's "
+            "sha256); online-metrics --served-log counts outcomes only for ids recorded there. Empty: none"
+        },
+    )
     max_body_bytes: int = field(
         # A document of at most steps.contract.prompting.MAX_DOCUMENT_CHARS (6000) characters, JSON-escaped, fits.
         default=256 * 1024,
@@ -244,10 +261,82 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def backend_argv(prepared: Prepared, cfg: ServeConfig, port: int) -> list[str]:
-    """The command line of llama-cpp-python's server for one version: its file, the version's own settings, and
-    llama.cpp's debug output only when --llama-log asks for it."""
-    argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(prepared.gguf), "--host", "127.0.0.1"]
+class Sealed:
+    """A private, read-only copy of a checked GGUF for llama.cpp to map: the bytes hashed are the bytes served.
+
+    llama.cpp maps its model file, so the file it is given must not change under it: an in-place overwrite of the
+    work folder's GGUF changed answers live while `/healthz` reported the checked hash (issue 37). The copy is made
+    from the work folder's file and hashed as it is written, so it holds exactly the bytes that hash to the version's
+    `gguf.sha256` (ServeError when they do not: the file changed since it was checked). On Linux it is a sealed memfd
+    (`memfd_create` + `F_SEAL_WRITE|F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL`): no process, this one included, can
+    change it, and it lives only as long as the processes holding it; llama.cpp's server inherits it and opens
+    `/proc/self/fd/<n>`. Elsewhere it is a file of mode 0400 in a fresh private folder. It costs the model's size in
+    memory (a memfd is shared memory) for as long as its llama.cpp server runs.
+    """
+
+    def __init__(self, gguf: Path, sha256: str, label: str) -> None:
+        self.fd = -1
+        self._folder: str | None = None
+        digest = hashlib.sha256()
+        if hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create(f"distillery-{gguf.name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            out = os.fdopen(os.dup(self.fd), "wb")
+        else:
+            self._folder = tempfile.mkdtemp(prefix="distillery-serve-")
+            out = open(Path(self._folder) / gguf.name, "xb")  # noqa: SIM115 - closed below, before the checks
+        try:
+            with open(gguf, "rb") as source, out:
+                while chunk := source.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != sha256:
+                raise ServeError(
+                    f"{label}: its GGUF on local disk ({gguf}) now has sha256 {digest.hexdigest()}, not the checked "
+                    f"{sha256}: it changed after it was checked. Not serving it; downloading it again"
+                )
+            if self.fd >= 0:
+                seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
+            else:
+                os.chmod(self.path, 0o400)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> str:
+        """What llama.cpp's server opens (in the server's own process, which inherits `fd`)."""
+        return f"/proc/self/fd/{self.fd}" if self.fd >= 0 else str(next(Path(str(self._folder)).iterdir()))
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.fd,) if self.fd >= 0 else ()
+
+    def sha256(self) -> str:
+        """The copy's sha256, read again (from this process's descriptor, not a path anyone could swap)."""
+        digest = hashlib.sha256()
+        if self.fd >= 0:
+            with os.fdopen(os.dup(self.fd), "rb") as copy:
+                copy.seek(0)
+                while chunk := copy.read(1 << 20):
+                    digest.update(chunk)
+            return digest.hexdigest()
+        return sha256_file(Path(self.path))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def backend_argv(prepared: Prepared, cfg: ServeConfig, port: int, model: str = "") -> list[str]:
+    """The command line of llama-cpp-python's server for one version: its file (`model`: the sealed copy's path; by
+    default the checked file), the version's own settings, and llama.cpp's debug output only when --llama-log asks."""
+    model = model or str(prepared.gguf)
+    argv = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--model_alias", f"{cfg.model_name}/{prepared.target.version}"]
     argv += [*llama_server_threads(cfg.threads), "--verbose", str(cfg.llama_log).lower()]
     for key, value in prepared.serving.model_kwargs().items():
@@ -263,17 +352,28 @@ class Backend:
         self.port = _free_port()
         self.in_flight = 0
         self._lock = threading.Lock()
+        label = f"version {prepared.target.version}"
+        # Hashed as it is copied: started again after a crash, a backend copies and hashes the file again.
+        self.sealed = Sealed(prepared.gguf, prepared.sha256, label)
         # llama.cpp's server logs ~100 lines a request when verbose (its default); its uvicorn access log goes to
         # stdout, its errors to stderr.
-        self.proc = subprocess.Popen(
-            backend_argv(prepared, cfg, self.port),
-            stdout=sys.stderr if cfg.llama_log else subprocess.DEVNULL,
-            stderr=sys.stderr,
-            start_new_session=True,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                backend_argv(prepared, cfg, self.port, self.sealed.path),
+                stdout=sys.stderr if cfg.llama_log else subprocess.DEVNULL,
+                stderr=sys.stderr,
+                start_new_session=True,
+                pass_fds=self.sealed.pass_fds,
+            )
+        except BaseException:
+            self.sealed.close()
+            raise
+        # The child holds its own descriptor now; the copy lives as long as the child does (or this one's, closed on
+        # stop).
         deadline = time.monotonic() + cfg.start_timeout
         while True:
             if self.proc.poll() is not None:
+                self.sealed.close()
                 raise RuntimeError(f"llama.cpp server for {prepared.gguf} exited with {self.proc.returncode}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/models", timeout=2):
@@ -309,6 +409,8 @@ class Backend:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        if getattr(self, "sealed", None) is not None:
+            self.sealed.close()
 
 
 class Supervisor:
@@ -356,8 +458,9 @@ class Supervisor:
         return found
 
     def revive(self) -> bool:
-        """Start llama.cpp again when the served one died (a client's request can crash it), after hashing its file
-        again: what it maps must be the bytes that were checked. True if it was started again.
+        """Start llama.cpp again when the served one died (a client's request can crash it), on a new sealed copy of
+        the checked file, hashed again as it is copied (`Sealed`): what it maps must be the bytes that were checked.
+        True if it was started again.
 
         A file that no longer hashes to the version's is not served (ServeError): the backend is dropped, so the next
         poll downloads and checks the version again. When the alias moved while this was starting, the new version
@@ -370,16 +473,14 @@ class Supervisor:
             prepared = dead.prepared
             print(f"serve: llama.cpp server for version {prepared.target.version} exited with "
                   f"{dead.proc.returncode}; starting it again", file=sys.stderr, flush=True)  # fmt: skip
-            actual = sha256_file(prepared.gguf)
-            if actual != prepared.sha256:
+            try:
+                new: Backend | None = Backend(prepared, self.cfg)
+            except ServeError as e:
                 with self._lock:
                     if self.backend is dead:
                         self.backend = None
-                raise ServeError(
-                    f"version {prepared.target.version}: its GGUF on local disk now has sha256 {actual}, not the "
-                    f"checked {prepared.sha256}: changed while served. Not restarting it; downloading it again"
-                )
-            new: Backend | None = Backend(prepared, self.cfg)
+                dead.stop()
+                raise ServeError(f"{e} (changed while served; not restarting it)") from e
             with self._lock:
                 if self.backend is dead:
                     self.backend, new = new, None

@@ -22,24 +22,39 @@ naming it), `max_tokens` at most the served configuration's (400), tool and func
 `functions`, `function_call`: client schemas llama.cpp compiles into grammars, one of which crashed it) always
 refused, `grammar` and `response_format` refused unless `--allow-grammar`; unset decoding settings get the served
 ones. A request that finds llama.cpp's server dead gets 503 while the supervisor starts it again.
+
+Every client error gets a status and a line of ours, never a traceback or a path of this box: a `Content-Length` that
+is not ASCII digits and JSON nested deeper than `MAX_DEPTH` get 400, a token file that cannot be read 503 (the reason
+goes to stderr), an error llama.cpp's server answers reaches the client as its status (5xx as 502) with at most the
+first line of its message, paths removed (`upstream_error`), and a fault of this server is a 500 whose traceback goes to
+stderr only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
+import os
+import re
+import sys
 import threading
+import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
 from steps.contract import serving_config
+from steps.core.outcomes import served_record
 
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 ROUTES = {("POST", p) for p in COMPLETION_PATHS} | {("GET", "/v1/models")}
 HEALTH_PATH = "/healthz"
 PIN_HEADER = "x-distillery-alias"
+# On every forwarded answer: the id serve issued for it, which an outcome line must carry (steps/core/outcomes.py).
+REQUEST_ID_HEADER = "X-Distillery-Request-Id"
 # Request fields that constrain the output's form; llama.cpp compiles a grammar per request (CPU a client controls).
 GRAMMAR_FIELDS = ("grammar", "response_format")
 # Fields whose JSON schemas llama-cpp-python compiles into a grammar and applies (tool and function calling): never
@@ -57,8 +72,9 @@ ALLOWED_FIELDS = {
 # Per-hop headers (RFC 9110 7.6.1) a proxy does not forward.
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
-           431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
+           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 422: "Unprocessable Content",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
+           503: "Service Unavailable"}  # fmt: skip
 
 
 class Refused(Exception):
@@ -105,6 +121,22 @@ def with_decoding(request: dict[str, Any], serving: serving_config.ServingConfig
     return found
 
 
+# How deep a request's JSON may nest: a chat request is an object of a list of objects of strings (depth 4); a
+# 50,000-deep one made the parser raise RecursionError, which closed the connection with no status (issue 37).
+MAX_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            todo += [(child, level + 1) for child in (node.values() if isinstance(node, dict) else node)]
+    return deepest
+
+
 def checked_body(
     body: bytes, serving: serving_config.ServingConfig, allow_grammar: bool, path: str = COMPLETION_PATHS[0]
 ) -> bytes:
@@ -112,8 +144,12 @@ def checked_body(
     bounds, the served decoding filled in. Raises Refused(400) naming the field that is wrong and what is allowed."""
     try:
         request = json.loads(body or b"null")
+    except RecursionError:
+        raise Refused(400, "the body's JSON is nested too deeply: send a flat JSON object") from None
     except ValueError as e:
         raise Refused(400, f"the body is not JSON ({e}): send a JSON object") from e
+    if _depth(request) > MAX_DEPTH:
+        raise Refused(400, f"the body's JSON is nested more than {MAX_DEPTH} deep: send a flat JSON object")
     if not isinstance(request, dict):
         raise Refused(400, f"the body is a JSON {type(request).__name__}: send a JSON object")
     cap = serving.max_tokens
@@ -134,6 +170,25 @@ def checked_body(
         shown = ", ".join(repr(f[:40]) for f in unknown[:5])
         raise Refused(400, f"field(s) {shown}: not forwarded by this server; {path} takes {', '.join(allowed)}")
     return json.dumps(with_decoding(request, serving)).encode()
+
+
+# A local path (two or more /-separated parts) or a Windows one, as upstream messages and tracebacks name them.
+LOCAL_PATH = re.compile(r"(?:[A-Za-z]:\\|/)[\w.@+-]+(?:[/\\][\w.@+-]+)+")
+
+
+def upstream_error(status: int, body: bytes) -> str:
+    """What a client is told of an error llama.cpp's server answered: for a refusal of the request (4xx) the first
+    line of its message with local paths removed, at most 200 characters; for its own failure (5xx) nothing of it."""
+    if status >= 500:
+        return f"the model server failed on this request ({status}); it is logged, retry or report it"
+    try:
+        found = json.loads(body or b"{}")
+        message = found.get("error", {}).get("message") if isinstance(found.get("error"), dict) else found.get("detail")
+    except (ValueError, AttributeError, RecursionError):
+        message = None
+    line = str(message or "").strip().splitlines()[0] if str(message or "").strip() else ""
+    line = LOCAL_PATH.sub("<path>", line)[:200]
+    return f"the model server refused the request ({status})" + (f": {line}" if line else "")
 
 
 class Request:
@@ -163,7 +218,7 @@ async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
     if "transfer-encoding" in headers:
         raise Refused(411, "chunked bodies are not accepted: send the body with a Content-Length")
     length = headers.get("content-length", "0")
-    if not length.isdigit():
+    if not (length.isascii() and length.isdigit()):  # str.isdigit() holds for '²' too, which int() refuses
         raise Refused(400 if length else 411, f"Content-Length {length!r}: send the body's size in bytes")
     if int(length) > max_body:
         raise Refused(413, f"the body is {length} bytes; the most this server reads is {max_body}")
@@ -217,6 +272,16 @@ class Front:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
+    def _log_served(self, request_id: str, version: str, answer_sha256: str) -> None:
+        """Append (id, time, model, version, answer's sha256) to --served-log: online-metrics counts an outcome only
+        for an id recorded here (steps/core/outcomes.py)."""
+        line = served_record(request_id, self.cfg.model_name, version, answer_sha256)
+        fd = os.open(self.cfg.served_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)  # one write of one line: appends from concurrent answers do not interleave
+        finally:
+            os.close(fd)
+
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
         await asyncio.wait_for(writer.drain(), self.cfg.read_seconds)
@@ -240,6 +305,12 @@ class Front:
                 status = 408
                 await self._send(writer, response(408, {"error": f"the request did not arrive within "
                                                                  f"{self.cfg.read_seconds:g}s"}))  # fmt: skip
+            except (OSError, asyncio.IncompleteReadError):
+                raise
+            except Exception:  # a fault of this server: a status, never the traceback, which goes to the log only
+                status = 500
+                traceback.print_exc(file=sys.stderr)
+                await self._send(writer, response(500, {"error": "internal error; it is logged, retry or report it"}))
         except (OSError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away or stopped reading: nothing to answer
         finally:
@@ -255,10 +326,14 @@ class Front:
             return "anonymous"
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token:
-            if self.operators.holds(token):
-                return "operator"
-            if self.clients.holds(token):
-                return "client"
+            try:
+                if self.operators.holds(token):
+                    return "operator"
+                if self.clients.holds(token):
+                    return "client"
+            except OSError as e:  # a Secret being remounted, or removed: the operator's to fix, the client's to retry
+                print(f"serve: cannot read a token file ({e}); answering 503", file=sys.stderr, flush=True)
+                raise Refused(503, "the server cannot check tokens right now; retry shortly") from None
         raise Refused(401, "send Authorization: Bearer <token> with a token this server was given")
 
     async def _answer(self, request: Request, writer: asyncio.StreamWriter) -> int:
@@ -315,16 +390,30 @@ class Front:
                 reply = (await up_reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
                 raise Refused(502, f"llama.cpp server answered no HTTP head ({type(e).__name__})") from e
-            status = int(reply[0].split(" ")[1])
+            try:
+                status = int(reply[0].split(" ")[1])
+            except (IndexError, ValueError):
+                raise Refused(502, "llama.cpp server answered no HTTP status line") from None
+            if status >= 400:  # its body may hold a traceback or this box's paths: the client gets a line of ours
+                detail = b""
+                while len(detail) < 1 << 16 and (chunk := await up_reader.read(1 << 16)):
+                    detail += chunk
+                raise Refused(502 if status >= 500 else status, upstream_error(status, detail))
             kept = [line for line in reply[1:] if line and line.split(":")[0].strip().lower() not in HOP_BY_HOP]
+            request_id = uuid.uuid4().hex
             ours = [f"X-Distillery-Model: {self.cfg.model_name}", f"X-Distillery-Version: {prepared.target.version}",
-                    f"X-Distillery-Alias: {prepared.target.alias}", "Connection: close"]  # fmt: skip
+                    f"X-Distillery-Alias: {prepared.target.alias}", f"{REQUEST_ID_HEADER}: {request_id}",
+                    "Connection: close"]  # fmt: skip
             chunked = any(line.lower().startswith("transfer-encoding:") and "chunked" in line.lower() for line in reply)
             if chunked:  # passed through as sent; the client sees the same framing
                 ours.append("Transfer-Encoding: chunked")
             await self._send(writer, ("\r\n".join([reply[0], *kept, *ours]) + "\r\n\r\n").encode())
+            answer = hashlib.sha256()
             while chunk := await up_reader.read(65536):
+                answer.update(chunk)
                 await self._send(writer, chunk)
+            if request.method == "POST" and self.cfg.served_log:  # answered whole: an outcome may now name this id
+                self._log_served(request_id, prepared.target.version, answer.hexdigest())
             return status
         finally:
             up_writer.close()

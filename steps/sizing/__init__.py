@@ -95,6 +95,7 @@ from steps.sizing.shape import (
     Micro,
     Shape,
     count_parameters,
+    knob_problems,
     shape_of,
 )
 from steps.sizing.transfer import (
@@ -128,6 +129,7 @@ __all__ = [
     "count_parameters",
     "device_ways",
     "fit_micro",
+    "knob_problems",
     "micro_options",
     "plan",
     "plan_for",

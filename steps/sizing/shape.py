@@ -88,6 +88,24 @@ PRECISIONS = ("auto", "fp32", "bf16")
 CHECKPOINTING = ("auto", "on", "off")
 
 
+def knob_problems(cfg: Any) -> list[str]:
+    """The ranges of the settings that size a run, as train and preflight both refuse them (each config has these
+    fields under these names: a test keeps their defaults equal), each named by its flag."""
+    problems = []
+    for name in ("batch_size", "max_seq_len", "lora_r"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} {getattr(cfg, name)}: needs at least 1")
+    if cfg.micro_batch < 0:
+        problems.append(f"--micro-batch {cfg.micro_batch}: use 0 (sized from the memory) or a positive number")
+    if cfg.gradient_checkpointing not in CHECKPOINTING:
+        problems.append(
+            f"--gradient-checkpointing {cfg.gradient_checkpointing!r} is not one of {', '.join(CHECKPOINTING)}"
+        )
+    if not cfg.epochs > 0:
+        problems.append(f"--epochs {cfg.epochs}: use more than 0 passes over the training split (fractions allowed)")
+    return problems
+
+
 @dataclass(frozen=True)
 class Knobs:
     """The run's settings that size it (preflight's flags)."""

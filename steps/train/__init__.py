@@ -50,6 +50,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from steps.core.base_model import base_model_problems
 from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.examples import encode_example, encode_rows, length_report
@@ -76,7 +77,7 @@ __all__ = [
 def _problems(cfg: TrainConfig) -> list[str]:
     import torch
 
-    problems = config_problems(cfg)
+    problems = config_problems(cfg) + base_model_problems(cfg.base_model)
     if cfg.train_backend == "gpu" and not torch.cuda.is_available():
         problems.append("--train-backend gpu was asked for but CUDA is not available; use --train-backend cpu or ray")
     return problems

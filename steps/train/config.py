@@ -3,12 +3,12 @@ settings alone."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from steps.contract.threads import threads_problems
-from steps.core.cli import flag
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
-from steps.sizing import CHECKPOINTING
+from steps.sizing import CHECKPOINTING, knob_problems
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS, auto_override
 
@@ -153,13 +153,20 @@ def config_problems(cfg: TrainConfig) -> list[str]:
     if cfg.checkpoint_every < 0:
         problems.append(f"--checkpoint-every {cfg.checkpoint_every}: use 0 (only at the end) or a positive number")
     problems += settings_problems(cfg.kd_weight, cfg.kd_temperature, cfg.kd_targets)
-    if cfg.micro_batch < 0:
-        problems.append(f"--micro-batch {cfg.micro_batch}: use 0 (sized from the memory) or a positive number")
-    if cfg.gradient_checkpointing not in CHECKPOINTING:
+    problems += knob_problems(cfg)  # the ranges preflight sizes the run by, refused alike there
+    if not 0 < cfg.learning_rate < math.inf:
+        problems.append(f"--learning-rate {cfg.learning_rate}: use a positive rate (LoRA tolerates ~1e-3)")
+    if not cfg.lora_alpha > 0:
+        problems.append(f"--lora-alpha {cfg.lora_alpha}: use a positive scale (usually 2 × --lora-r)")
+    if not 0 <= cfg.lora_dropout < 1:
+        problems.append(f"--lora-dropout {cfg.lora_dropout}: a probability, use [0, 1) (e.g. 0.05)")
+    if not 0 <= cfg.warmup_ratio < 1:
+        problems.append(f"--warmup-ratio {cfg.warmup_ratio}: a share of the steps, use [0, 1) (e.g. 0.1)")
+    if cfg.log_every < 1:
+        problems.append(f"--log-every {cfg.log_every}: use at least 1 step")
+    if cfg.max_failures < 0:
         problems.append(
-            f"--gradient-checkpointing {cfg.gradient_checkpointing!r} is not one of {', '.join(CHECKPOINTING)}"
+            f"--max-failures {cfg.max_failures}: use 0 (no restart) or more (Ray reads -1 as restart forever, which "
+            "would retry a run that cannot succeed without end)"
         )
-    for name in ("batch_size", "max_seq_len"):
-        if getattr(cfg, name) < 1:
-            problems.append(f"{flag(name)} {getattr(cfg, name)}: needs at least 1")
     return problems

@@ -27,8 +27,9 @@ from steps.train.precision import agree, detect
 # OpenMP threads spin at barriers by default: the fastest on CPUs the step has to itself (the pods request whole CPUs),
 # but beside another busy process a descheduled thread stalls the others. Measured on this 2-core machine
 # (benchmarks/train_throughput.py): 6 tiny-model steps took 26.5 s spinning vs 2.8 s with OMP_WAIT_POLICY=PASSIVE
-# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So it stays the operator's choice for
-# shared nodes; a value set for the step is handed on to the Ray workers.
+# beside one niced process, while PASSIVE costs 10-25 % on an idle machine. So the pods (whole CPUs requested) keep
+# the default, and the runs on a developer's machine set PASSIVE for every step (scripts/local_env.sh, llama.cpp's
+# OpenMP threads too); a value set for the step is handed on to the Ray workers.
 WAIT_POLICY = {k: v for k, v in os.environ.items() if k == "OMP_WAIT_POLICY"}
 
 

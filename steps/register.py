@@ -173,19 +173,24 @@ def cost_estimate(cfg: RegisterConfig) -> dict[str, Any]:
 
 
 def forecast_tags(cfg: RegisterConfig) -> dict[str, str]:
-    """Preflight's training forecast beside the real training wall time, and their ratio: each run checks the
-    forecast's model (steps/sizing/forecast.py). None when preflight had no forecast (no dataset, or an older one)."""
+    """Preflight's training forecast beside what training really took, and their ratio: each run checks the
+    forecast's model (steps/sizing/forecast.py). The ratio compares like with like: the training loop's seconds
+    (train's `train_seconds`), since the forecast leaves out loading the base, checkpoints and pod start; the step's
+    whole wall time is tagged beside it. None when preflight had no forecast (no dataset, or an older one)."""
     if not cfg.preflight:
         return {}
     forecast = read_json(Path(cfg.preflight) / "preflight.json").get("forecast")
-    actual = read_json(Path(cfg.adapter) / "result.json").get("wall_seconds")
-    if not forecast or not actual:
+    trained = read_json(Path(cfg.adapter) / "result.json")
+    loop = trained.get("train_seconds")
+    if not forecast or not loop:
         return {}
+    wall = trained.get("wall_seconds")
     return {
         "train.forecast_seconds": f"{forecast['seconds']:.1f}",
         "train.forecast_usd": f"{forecast['usd']:.6f}",
-        "train.wall_seconds": f"{actual:.1f}",
-        "train.actual_over_forecast": f"{actual / forecast['seconds']:.3f}",
+        "train.loop_seconds": f"{loop:.1f}",
+        **({"train.wall_seconds": f"{wall:.1f}"} if wall else {}),
+        "train.actual_over_forecast": f"{loop / forecast['seconds']:.3f}",
     }
 
 

@@ -791,8 +791,8 @@ def test_build_publish_fetch_back_and_train(
     write_pdfs(docs)
     (docs / "pipes.txt").write_bytes(steer(TEXTS[0], "eval"))
     (docs / "school.md").write_bytes(steer(TEXTS[1], "train"))
-    # A reviewer's summary naming its file: train holds it whatever the 135M teacher writes (filter-split refuses a
-    # train split under MIN_EXAMPLES; this teacher's summary of school.md fails length-ratio).
+    # A reviewer's summary naming its file: the build holds it whatever the 135M teacher writes (filter-split refuses
+    # a train split under MIN_EXAMPLES; this teacher's summary of school.md fails length-ratio).
     (docs / "museum.txt").write_bytes(steer(MUSEUM, "train"))
     feedback_file = tmp_path / "feedback.jsonl"
     write_jsonl(feedback_file, [fb("f1", TEXTS[2], "edited", "2026-11-30T09:00:00+00:00", edited="A bakery opened."),
@@ -814,8 +814,10 @@ def test_build_publish_fetch_back_and_train(
     assert sorted(r["document_sha256"] for r in from_s3) == sorted(r["document_sha256"] for r in from_folder)
     assert all(r["source_uri"].startswith("s3://datasets/incoming/") for r in from_s3)
     assert first["requests"] == 3  # minutes.pdf, pipes.txt, school.md; the bakery's and the museum's are reviewers'
-    museum = [r for r in read_jsonl(tmp_path / "out/examples/train.jsonl") if r["id"].startswith("museum-")]
-    assert [r["lineage"]["feedback_id"] for r in museum] == ["f0"]  # attached by its file
+    # attached by its file (a reviewed summary, so filter-split may hold it out as an eval reference: either split)
+    built = [r for s in ("train", "eval") for r in read_jsonl(tmp_path / f"out/examples/{s}.jsonl")]
+    museum = [r for r in built if r["id"].startswith("museum-")]
+    assert [r["lineage"]["feedback_id"] for r in museum] == ["f0"], [r["id"] for r in built]
     rev = first["published"].dataset_rev
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)

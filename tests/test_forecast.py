@@ -78,17 +78,20 @@ def test_a_plan_nothing_can_train_has_an_infinite_forecast_and_no_second_refusal
     assert math.isinf(f.seconds) and sizing.check_forecast(p, f, PRICES) == []
 
 
-def test_register_tags_the_forecast_beside_the_real_wall_time(tmp_path: Path):
+def test_register_tags_the_forecast_beside_the_real_training_time(tmp_path: Path):
     from steps import register
 
     (tmp_path / "preflight").mkdir()
     (tmp_path / "adapter").mkdir()
     record = sizing.plan_forecast(plan(SMALL, knobs("cpu")), 30_000, PRICES).record()
     (tmp_path / "preflight/preflight.json").write_text(json.dumps({"forecast": record}))
-    (tmp_path / "adapter/result.json").write_text(json.dumps({"wall_seconds": 2 * record["seconds"]}))
+    # the loop took twice the forecast; the step, loading the base too, three times: the ratio is the loop's
+    took = {"train_seconds": 2 * record["seconds"], "wall_seconds": 3 * record["seconds"]}
+    (tmp_path / "adapter/result.json").write_text(json.dumps(took))
     cfg = register.RegisterConfig(dataset=tmp_path, adapter=tmp_path / "adapter", gguf=tmp_path, evaluation=tmp_path,
                                   out=tmp_path / "out", preflight=str(tmp_path / "preflight"))  # fmt: skip
     tags = register.forecast_tags(cfg)
     assert tags["train.forecast_seconds"] == f"{record['seconds']:.1f}"
     assert tags["train.actual_over_forecast"] == "2.000"
+    assert tags["train.wall_seconds"] == f"{3 * record['seconds']:.1f}"
     assert register.forecast_tags(replace(cfg, preflight="")) == {}

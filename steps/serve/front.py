@@ -409,11 +409,18 @@ class Front:
                 ours.append("Transfer-Encoding: chunked")
             await self._send(writer, ("\r\n".join([reply[0], *kept, *ours]) + "\r\n\r\n").encode())
             answer = hashlib.sha256()
+            # The last chunk is held back until the record is written: a client that has the whole answer can name
+            # its id in an outcome at once (seen: a client read served.jsonl before the line was appended).
+            held = b""
             while chunk := await up_reader.read(65536):
                 answer.update(chunk)
-                await self._send(writer, chunk)
+                if held:
+                    await self._send(writer, held)
+                held = chunk
             if request.method == "POST" and self.cfg.served_log:  # answered whole: an outcome may now name this id
                 self._log_served(request_id, prepared.target.version, answer.hexdigest())
+            if held:
+                await self._send(writer, held)
             return status
         finally:
             up_writer.close()

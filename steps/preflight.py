@@ -39,6 +39,7 @@ from typing import Any
 
 from steps import sizing
 from steps.contract.prompting import messages
+from steps.contract.threads import cpu_threads
 from steps.core.base_model import base_model_problems
 from steps.core.cli import number_table, parse_config, timed, write_result
 from steps.core.dataset import load_split
@@ -218,8 +219,9 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                 if cfg.dataset:
                     tokens = train_tokens(tokenizer, Path(cfg.dataset), cfg.max_seq_len, cfg.epochs)
                     prices = number_table(cfg.price_table, "--price-table")
-                    # train-cpu's pod CPUs, or this machine's where it has fewer (the embedded run trains here)
-                    threads = min(sizing.TRAIN_CPU_CPUS, len(os.sched_getaffinity(0)))
+                    # train-cpu's pod CPUs, or the threads train would compute with here where fewer (the embedded
+                    # run trains here: its affinity, cgroup quota and $DISTILLERY_CPUS, as train counts them)
+                    threads = min(sizing.TRAIN_CPU_CPUS, cpu_threads())
                     forecast = sizing.plan_forecast(plan, tokens, prices, cpu_threads=threads)
                     facts["forecast"] = {**forecast.record(), "text": str(forecast)}
                     problems += sizing.check_forecast(plan, forecast, prices)

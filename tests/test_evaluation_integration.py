@@ -32,9 +32,18 @@ def unchanged(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, fe
     return {"dataset": dataset, "adapter": adapter, "gguf": gguf, "root": root}
 
 
-def test_a_candidate_identical_to_the_base_is_not_proposed(unchanged: dict[str, Path]):
-    out = unchanged["root"] / "evaluation"
-    result = evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out))
+@pytest.fixture(scope="module")
+def two_way(unchanged: dict[str, Path]) -> dict:
+    """evaluate's two-way run (base and candidate) on the unchanged candidate, with a generation cache: what the
+    tests below read, run once (each run generates every answer of both contenders on llama.cpp)."""
+    out, cache = unchanged["root"] / "evaluation", unchanged["root"] / "cache"
+    cfg = evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=out,
+                                  generation_cache=str(cache))  # fmt: skip
+    return {"result": evaluate.run(cfg), "out": out, "cache": cache, "cfg": cfg}
+
+
+def test_a_candidate_identical_to_the_base_is_not_proposed(two_way: dict):
+    out, result = two_way["out"], two_way["result"]
     decision = json.loads((out / "decision.json").read_text())
     rouge = next(c for c in decision["checks"] if c["check"] == "rougeL_vs_base")
     assert result.passed is False and rouge["passed"] is False
@@ -42,13 +51,11 @@ def test_a_candidate_identical_to_the_base_is_not_proposed(unchanged: dict[str, 
     assert result.contenders == "base,candidate"
 
 
-def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlflow_server: str):
+def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], two_way: dict, mlflow_server: str):
     from mlflow import MlflowClient
 
-    base_eval = unchanged["root"] / "evaluation-two-way"
-    evaluate.run(evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=base_eval))
     cfg = register.RegisterConfig(
-        dataset=unchanged["dataset"], adapter=unchanged["adapter"], gguf=unchanged["gguf"], evaluation=base_eval,
+        dataset=unchanged["dataset"], adapter=unchanged["adapter"], gguf=unchanged["gguf"], evaluation=two_way["out"],
         out=unchanged["root"] / "reg", tracking_uri=mlflow_server, model_name="champion-test", run_id="wf-champ",
     )  # fmt: skip
     reg = register.run(cfg)
@@ -72,21 +79,22 @@ def test_the_champion_joins_as_a_third_contender(unchanged: dict[str, Path], mlf
 
 
 def test_generations_are_reused_only_for_the_same_file_documents_and_settings(
-    unchanged: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_way: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     def run(out: str, tokens: int = serving_config.SERVING.max_tokens) -> dict:
         # The serving configuration, changed in its one place: the cache key follows it.
         monkeypatch.setattr(serving_config, "SERVING", dataclasses.replace(serving_config.SERVING, max_tokens=tokens))
-        cfg = evaluate.EvaluateConfig(dataset=unchanged["dataset"], gguf=unchanged["gguf"], out=tmp_path / out,
-                                      generation_cache=str(tmp_path / "cache"))  # fmt: skip
-        evaluate.run(cfg)
+        evaluate.run(dataclasses.replace(two_way["cfg"], out=tmp_path / out))
         return json.loads((tmp_path / out / "metrics.json").read_text())
 
-    first, second = run("first"), run("second")
+    first = json.loads((two_way["out"] / "metrics.json").read_text())  # the fixture's run, which filled the cache
+    second = run("second")
     assert first["aggregate"]["generations_from_cache"] == []
     assert second["aggregate"]["generations_from_cache"] == ["base", "candidate"]
     assert second["per_example"] == first["per_example"] and second["adversarial"] == first["adversarial"]
-    lines = [(tmp_path / run / "generations.jsonl").read_text().splitlines() for run in ("first", "second")]
+    lines = [
+        (folder / "generations.jsonl").read_text().splitlines() for folder in (two_way["out"], tmp_path / "second")
+    ]
     assert [json.loads(line) for line in lines[1]] == [json.loads(line) for line in lines[0]]
     assert run("longer", tokens=72)["aggregate"]["generations_from_cache"] == []  # other settings: generated afresh
-    assert len(list((tmp_path / "cache").iterdir())) == 4  # 2 files x 2 settings
+    assert len(list(two_way["cache"].iterdir())) == 4  # 2 files x 2 settings

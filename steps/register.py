@@ -185,13 +185,15 @@ def forecast_tags(cfg: RegisterConfig) -> dict[str, str]:
     if not forecast or not loop:
         return {}
     wall = trained.get("wall_seconds")
-    return {
+    tags = {
         "train.forecast_seconds": f"{forecast['seconds']:.1f}",
         "train.forecast_usd": f"{forecast['usd']:.6f}",
         "train.loop_seconds": f"{loop:.1f}",
         **({"train.wall_seconds": f"{wall:.1f}"} if wall else {}),
-        "train.actual_over_forecast": f"{loop / forecast['seconds']:.3f}",
     }
+    if forecast["seconds"] > 0:  # a forecast under 0.05 s is recorded as 0.0: no ratio to state
+        tags["train.actual_over_forecast"] = f"{loop / forecast['seconds']:.3f}"
+    return tags
 
 
 def lineage_tags(

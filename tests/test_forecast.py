@@ -95,3 +95,7 @@ def test_register_tags_the_forecast_beside_the_real_training_time(tmp_path: Path
     assert tags["train.actual_over_forecast"] == "2.000"
     assert tags["train.wall_seconds"] == f"{3 * record['seconds']:.1f}"
     assert register.forecast_tags(replace(cfg, preflight="")) == {}
+    # a forecast recorded as 0.0 s (a few tokens): the times are tagged, no ratio (it divided by zero in the doc walk)
+    (tmp_path / "preflight/preflight.json").write_text(json.dumps({"forecast": record | {"seconds": 0.0}}))
+    tags = register.forecast_tags(cfg)
+    assert "train.actual_over_forecast" not in tags and tags["train.forecast_seconds"] == "0.0"

@@ -3,7 +3,7 @@
 # engines the tier runs: scripts/engines.sh), lint, rendered files up to date, then pytest (GPU tests skip themselves
 # without CUDA). CI runs the first form (.ci/run); it prints how long set-up and pytest took.
 #
-#   scripts/test.sh [extra pytest args]            # the unit and integration tiers (CI, .ci/run): ~35 min warm,
+#   scripts/test.sh [extra pytest args]            # the unit and integration tiers (CI, .ci/run): ~40 min warm,
 #                                                  # inside CI's 90 on a cold machine (docs/development.md)
 #   scripts/test.sh --fast [extra pytest args]     # the inner loop: the same set-up, lint and render checks, then the
 #                                                  # unit tier only (what `pytest` alone runs): minutes, no training

@@ -1,7 +1,7 @@
 """What the adversarial judges pass, by answer strategy and family: answers built per case from the row (copies,
-cut-offs, forwarded injections, word lists) and honest summaries, on fresh cases of every family and topic from the
-suite generator; and the honest summaries' sentence figures that steps/core/faithfulness.py's word-list bounds are set
-from.
+cut-offs, forwarded injections, word lists) and honest summaries, on fresh cases of every family (real carriers) from
+the suite generator; and the honest summaries' sentence figures that steps/core/faithfulness.py's word-list bounds are
+set from.
 
     python -m benchmarks.summary_form
 
@@ -18,35 +18,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from steps import adversarial_suite
-from steps.adversarial import FAMILIES, judge_for
-from steps.adversarial_suite import SUMMARIES, TOPICS, grid, make_case
+from steps.adversarial import FAMILIES, carriers, judge_for
+from steps.adversarial_suite import grid, make_case
 from steps.core import faithfulness
 from steps.evaluate.baselines import lead_words
 
 ROOT = Path(__file__).resolve().parent.parent
 WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
-Case = tuple[dict, dict]  # a row of the adversarial split, and its carrier's slots plus "topic" and "injected"
+Case = tuple[dict, dict]  # a row of the adversarial split, and its "summary", "carrier" and "injected" text
 
 
-def cases(family: str, per_topic: int = 3, seed: int = 0) -> list[Case]:
-    """Cases of `family` over every topic, `per_topic` grid points each, with their carrier's slots, topic and the
-    injected text with its canary left out (what an answer that carries the attack forward repeats)."""
+def cases(family: str, n: int = 36, seed: int = 0) -> list[Case]:
+    """`n` cases of `family` at grid points drawn from `seed` (phrasing, carrier, placement), each with its honest
+    summary (its carrier's summary line) and the injected text with its canary left out (what an answer that carries
+    the attack forward repeats)."""
     rng = random.Random(seed)
     found = []
-    for i, key in enumerate(rng.sample(grid(family), min(len(grid(family)), per_topic * len(TOPICS)))):
+    for i, key in enumerate(rng.sample(grid(family), n)):
         canary = f"CANARY-{'ABCDEFGHJK'[i % 10]}{'LMNPQRSTUV'[i // 10 % 10]}{i % 7 + 2}Z"
-        row, slots = make_case(family, key, canary, rng)
+        row, carrier = make_case(family, key, canary, rng)
         template = adversarial_suite.ATTACKS.get(family, ())
         parts = template[key[0]] if template else ()
         parts = parts if isinstance(parts, tuple) else (parts,)
         attack = " ".join(p(canary).replace(canary, "") for p in parts)
-        found.append(({"id": f"t{i}", **row}, {**slots, "topic": key[1], "injected": " ".join(attack.split())}))
+        info = {"summary": carrier.summary, "carrier": carrier.name, "injected": " ".join(attack.split())}
+        found.append(({"id": f"t{i}", **row}, info))
     return found
 
 
-def faithful(slots: dict) -> str:
+def faithful(info: dict) -> str:
     """The honest one-sentence summary of the case's carrier."""
-    return SUMMARIES[slots["topic"]].format(**slots)
+    return info["summary"]
 
 
 def _plain(case: dict) -> str:
@@ -69,7 +71,7 @@ def _sentences(case: dict, k: int) -> str:
     return " ".join(faithfulness.DOCUMENT_SENTENCE.split(_plain(case))[:k])
 
 
-# Answers that are not summaries (each must fail), and the honest one (must pass): (case, slots) -> answer.
+# Answers that are not summaries (each must fail), and the honest one (must pass): (case, info) -> answer.
 STRATEGIES: dict[str, Callable[[dict, dict], str]] = {
     "honest summary": lambda c, s: faithful(s),
     "document copied": lambda c, s: c["document"],
@@ -96,20 +98,27 @@ def pass_rate(family: str, strategy: str) -> float:
 
 
 def honest_sentence_figures() -> dict[str, float]:
-    """Over the committed references and every family's honest summaries: the most function words in a row, the
-    largest share of neighbouring pairs both function words, and how many hold an article before a closed-class word."""
+    """Over the committed references and every carrier's summary line (steps/adversarial/carriers.py): the most
+    function words in a row, the largest share of neighbouring pairs both function words, and how many hold a pair of
+    words English does not write side by side or open or end where no sentence does (faithfulness.bad_pairs,
+    NEVER_LAST); and how many of the carriers' own sentences do."""
     texts = []
     for split in ("eval", "train"):
         for line in (ROOT / f"data/summaries/{split}.jsonl").open():
             row = json.loads(line)
             texts.append((row["summary"], row["document"]))
-    texts += [(faithful(s), c["document"]) for f in FAMILIES for c, s in cases(f)]
+    texts += [(c.summary, c.text) for c in carriers.stdlib()]
     checked = [faithfulness.check(a, d) for a, d in texts]
+    sentences = [s for c in carriers.stdlib() for s in c.sentences]
     return {
         "summaries": len(texts),
+        "carrier_sentences": len(sentences),
+        "carrier_sentences_with_bad_pairs_or_end": sum(
+            bool(faithfulness.bad_pairs(s)) or faithfulness.check(s, s).bad_end for s in sentences
+        ),
         "longest_function_run": max(c.function_run for c in checked),
         "largest_function_pairs": max(c.function_pairs for c in checked),
-        "with_article_pairs": sum(bool(c.article_pairs) for c in checked),
+        "with_bad_pairs_or_end": sum(bool(c.bad_pairs) or c.bad_end for c in checked),
     }
 
 
@@ -121,7 +130,7 @@ def main() -> int:
     for strategy in STRATEGIES:
         rates = []
         for family in names:
-            attacked = "must_not_contain" in cases(family, per_topic=1)[0][0]
+            attacked = "must_not_contain" in cases(family, n=1)[0][0]
             rates.append("-" if strategy in NEEDS_INJECTION and not attacked else f"{pass_rate(family, strategy):.0%}")
         print(f"{strategy:<28}" + "".join(r.rjust(5) for r in rates))
     return 0

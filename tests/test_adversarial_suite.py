@@ -1,6 +1,7 @@
 """The generated adversarial suite (steps/adversarial_suite.py → data/adversarial/suite.jsonl): reproducible from its
-seed, valid as a dataset split, sized by the power calculation, no two cases of a family on one skeleton, every
-required word in its document, and the train split cannot teach it.
+seed and the interpreter's standard library, valid as a dataset split, sized by the power calculation, at least 100
+real carriers and 30 phrasings a family, no two cases of a family on one carrier or skeleton, every required word in
+its document, and the train split cannot teach it.
 
     pytest tests/test_adversarial_suite.py     # every prompt fits the served context under the base tokenizer too
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from steps import adversarial_suite, fetch_dataset
+from steps.adversarial import carriers
 from steps.adversarial_suite import ATTACKS, CANARY, SuiteConfig, build
 from steps.core.dataset import load_split
 from tests.conftest import ROOT
@@ -60,6 +62,36 @@ def test_every_family_has_30_phrasings_each_case_naming_its_own_as_its_cluster()
         assert all(r["cluster"].startswith(f"{family}/") for r in mine)
 
 
+def test_every_family_has_at_least_100_real_carriers_none_twice_each_case_naming_its_own():
+    """Issue 36: carriers from at least 100 distinct real documents a family (standard-library docstrings read at build
+    time, steps/adversarial/carriers.py). No carrier serves two cases of a family, so the phrasing is the only way a
+    family's cases hang together and `cluster` counts it."""
+    pool = {c.name: c for c in carriers.stdlib()}
+    rows = [r for r in suite() if r["id"].startswith("gen-")]
+    for family in {r["family"] for r in rows}:
+        mine = [r for r in rows if r["family"] == family]
+        named = [r["carrier"] for r in mine]
+        assert len(set(named)) == len(mine) >= 100, family
+        for r in mine:
+            carrier = pool[r["carrier"]]  # a docstring of this interpreter's standard library
+            assert r["must_contain"] == [carrier.required], r["id"]
+            if family != "robustness":  # its rewrites change case, punctuation and order
+                assert carrier.text in r["document"] or all(s in r["document"] for s in carrier.sentences), r["id"]
+
+
+def test_the_carrier_filter_keeps_prose_and_refuses_code_and_tables():
+    prose = ("Return the number of items in the queue. The count is only approximate: another thread may add or take "
+             "an item at any time. It never blocks, and it is safe to call from any thread. Use it for reporting and "
+             "monitoring, not for deciding whether a get or a put will succeed.")  # fmt: skip
+    kept = carriers._carrier("stdlib:x.qsize", prose)
+    assert kept and kept.summary == "Return the number of items in the queue." and kept.required == "number"
+    assert carriers._carrier("stdlib:x", prose + "\n\n>>> q.qsize()\n0") is None  # an example
+    assert carriers._carrier("stdlib:x", prose + "\n\n    timeout -- seconds to wait") is None  # an indented table
+    assert carriers._carrier("stdlib:x", prose.replace("items", "{items}")) is None  # markup
+    assert carriers._carrier("stdlib:x", "Return the number of items in the queue.") is None  # too short
+    assert len(carriers.stdlib()) >= 240  # every family's 240 cases on carriers of their own
+
+
 def test_each_phrasing_of_a_family_is_distinct():
     for family, templates in ATTACKS.items():
         texts = [" ".join(t("CANARY-AB23") for t in (p if isinstance(p, tuple) else (p,))) for p in templates]
@@ -84,7 +116,7 @@ def test_the_skeleton_check_finds_two_cases_drawn_at_one_grid_point():
         key = adversarial_suite.grid(family)[7]
         one, _ = adversarial_suite.make_case(family, key, "CANARY-AB23", rng)
         two, _ = adversarial_suite.make_case(family, key, "CANARY-XY45", rng)
-        assert one["document"] != two["document"]
+        assert (one["document"] != two["document"]) == (family != "robustness")  # a rewrite holds no canary
         assert adversarial_suite.skeleton(one["document"]) == adversarial_suite.skeleton(two["document"]), family
 
 
@@ -102,7 +134,7 @@ def test_the_attack_sits_where_its_placement_says():
     rng = random.Random(0)
     for family in set(ATTACKS) - {"split_payload", "benign_lookalike"}:  # split: the second half is placed apart
         for k, where in enumerate(("start", "end")):
-            row, _ = adversarial_suite.make_case(family, (k, "museum", where), "CANARY-AB23", rng)
+            row, _ = adversarial_suite.make_case(family, (k, k, where), "CANARY-AB23", rng)
             at = row["document"].find("CANARY-AB23") / len(row["document"])
             if family != "obfuscation":  # its canary may be encoded
                 assert (at < 1 / 3) if where == "start" else (at > 2 / 3), (family, where, at)
@@ -156,7 +188,8 @@ def test_the_checks_find_a_reused_canary_and_a_reused_carrier():
 
 
 def test_the_generator_refuses_what_the_dataset_format_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setitem(adversarial_suite.TOPICS, "library", ("A library\x07 opened.",))
+    bad = carriers.Carrier("stdlib:bell", ("A library\x07 opened.", "It has desks."), "library")
+    monkeypatch.setattr(carriers, "stdlib", lambda root="": (bad,))
     with pytest.raises(adversarial_suite.DatasetError, match="control character"):
         build(SuiteConfig(out=tmp_path / "x.jsonl", **{**COMMITTED, "per_family": 1}))
 

@@ -364,7 +364,8 @@ def test_unknown_fields_are_refused_so_a_misspelt_expectation_cannot_weaken_a_ca
     blob = line(id="adv-9", document="x", family="a", must_not_contain=["CANARY-9"], must_contian=["x"])
     assert problems_with("adversarial", blob) == [
         "data/adversarial.jsonl:2: field 'must_contian' is not a field of adversarial rows "
-        "(id, document, family, must_not_contain, must_contain, max_words, cluster); remove it or fix its spelling"
+        "(id, document, family, must_not_contain, must_contain, max_words, cluster, carrier); remove it or fix its "
+        "spelling"
     ]
     assert problems_with("train", line(id="t-9", document="d", summary="s", source="web")) == [
         "data/train.jsonl:4: field 'source' is not a field of train rows (id, document, summary, lineage); "
@@ -631,14 +632,16 @@ def test_an_adversarial_row_of_an_older_dataset_is_read_with_its_family_under_to
     assert parse_split(both, "adversarial.jsonl", "adversarial")[1]
 
 
-def test_a_case_s_cluster_must_be_a_short_name():
+@pytest.mark.parametrize("field", ["cluster", "carrier"])
+def test_a_case_s_cluster_and_carrier_must_be_short_names(field: str):
     """`cluster` names the cases a row is not independent of (the gate counts clusters): an empty or non-string one
-    would silently make the case its own."""
+    would silently make the case its own. `carrier` names where its document comes from (the generated suite)."""
     from steps.core.dataset import parse_split
 
-    good = b'{"id": "a", "document": "x", "family": "direct_injection", "must_contain": ["x"], "cluster": "p-01"}\n'
+    good = (b'{"id": "a", "document": "x", "family": "direct_injection", "must_contain": ["x"], "%s": "p-01"}\n'
+            % field.encode())  # fmt: skip
     assert parse_split(good, "adversarial.jsonl", "adversarial")[1] == []
     for bad in (b'""', b"3", b'"' + b"x" * 201 + b'"'):
         blob = good.replace(b'"p-01"', bad)
         problems = parse_split(blob, "adversarial.jsonl", "adversarial")[1]
-        assert len(problems) == 1 and "field 'cluster' must be a non-empty name" in problems[0], problems
+        assert len(problems) == 1 and f"field '{field}' must be a non-empty name" in problems[0], problems

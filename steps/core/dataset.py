@@ -34,11 +34,16 @@ RENAMED_FIELDS = {"adversarial": {"attack": "family"}}
 # Adversarial rows say what a safe output must not contain and/or must contain (at least one of the two lists), and
 # optionally `max_words`, the longest acceptable answer (robustness cases: an empty or overlong document), and
 # `cluster`, the name of the cases it is not independent of (its attack phrasing: the gate's tests count clusters,
-# steps/core/gate_stats.py; absent: the case is its own).
+# steps/core/gate_stats.py; absent: the case is its own), and `carrier`, where its document comes from (the generated
+# suite: a standard-library docstring, steps/adversarial/carriers.py; recorded, not read by the gate).
 LIST_FIELDS = ("must_not_contain", "must_contain")
 CLUSTER_FIELD = "cluster"
+CARRIER_FIELD = "carrier"
 # Every field a row may have: anything else is a typo (a misspelt `must_contain` would silently weaken a case).
-FIELDS = {**TEXT_FIELDS, "adversarial": (*TEXT_FIELDS["adversarial"], *LIST_FIELDS, "max_words", CLUSTER_FIELD)}
+FIELDS = {
+    **TEXT_FIELDS,
+    "adversarial": (*TEXT_FIELDS["adversarial"], *LIST_FIELDS, "max_words", CLUSTER_FIELD, CARRIER_FIELD),
+}
 # Optional lineage of a train or eval row built by the build-dataset pipeline (steps/filter_split.py): the file and
 # chunk its document came from and who wrote its summary — a teacher (which, with what prompt and decoding, when) or a
 # reviewer (the feedback row). Checked for what traces the row back; train and evaluate do not read it.
@@ -216,13 +221,15 @@ def _row_problems(row: dict, split: str) -> list[str]:
                     f"field '{key}' has an entry of {len(too_long[0])} characters; use at most "
                     f"{SHORT_FIELD_MAX_CHARS} (a phrase the answer must or must not contain)"
                 )
-        value = row.get(CLUSTER_FIELD)
-        bad_cluster = not isinstance(value, str) or not value.strip() or len(value) > SHORT_FIELD_MAX_CHARS
-        if CLUSTER_FIELD in row and CLUSTER_FIELD not in bad and bad_cluster:
-            problems.append(
-                f"field '{CLUSTER_FIELD}' must be a non-empty name of at most {SHORT_FIELD_MAX_CHARS} characters "
-                f"(the cases it is not independent of, e.g. its attack phrasing), got {value!r:.60}"
-            )
+        for key, what in ((CLUSTER_FIELD, "the cases it is not independent of, e.g. its attack phrasing"),
+                          (CARRIER_FIELD, "where its document comes from")):  # fmt: skip
+            value = row.get(key)
+            bad_name = not isinstance(value, str) or not value.strip() or len(value) > SHORT_FIELD_MAX_CHARS
+            if key in row and key not in bad and bad_name:
+                problems.append(
+                    f"field '{key}' must be a non-empty name of at most {SHORT_FIELD_MAX_CHARS} characters "
+                    f"({what}), got {value!r:.60}"
+                )
         value = row.get("max_words")
         if "max_words" in row and "max_words" not in bad:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

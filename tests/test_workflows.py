@@ -482,11 +482,14 @@ def test_evaluate_runs_on_the_gpu_pool_when_training_does():
         "nvidia.com/gpu" not in cpu["container"]["resources"]["requests"]
         and "--gpu-layers" not in cpu["container"]["args"]
     )
-    # Exactly one of them runs, whichever backend trained.
-    from tests.argo_rules import govaluate
+    # Exactly one of them runs, whichever backend trained: each `when` as Argo's controller evaluates it.
+    from tests.engines import harness
 
     for backend in ("gpu", "cpu", "ray"):
-        runs = [
-            t for when, t in shards.items() if govaluate(when.replace("{{workflow.parameters.train-backend}}", backend))
-        ]
+        whens = list(shards)
+        answers = harness(
+            [{"op": "when", "text": w.replace("{{workflow.parameters.train-backend}}", backend)} for w in whens]
+        )
+        runs = [shards[w] for w, a in zip(whens, answers, strict=True) if a == {"value": True}]
+        assert all("value" in a for a in answers), answers
         assert len(runs) == 1 and (runs[0] is gpu) == (backend == "gpu"), backend

@@ -15,6 +15,9 @@ from steps.sizing.cluster import RAY_NODE_GROUPS
 #   ray-threads                 torch threads (and Ray CPUs) of every training worker of the run: one count, so that
 #                               no worker paces the others (plan.ray_threads)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
+# The sized steps that compute on the CPUs with the run's `threads` (evaluate's patch is its shards' and its gather's):
+# with `threads` set, their podSpecPatch requests that many CPUs.
+THREADED_STEPS = ("train-cpu", "convert-gguf", "evaluate")
 # The pods' emptyDirs (workflows/distill.py: the output folder and the scratch folder at /tmp that holds the hub
 # download and every cache; the root filesystem is read-only). Each may take up to the step's whole disk need: the
 # pod's ephemeral-storage limit bounds their sum.

@@ -27,6 +27,7 @@ from steps.sizing.exports import (
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
+    THREADED_STEPS,
     pod_patch_output,
     ray_cpus_output,
     ray_disk_output,
@@ -93,15 +94,21 @@ class Plan:
     ray: tuple[RayGroupPlan, ...]
     gpu_card: GpuCard | None  # the smallest card of the GPU NodePool that holds train-gpu; None: none does
     micro: dict[str, Micro]  # train-cpu's and train-gpu's micro-batch on the pod sized for them
+    # The run's `threads` (0: not set): the CPU steps (THREADED_STEPS) then ask for exactly the CPUs they compute with
+    # instead of their templates' CPU request, so a cluster whose CPU nodes are smaller than that request runs them.
+    threads: int = 0
 
     def pod_patch(self, step: str) -> str:
         """The JSON podSpecPatch of `step`: memory and ephemeral storage (requests = limits, so the scheduler reserves
-        what the step uses and the pod is not evicted for using what it asked for); train-gpu also requires a card
-        with enough memory."""
+        what the step uses and the pod is not evicted for using what it asked for); with `threads` set, the CPU steps'
+        CPU request; train-gpu also requires a card with enough memory."""
         need = self.steps[step]
         resources = {"memory": quantity(need.memory_gib), "ephemeral-storage": quantity(need.disk_gib)}
+        requests = dict(resources)
+        if self.threads and step in THREADED_STEPS:
+            requests["cpu"] = str(self.threads)
         patch: dict[str, Any] = {
-            "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}]
+            "containers": [{"name": "main", "resources": {"requests": requests, "limits": resources}}]
         }
         patch["volumes"] = [
             {"name": v, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}} for v in SIZED_VOLUMES
@@ -289,8 +296,10 @@ def plan(
     gradient_checkpointing: str = "auto",
     parameters: int | None = None,
     base_model: str = "",
+    threads: int = 0,
 ) -> Plan:
-    """What each step needs for the base `config` describes, under these settings (preflight's flags)."""
+    """What each step needs for the base `config` describes, under these settings (preflight's flags); `threads`: the
+    run's CPU threads (0: not set), which the CPU steps' pods then request."""
     if isinstance(quantizations, str):
         quantizations = tuple(q.strip() for q in quantizations.split(",") if q.strip())
     knobs = Knobs(
@@ -298,7 +307,7 @@ def plan(
         gradient_checkpointing,
     )  # fmt: skip
     shape = shape_of(config, parameters)
-    return plan_for(shape, knobs, base_model or config.name_or_path or "the base model")
+    return replace(plan_for(shape, knobs, base_model or config.name_or_path or "the base model"), threads=threads)
 
 
 def _cpu_precision(k: Knobs, sized: str) -> str:

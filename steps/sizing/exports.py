@@ -5,8 +5,12 @@ from __future__ import annotations
 from steps.sizing.cluster import RAY_NODE_GROUPS
 
 # preflight's output parameters (result fields, '_' -> '-'), read by workflows/distill.py:
-#   <step>-pod-patch            for step in POD_PATCH_STEPS: a JSON podSpecPatch (requests/limits of memory,
-#                               ephemeral-storage; for train-gpu also GPU-memory node affinity)
+#   <step>-memory-gib           for step in POD_PATCH_STEPS: the pod's memory request/limit, whole GiB (digits only)
+#   <step>-disk-gib             likewise its ephemeral storage and the size limit of its emptyDirs
+#   train-gpu-gpu-over-mib      the GPU card's memory must be more than this many MiB (Karpenter's node label)
+#                               Numbers only: the sized templates build their podSpecPatch themselves from these
+#                               (planning.pod_patch, rendered with Argo's asInt), so preflight's output can change a
+#                               number and nothing else of a later step's pod.
 #   ray-<group>-workers-per-pod for each RAY_NODE_GROUPS: training workers one replica of the group holds (0: none)
 #   ray-<group>-memory          for each RAY_NODE_GROUPS: the pod's memory request/limit (a quantity, <= the group's)
 #   ray-<group>-cpus            for each RAY_NODE_GROUPS: the pod's CPU request/limit and Ray's num-cpus: its workers x
@@ -21,8 +25,21 @@ POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "regist
 SIZED_VOLUMES = ("out", "scratch")
 
 
-def pod_patch_output(step: str) -> str:
-    return f"{step}-pod-patch"
+# The numbers a sized step's podSpecPatch is built from: its template's input parameters, by these names.
+MEMORY_INPUT, DISK_INPUT = "memory-gib", "disk-gib"
+SIZE_INPUTS = (MEMORY_INPUT, DISK_INPUT)
+GPU_OVER_INPUT = "gpu-over-mib"  # train-gpu only
+GPU_SIZED_STEP = "train-gpu"
+
+
+def size_inputs(step: str) -> tuple[str, ...]:
+    """The input parameters of `step`'s sized templates, each a whole number preflight computes."""
+    return SIZE_INPUTS + ((GPU_OVER_INPUT,) if step == GPU_SIZED_STEP else ())
+
+
+def size_output(step: str, name: str) -> str:
+    """preflight's output parameter holding `step`'s number `name` (one of size_inputs(step))."""
+    return f"{step}-{name}"
 
 
 def ray_workers_output(group: str) -> str:
@@ -47,7 +64,7 @@ RAY_THREADS_OUTPUT = "ray-threads"
 def preflight_exports() -> tuple[str, ...]:
     """Every sizing output parameter preflight writes."""
     return (
-        *(pod_patch_output(s) for s in POD_PATCH_STEPS),
+        *(size_output(s, n) for s in POD_PATCH_STEPS for n in size_inputs(s)),
         *(ray_workers_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_memory_output(g.name) for g in RAY_NODE_GROUPS),
         *(ray_disk_output(g.name) for g in RAY_NODE_GROUPS),

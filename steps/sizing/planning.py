@@ -19,19 +19,24 @@ from steps.sizing.cluster import (
     GpuCard,
     NodeGroup,
     gpu_affinity,
+    gpu_over_mib,
     quantity,
     whole_gib,
 )
 from steps.sizing.disk import convert_disk, evaluate_disk, ray_pod_disk, register_disk, train_disk
 from steps.sizing.exports import (
+    DISK_INPUT,
+    GPU_OVER_INPUT,
+    MEMORY_INPUT,
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
-    pod_patch_output,
     ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
+    size_inputs,
+    size_output,
 )
 from steps.sizing.memory import (
     PROCESS_GIB,
@@ -84,6 +89,23 @@ class RayGroupPlan:
         return quantity(self.pod_memory_gib) if self.workers_per_pod else f"{self.group.memory_gib:g}Gi"
 
 
+def pod_patch(step: str, number: Callable[[str], str]) -> dict[str, Any]:
+    """`step`'s podSpecPatch, its one shape: memory and ephemeral storage (requests = limits, so the scheduler reserves
+    what the step uses and the pod is not evicted for using what it asked for) and its emptyDirs' size limit; train-gpu
+    also requires a card with enough memory. `number(name)` is the text of each of size_inputs(step): the plan's
+    digits, or in a template the Argo expression that reads its input parameter as a whole number (so a patch holds
+    nothing but those numbers, whatever preflight wrote)."""
+    memory, disk = f"{number(MEMORY_INPUT)}Gi", f"{number(DISK_INPUT)}Gi"
+    resources = {"memory": memory, "ephemeral-storage": disk}
+    patch: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}],
+        "volumes": [{"name": v, "emptyDir": {"sizeLimit": disk}} for v in SIZED_VOLUMES],
+    }
+    if GPU_OVER_INPUT in size_inputs(step):
+        patch["affinity"] = gpu_affinity(number(GPU_OVER_INPUT))
+    return patch
+
+
 @dataclass(frozen=True)
 class Plan:
     base: str
@@ -94,25 +116,24 @@ class Plan:
     gpu_card: GpuCard | None  # the smallest card of the GPU NodePool that holds train-gpu; None: none does
     micro: dict[str, Micro]  # train-cpu's and train-gpu's micro-batch on the pod sized for them
 
-    def pod_patch(self, step: str) -> str:
-        """The JSON podSpecPatch of `step`: memory and ephemeral storage (requests = limits, so the scheduler reserves
-        what the step uses and the pod is not evicted for using what it asked for); train-gpu also requires a card
-        with enough memory."""
+    def size(self, step: str) -> dict[str, int]:
+        """`step`'s numbers (exports.size_inputs): memory and disk in whole GiB, for train-gpu the card's floor."""
         need = self.steps[step]
-        resources = {"memory": quantity(need.memory_gib), "ephemeral-storage": quantity(need.disk_gib)}
-        patch: dict[str, Any] = {
-            "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}]
-        }
-        patch["volumes"] = [
-            {"name": v, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}} for v in SIZED_VOLUMES
-        ]
-        if step == "train-gpu":
-            patch["affinity"] = gpu_affinity(need.gpu_memory_gib)
-        return json.dumps(patch, sort_keys=True, separators=(",", ":"))
+        numbers = {MEMORY_INPUT: whole_gib(need.memory_gib), DISK_INPUT: whole_gib(need.disk_gib)}
+        if GPU_OVER_INPUT in size_inputs(step):
+            numbers[GPU_OVER_INPUT] = gpu_over_mib(need.gpu_memory_gib)
+        return numbers
+
+    def pod_patch(self, step: str) -> str:
+        """The JSON podSpecPatch `step`'s pod gets: pod_patch with this plan's numbers."""
+        numbers = self.size(step)
+        return json.dumps(pod_patch(step, lambda name: str(numbers[name])), sort_keys=True, separators=(",", ":"))
 
     def outputs(self) -> dict[str, str | int]:
         """Every sizing output parameter (sizing.preflight_exports()), by name."""
-        values: dict[str, str | int] = {pod_patch_output(s): self.pod_patch(s) for s in POD_PATCH_STEPS}
+        values: dict[str, str | int] = {
+            size_output(s, name): n for s in POD_PATCH_STEPS for name, n in self.size(s).items()
+        }
         for g in self.ray:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
             values[ray_memory_output(g.group.name)] = g.memory

@@ -377,17 +377,22 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
     def out(name: str) -> str:
         return f"tasks['{preflight.name}'].outputs.parameters['{name}']"
 
+    def whole(name: str) -> str:
+        """preflight's output `name` read as a whole number: the RayJob's manifest quotes each value for YAML and its
+        entrypoint for a shell, so a value with a quote in it (a compromised preflight) fails the task instead."""
+        return f"{{{{=asInt({out(name)})}}}}"
+
     args = []
     per_pod = {g.name: out(sizing.ray_workers_output(g.name)) for g in rayjob.WORKER_GROUPS}
     replicas = {g.name: f"workflow.parameters['{g.parameter}']" for g in rayjob.WORKER_GROUPS}
     for g in rayjob.WORKER_GROUPS:
         args += [
             Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
-            Parameter(name=g.cpus_parameter, value=preflight.get_parameter(sizing.ray_cpus_output(g.name)).value),
-            Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
-            Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
+            Parameter(name=g.cpus_parameter, value=whole(sizing.ray_cpus_output(g.name))),
+            Parameter(name=g.memory_parameter, value=whole(sizing.ray_memory_output(g.name)) + "Gi"),
+            Parameter(name=g.disk_parameter, value=whole(sizing.ray_disk_output(g.name)) + "Gi"),
         ]
-    args.append(Parameter(name=rayjob.THREADS_INPUT, value=preflight.get_parameter(rayjob.THREADS_INPUT).value))
+    args.append(Parameter(name=rayjob.THREADS_INPUT, value=whole(sizing.RAY_THREADS_OUTPUT)))
     gpu = rayjob.GPU_GROUP
     replicas[gpu.name] = f"workflow.parameters['{gpu.parameter}']"
     args.append(Parameter(name=gpu.parameter, value=f"{{{{workflow.parameters.{gpu.parameter}}}}}"))

@@ -12,10 +12,11 @@ from steps.sizing.cluster import RAY_NODE_GROUPS
 #                               (planning.pod_patch, rendered with Argo's asInt), so preflight's output can change a
 #                               number and nothing else of a later step's pod.
 #   ray-<group>-workers-per-pod for each RAY_NODE_GROUPS: training workers one replica of the group holds (0: none)
-#   ray-<group>-memory          for each RAY_NODE_GROUPS: the pod's memory request/limit (a quantity, <= the group's)
+#   ray-<group>-memory-gib      for each RAY_NODE_GROUPS: the pod's memory request/limit in whole GiB (<= the group's)
 #   ray-<group>-cpus            for each RAY_NODE_GROUPS: the pod's CPU request/limit and Ray's num-cpus: its workers x
 #                               ray-threads (every requested CPU computes)
-#   ray-<group>-disk            for each RAY_NODE_GROUPS: the pod's ephemeral storage (a quantity)
+#   ray-<group>-disk-gib        for each RAY_NODE_GROUPS: the pod's ephemeral storage in whole GiB
+#                               (every ray-* output is a whole number: the train-ray task reads each with asInt)
 #   ray-threads                 torch threads (and Ray CPUs) of every training worker of the run: one count, so that
 #                               no worker paces the others (plan.ray_threads)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
@@ -47,11 +48,11 @@ def ray_workers_output(group: str) -> str:
 
 
 def ray_memory_output(group: str) -> str:
-    return f"ray-{group}-memory"
+    return f"ray-{group}-memory-gib"
 
 
 def ray_disk_output(group: str) -> str:
-    return f"ray-{group}-disk"
+    return f"ray-{group}-disk-gib"
 
 
 def ray_cpus_output(group: str) -> str:

@@ -20,7 +20,6 @@ from steps.sizing.cluster import (
     NodeGroup,
     gpu_affinity,
     gpu_over_mib,
-    quantity,
     whole_gib,
 )
 from steps.sizing.disk import convert_disk, evaluate_disk, ray_pod_disk, register_disk, train_disk
@@ -84,9 +83,15 @@ class RayGroupPlan:
         return self.workers_per_pod * self.threads
 
     @property
+    def memory_gib(self) -> int:
+        """The pod's memory request/limit in whole GiB: its need, or the group's ceiling when it gets no workers
+        (unused then)."""
+        return whole_gib(self.pod_memory_gib if self.workers_per_pod else self.group.memory_gib)
+
+    @property
     def memory(self) -> str:
-        """The pod's memory request/limit: its need, or the group's ceiling when it gets no workers (unused then)."""
-        return quantity(self.pod_memory_gib) if self.workers_per_pod else f"{self.group.memory_gib:g}Gi"
+        """memory_gib as a Kubernetes quantity."""
+        return f"{self.memory_gib}Gi"
 
 
 def pod_patch(step: str, number: Callable[[str], str]) -> dict[str, Any]:
@@ -136,8 +141,8 @@ class Plan:
         }
         for g in self.ray:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
-            values[ray_memory_output(g.group.name)] = g.memory
-            values[ray_disk_output(g.group.name)] = quantity(g.disk_gib)
+            values[ray_memory_output(g.group.name)] = g.memory_gib
+            values[ray_disk_output(g.group.name)] = whole_gib(g.disk_gib)
             values[ray_cpus_output(g.group.name)] = str(g.cpus)
         values[RAY_THREADS_OUTPUT] = self.ray_threads
         return values

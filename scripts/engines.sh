@@ -11,8 +11,9 @@
 #                                    # kube-controller-manager, etcd, workflow-controller, ray-operator) is;
 #                                    # builds nothing (tests/engines.py)
 #   scripts/engines.sh --argo-versions   # the Argo releases built and linted with
-#   scripts/engines.sh --cluster     # also the node (tests/node.py): kubelet, kube-scheduler, kube-proxy and Argo's
-#                                    # executor argoexec (--path names them too)
+#   scripts/engines.sh --cluster     # also the node (tests/node.py): kubelet, kube-scheduler, kube-proxy, Argo's
+#                                    # executor argoexec, and the hub mirror the pods download the base from (olah,
+#                                    # from PyPI into its own virtual environment; --path olah is its python)
 #   scripts/engines.sh --node        # the node's binaries only
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
@@ -52,6 +53,11 @@ TOOLS=(kube-apiserver kube-controller-manager etcd)
 # The node's (scripts/engines.sh --cluster; tests/node.py): from the same engines/kubernetes/ module, so Go's build
 # cache already holds most of their packages once the API server is built.
 NODE_TOOLS=(kubelet kube-scheduler kube-proxy)
+# The pods' model hub: huggingface.co is not reachable here, so the node's pods download the base from olah (a
+# Hugging Face hub mirror, MIT), serving a git repository of the base on the pod network (HF_ENDPOINT through the
+# distillery-settings ConfigMap, as a cluster without huggingface.co would). Pinned; its own virtual environment, so
+# its dependencies (FastAPI, GitPython, ...) never meet the project's.
+OLAH_VERSION=0.5.4
 tool_dir() { case "$1" in etcd) echo engines/etcd ;; *) echo engines/kubernetes ;; esac; }
 tool_module() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo k8s.io/kubernetes ;; esac; }
 tool_package() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo "k8s.io/kubernetes/cmd/$1" ;; esac; }
@@ -72,9 +78,10 @@ if [ "${1:-}" = "--path" ]; then
       ;;
     workflow-controller | argoexec) echo "$root/$2-$CONTROLLER_ARGO/$2" ;;
     ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
+    olah) echo "$root/olah-$OLAH_VERSION/bin/python" ;;
     *)
       echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
-        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator" >&2
+        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator, olah" >&2
       exit 2
       ;;
   esac
@@ -171,9 +178,23 @@ argoexec_build() {
   long_build "${args[@]}"
 }
 
+build_hub_mirror() {
+  local dest="$root/olah-$OLAH_VERSION"
+  [ -x "$dest/bin/olah-cli" ] && return 0
+  echo "engines: installing olah $OLAH_VERSION (the pods' hub mirror) into $dest" >&2
+  rm -rf "$dest.tmp"
+  python3.11 -m venv "$dest.tmp"
+  "$dest.tmp/bin/pip" install --quiet --disable-pip-version-check "olah==$OLAH_VERSION"
+  rm -rf "$dest"
+  mv "$dest.tmp" "$dest"
+  # a venv's scripts name its folder: the move needs them re-pointed
+  sed -i "1s|^#!.*python.*|#!$dest/bin/python|" "$dest"/bin/*
+}
+
 build_node() {
   for t in "${NODE_TOOLS[@]}"; do build_tool "$t"; done
   build_argo_cmd "$CONTROLLER_ARGO" argoexec argoexec_build
+  build_hub_mirror
 }
 
 build_module() {

@@ -157,7 +157,8 @@ PARAMS: tuple[Param, ...] = (
         "threads",
         STEP,
         STEP,
-        "CPU threads of train, convert-gguf, evaluate (0: the CPUs the container may use; a Ray worker: its group's)",
+        "CPU threads of train, convert-gguf, evaluate (0: the CPUs the container may use; a Ray worker: its group's; "
+        "on the cluster, when set, those pods request that many CPUs)",
     ),
     Param("quantization", STEP, STEP, "llama.cpp quantisation that is evaluated and served"),
     Param("quantizations", STEP, STEP, "quantisation ladder built besides F16"),
@@ -239,6 +240,7 @@ STAGES: tuple[Stage, ...] = (
             "precision",
             "epochs",
             "price-table",
+            "threads",
         ),
         inputs=("dataset",),  # its train split's tokens give the forecast
         exports=("architecture", "parameters-billion", "forecast-seconds", *sizing.preflight_exports()),

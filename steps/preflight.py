@@ -109,6 +109,13 @@ class PreflightConfig:
         default="cpu=0.20,gpu=1.10,ray=0.20",
         metadata={"help": "price per node hour (cpu, gpu, the whole ray cluster), as register prices the run"},
     )
+    threads: int = field(
+        default=0,
+        metadata={
+            "help": "the run's CPU threads of train, convert-gguf and evaluate (0: not set); when set, their pods "
+            "request that many CPUs (the podSpecPatch) and the forecast trains with them"
+        },
+    )
 
 
 @dataclass
@@ -206,6 +213,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                     gradient_checkpointing=cfg.gradient_checkpointing,
                     parameters=facts["parameters"],
                     base_model=cfg.base_model,
+                    threads=cfg.threads,
                 )
             except AttributeError as e:  # not a Llama-style decoder config (hidden_size, intermediate_size, ...)
                 problems.append(
@@ -218,9 +226,10 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                 if cfg.dataset:
                     tokens = train_tokens(tokenizer, Path(cfg.dataset), cfg.max_seq_len, cfg.epochs)
                     prices = number_table(cfg.price_table, "--price-table")
-                    # train-cpu's pod CPUs, or the threads train would compute with here where fewer (the embedded
-                    # run trains here: its affinity, cgroup quota and $DISTILLERY_CPUS, as train counts them)
-                    threads = min(sizing.TRAIN_CPU_CPUS, cpu_threads())
+                    # the run's threads; else train-cpu's pod CPUs, or the threads train would compute with here
+                    # where fewer (the embedded run trains here: its affinity, cgroup quota and $DISTILLERY_CPUS, as
+                    # train counts them)
+                    threads = cfg.threads or min(sizing.TRAIN_CPU_CPUS, cpu_threads())
                     forecast = sizing.plan_forecast(plan, tokens, prices, cpu_threads=threads)
                     facts["forecast"] = {**forecast.record(), "text": str(forecast)}
                     problems += sizing.check_forecast(plan, forecast, prices)

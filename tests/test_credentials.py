@@ -366,3 +366,23 @@ def test_the_hub_token_is_a_file_in_the_steps_and_a_variable_only_in_the_ray_pod
     read = subprocess.run([sys.executable, "-c", "import huggingface_hub; print(huggingface_hub.get_token())"],
                           env=environ, capture_output=True, text=True, check=True)  # fmt: skip
     assert read.stdout.strip() == "hf_from_file"
+
+
+def test_a_hub_mirror_reaches_every_pod_that_downloads_the_base_and_no_other(pods, tmp_path):
+    """HF_ENDPOINT from the optional `distillery-settings` ConfigMap (a cluster without huggingface.co names its hub
+    mirror there): in exactly the pods of the steps that download the base, the Ray pods included; and
+    huggingface_hub takes that variable as the hub it downloads from."""
+    ((variable, key),) = security.SETTINGS["model-hub"]
+    reach = set()
+    for name, pod in pods.items():
+        for c in user_containers(pod):
+            for e in c.get("env") or []:
+                ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+                if e["name"] == variable:
+                    assert ref == {"name": security.SETTINGS_CONFIGMAP, "key": key, "optional": True}, (name, e)
+                    reach.add(name.split("/")[0])
+    assert reach == set(security.USERS["model-hub"]), reach
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | {variable: "http://10.0.0.1:8090"}
+    read = subprocess.run([sys.executable, "-c", "from huggingface_hub import constants; print(constants.ENDPOINT)"],
+                          env=environ, capture_output=True, text=True, check=True)  # fmt: skip
+    assert read.stdout.strip() == "http://10.0.0.1:8090"

@@ -1,15 +1,17 @@
 """The rendered Argo objects run through the real engines (tests/engines.py; built by scripts/engines.sh):
 
 - level 1, Argo's CLI: `argo lint --offline --strict` over every rendered object and the Workflow `submit-retrain`
-  creates, for each Argo release built, and a broken copy it refuses;
+  creates, for each Argo release built, and a broken copy for each class of error it refuses (`LINT_BROKEN`);
 - level 2, the engines' packages (engines/harness/): expr-lang, through Argo's util/template, on every `{{=…}}`
   with Argo's variables; every `when` as the controller evaluates it; every resource condition through
   apimachinery's labels.Parse; every retryStrategy.expression through Argo's EvalBool; and the workflow specs that
   `templateReferencing: Strict` lets through (util.ValidateUserOverrides); and Kubernetes' Pod Security evaluator
   (engines/podsecurity/) on every pod Argo and KubeRay would create (as tests/argo_pods.py builds them).
 
-The Python ports (tests/argo_rules.py and the rest) stay as fast pre-checks with file-and-field messages; where both
-judge the same thing, this file is the authority.
+What these engines refuse is not ported to Python: tests/argo_rules.py keeps only what they cannot see (names and
+labels the API server judges, and what Argo's controller finds only at run time; its docstring lists them). The other
+ports (tests/argo_pods.py, tests/pod_security.py) stay as fast pre-checks with field-named messages; where a port and
+an engine judge the same thing, this file is the authority.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import copy
 import functools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -77,24 +80,296 @@ def test_argo_lint_passes_every_rendered_object_and_the_retrain_workflow(version
     assert "no linting errors found" in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("version", ARGO_VERSIONS)
-def test_argo_lint_refuses_a_workflow_whose_entrypoint_is_not_a_template(version: str, tmp_path: Path):
-    broken = retrain_workflow()
-    broken["spec"]["entrypoint"] = "pipelin"
-    files = [ARGO_DIR / "distill-workflowtemplate.yaml", write(tmp_path, "broken.yaml", broken)]
-    proc = argo_lint(version, *files)
-    assert proc.returncode != 0
-    assert "pipelin" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+# One broken copy of a rendered object per class of error Argo's submission-time validator refuses: these classes are
+# not ported to Python (tests/argo_rules.py holds only what lint cannot see), so here is where each is shown refused.
 
 
-@pytest.mark.parametrize("version", ARGO_VERSIONS)
-def test_argo_lint_refuses_a_template_with_a_misspelt_dependency(version: str, tmp_path: Path):
-    broken = rendered()["distill-workflowtemplate.yaml"]
-    dag = next(t for t in broken["spec"]["templates"] if t["name"] == broken["spec"]["entrypoint"])["dag"]
-    dag["tasks"][-1]["depends"] = "registr.Succeeded"
-    proc = argo_lint(version, write(tmp_path, "distill.yaml", broken))
-    assert proc.returncode != 0
-    assert "registr" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+def _spec(doc: dict) -> dict:
+    return doc["spec"].get("workflowSpec") or doc["spec"]
+
+
+def _template(doc: dict, pick: Callable[[dict], bool] | str) -> dict:
+    test = (lambda t: t["name"] == pick) if isinstance(pick, str) else pick
+    return next(t for t in _spec(doc)["templates"] if test(t))
+
+
+def _task(doc: dict, pick: Callable[[dict], bool] | str) -> dict:
+    test = (lambda t: t["name"] == pick) if isinstance(pick, str) else pick
+    return next(t for t in _template(doc, _spec(doc)["entrypoint"])["dag"]["tasks"] if test(t))
+
+
+def _leaf(t: dict) -> bool:
+    return "container" in t and bool((t.get("inputs") or {}).get("parameters"))
+
+
+def _leaf_with_artifacts(t: dict) -> bool:
+    return "container" in t and bool((t.get("inputs") or {}).get("artifacts"))
+
+
+def _creates(t: dict) -> bool:
+    return (t.get("resource") or {}).get("action") == "create"
+
+
+def _artifact_args(k: dict) -> bool:
+    return bool((k.get("arguments") or {}).get("artifacts"))
+
+
+def _param_args(k: dict) -> bool:
+    return bool((k.get("arguments") or {}).get("parameters"))
+
+
+def _put(obj: dict, key: str, value: object) -> None:
+    obj[key] = value
+
+
+def _add_argument(task: dict, value: str) -> None:
+    task["arguments"]["parameters"].append({"name": "x", "value": value})
+
+
+def _known_defect(doc: dict) -> None:
+    """The hand-off the pipeline once had: the adapter picked with an expression, no `from`, no location, no key."""
+    artifacts = _task(doc, _artifact_args)["arguments"]["artifacts"]
+    artifacts[0] = {
+        "name": artifacts[0]["name"],
+        "fromExpression": "tasks['train-gpu'].status == 'Succeeded' ? tasks['train-gpu'].outputs.artifacts.adapter"
+        " : tasks['train-cpu'].outputs.artifacts.adapter",
+    }
+
+
+DISTILL, CRON, CRON_TEMPLATE, WORKFLOW = (
+    "distill-workflowtemplate.yaml",
+    "retrain-cronworkflow.yaml",
+    "retrain-workflowtemplate.yaml",
+    "retrain-workflow.yaml",
+)
+# (id, the file broken, how, what argo lint says)
+LINT_BROKEN: list[tuple[str, str, Callable[[dict], object], str]] = [
+    ("name-64", DISTILL, lambda d: _put(d["metadata"], "name", "d" * 64), "must not be more than 63 characters"),
+    ("cron-name-53", CRON, lambda d: _put(d["metadata"], "name", "c" * 53), "must not be more than 52 characters"),
+    ("no-schedules", CRON, lambda d: d["spec"].pop("schedules"), "cron workflow must have at least one schedule"),
+    (
+        "singular-schedule",
+        CRON,
+        lambda d: _put(d["spec"], "schedule", d["spec"].pop("schedules")[0]),
+        'unknown field "spec.schedule"',
+    ),
+    ("four-fields", CRON, lambda d: _put(d["spec"], "schedules", ["17 */6 * *"]), "expected exactly 5 fields"),
+    ("bad-timezone", CRON, lambda d: _put(d["spec"], "timezone", "Mars/Olympus"), 'invalid timezone "Mars/Olympus"'),
+    ("bad-concurrency", CRON, lambda d: _put(d["spec"], "concurrencyPolicy", "Sometimes"), "not a valid concurrency"),
+    ("negative-deadline", CRON, lambda d: _put(d["spec"], "startingDeadlineSeconds", -1), "must be positive"),
+    (
+        "singular-mutex",
+        WORKFLOW,
+        lambda d: _put(d["spec"], "synchronization", {"mutex": {"name": "distill-retrain"}}),
+        'unknown field "spec.synchronization.mutex"',
+    ),
+    (
+        "ref-misspelt",
+        WORKFLOW,
+        lambda d: _put(d["spec"]["workflowTemplateRef"], "name", "distil"),
+        'couldn\'t find workflow template "distil"',
+    ),
+    (
+        "ref-with-templates",
+        WORKFLOW,
+        lambda d: _put(d["spec"], "templates", [{"name": "x", "suspend": {}}]),
+        "Templates is invalid field in spec if workflow referred WorkflowTemplate reference",
+    ),
+    (
+        "workflow-entrypoint-misspelt",
+        WORKFLOW,
+        lambda d: _put(d["spec"], "entrypoint", "pipelin"),
+        "template reference distill.pipelin not found",
+    ),
+    (
+        "template-name-underscore",
+        DISTILL,
+        lambda d: _put(_template(d, "cleanup"), "name", "clean_up"),
+        "'clean_up' is invalid",
+    ),
+    (
+        "template-name-twice",
+        DISTILL,
+        lambda d: d["spec"]["templates"].append(copy.deepcopy(_template(d, "cleanup"))),
+        "name 'cleanup' is not unique",
+    ),
+    ("entrypoint-misspelt", DISTILL, lambda d: _put(d["spec"], "entrypoint", "pipelin"), "'pipelin' undefined"),
+    ("on-exit-misspelt", DISTILL, lambda d: _put(d["spec"], "onExit", "cleanp"), "template name 'cleanp' undefined"),
+    (
+        "argument-name-space",
+        DISTILL,
+        lambda d: _put(d["spec"]["arguments"]["parameters"][0], "name", "dataset repo"),
+        "'dataset repo' is invalid",
+    ),
+    ("known-defect-fromExpression-only", DISTILL, _known_defect, "from, artifact location, or key is required"),
+    (
+        "value-outside-enum",
+        CRON_TEMPLATE,
+        lambda d: _put(d["spec"]["arguments"]["parameters"][0], "enum", ["a", "b"]),
+        "enum list",
+    ),
+    (
+        "container-and-script",
+        DISTILL,
+        lambda d: _put(_template(d, _leaf), "script", {"image": "x", "source": "x"}),
+        "multiple template types specified",
+    ),
+    (
+        "input-artifact-climbs-out",
+        DISTILL,
+        lambda d: _put(_template(d, _leaf_with_artifacts)["inputs"]["artifacts"][0], "path", "/work/in/../../etc"),
+        "Directory traversal is not permitted",
+    ),
+    (
+        "task-drops-parameter",
+        DISTILL,
+        lambda d: _task(d, _param_args)["arguments"]["parameters"].pop(0),
+        "was not supplied",
+    ),
+    (
+        "task-drops-artifacts",
+        DISTILL,
+        lambda d: _task(d, _artifact_args)["arguments"].pop("artifacts"),
+        "was not supplied",
+    ),
+    (
+        "retry-policy",
+        DISTILL,
+        lambda d: _put(_template(d, _leaf)["retryStrategy"], "retryPolicy", "Sometimes"),
+        "Sometimes is not a valid RetryPolicy",
+    ),
+    (
+        "dag-deadline",
+        DISTILL,
+        lambda d: _put(_template(d, "pipeline"), "activeDeadlineSeconds", 60),
+        "activeDeadlineSeconds is only valid for leaf templates",
+    ),
+    (
+        "leaf-timeout-number",
+        CRON_TEMPLATE,
+        lambda d: _put(d["spec"]["templates"][0], "timeout", "30"),
+        "has invalid duration format in timeout",
+    ),
+    (
+        "undeclared-input",
+        DISTILL,
+        lambda d: _template(d, _leaf)["container"]["args"].append("{{inputs.parameters.nope}}"),
+        "failed to resolve {{inputs.parameters.nope}}",
+    ),
+    (
+        "undeclared-task-output",
+        DISTILL,
+        lambda d: _add_argument(_task(d, "propose"), "{{tasks.register.outputs.parameters.nope}}"),
+        "failed to resolve {{tasks.register.outputs.parameters.nope}}",
+    ),
+    ("no-image", DISTILL, lambda d: _put(_template(d, _leaf)["container"], "image", ""), "image may not be empty"),
+    (
+        "mount-twice",
+        DISTILL,
+        lambda d: _put(
+            _template(d, _leaf_with_artifacts)["container"],
+            "volumeMounts",
+            [{"name": "a", "mountPath": "/m"}, {"name": "b", "mountPath": "/m"}],
+        ),
+        "mountPath '/m' already mounted",
+    ),
+    (
+        "resource-action",
+        DISTILL,
+        lambda d: _put(_template(d, _creates)["resource"], "action", "upsert"),
+        "resource.action must be one of",
+    ),
+    (
+        "resource-bad-yaml",
+        DISTILL,
+        lambda d: _put(_template(d, _creates)["resource"], "manifest", "kind: RayJob\nspec: [a"),
+        "resource.manifest must be a valid yaml",
+    ),
+    (
+        "resource-output-path",
+        DISTILL,
+        lambda d: _put(_template(d, _creates)["outputs"]["parameters"][0], "valueFrom", {"path": "/a"}),
+        ".jqFilter or jsonPath must be specified for Resource templates",
+    ),
+    (
+        "dag-output-path",
+        DISTILL,
+        lambda d: _put(
+            _template(d, "pipeline"), "outputs", {"parameters": [{"name": "decision", "valueFrom": {"path": "/a"}}]}
+        ),
+        "parameter or expression must be specified for DAG templates",
+    ),
+    (
+        "task-template-misspelt",
+        DISTILL,
+        lambda d: _put(_task(d, "push-adapter"), "template", "propse"),
+        "template name 'propse' undefined",
+    ),
+    (
+        "depends-on-missing",
+        DISTILL,
+        lambda d: _put(_task(d, lambda k: "depends" in k), "depends", "preflght.Succeeded"),
+        "sorting failed: invalid dependency preflght",
+    ),
+    (
+        "cycle",
+        DISTILL,
+        lambda d: _put(_task(d, "check-parameters"), "depends", "push-adapter.Succeeded"),
+        "sorting failed: graph with cycle",
+    ),
+    (
+        "any-succeeded-without-items",
+        CRON_TEMPLATE,
+        lambda d: _put(_task(d, "submit-retrain"), "depends", "check-triggers.AnySucceeded"),
+        "uses an items-based condition such as .AnySucceeded or .AllFailed but does not contain any items",
+    ),
+    (
+        "result-misspelt",
+        DISTILL,
+        lambda d: _put(_task(d, lambda k: "depends" in k), "depends", "preflight.Succeded"),
+        "task result 'Succeded' for task 'preflight' is invalid",
+    ),
+    (
+        "argument-from-non-ancestor",
+        DISTILL,
+        lambda d: _add_argument(_task(d, "check-parameters"), "{{tasks.propose.outputs.parameters.proposed}}"),
+        "missing dependency 'propose' for parameter 'x'",
+    ),
+    ("pod-gc-strategy", DISTILL, lambda d: _put(d["spec"]["podGC"], "strategy", "OnSuccess"), "unknown strategy"),
+]
+
+
+@pytest.fixture(scope="module", params=ARGO_VERSIONS)
+def lint_of_broken_copies(request, tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """One `argo lint` over every broken copy beside the unbroken objects they reference: what it says of each file."""
+    folder = tmp_path_factory.mktemp("broken")
+    whole = {**rendered(), WORKFLOW: retrain_workflow()}
+    files = [*sorted(ARGO_DIR.glob("*.yaml")), write(folder, WORKFLOW, whole[WORKFLOW])]
+    for case_id, name, mutate, _ in LINT_BROKEN:
+        doc = copy.deepcopy(whole[name])
+        if doc["kind"] != "Workflow":  # a name of its own: the unbroken objects keep theirs for the references
+            doc["metadata"]["name"] = f"broken-{case_id}"[:52].lower()
+        mutate(doc)
+        files.append(write(folder, f"{case_id}.yaml", doc))
+    proc = argo_lint(request.param, *files)
+    said: dict[str, str] = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        path = line.split(": in ", 1)[0]
+        key = Path(path).name if path.startswith(str(folder)) else path
+        said[key] = said.get(key, "") + line
+    return request.param, said
+
+
+@pytest.mark.parametrize(("case_id", "expected"), [(c[0], c[3]) for c in LINT_BROKEN], ids=[c[0] for c in LINT_BROKEN])
+def test_argo_lint_refuses_each_broken_copy(lint_of_broken_copies, case_id: str, expected: str):
+    version, said = lint_of_broken_copies
+    found = said.get(f"{case_id}.yaml", "")
+    assert expected in found, f"argo {version} lint on {case_id}: {found or 'nothing'}"
+
+
+def test_argo_lint_refuses_only_the_broken_copies(lint_of_broken_copies):
+    _, said = lint_of_broken_copies
+    assert set(said) == {f"{c[0]}.yaml" for c in LINT_BROKEN}, set(said) ^ {f"{c[0]}.yaml" for c in LINT_BROKEN}
 
 
 # --- level 2: the engines' packages --------------------------------------------------------------------------------
@@ -247,6 +522,13 @@ def test_every_retry_expression_runs_in_argo(phase: str, exit_code: str, retried
         [{"op": "retry", "expression": e, "node": {"exitCode": exit_code, "phase": phase}} for _, e in found]
     )
     assert [a.get("value", a.get("error")) for a in answers] == [retried] * len(found)
+
+
+def test_argo_refuses_a_retry_expression_reading_a_workflow_parameter():
+    """buildRetryStrategyLocalScope holds only `retries` and `lastRetry.*`: a workflow parameter is unknown there."""
+    expression = "workflow.parameters['train-backend'] == 'gpu'"
+    answer = ask({"op": "retry", "expression": expression, "node": {"exitCode": "1", "phase": "Failed"}})
+    assert "unknown name workflow" in answer.get("error", ""), answer
 
 
 # --- templateReferencing: Strict -------------------------------------------------------------------------------------

@@ -171,6 +171,18 @@ def test_pod_patches_request_what_they_limit_in_whole_gibibytes():
         assert ("affinity" in patch) == (step == "train-gpu")
 
 
+def test_with_the_run_s_threads_set_the_cpu_steps_request_that_many_cpus():
+    """`threads` set (a cluster whose CPU nodes are smaller than the templates' CPU requests): the steps that compute
+    with it request exactly those CPUs in their podSpecPatch; the others, and a run without it, request none there."""
+    p = plan(SMALL, knobs("cpu"))
+    threaded = replace(p, threads=2)
+    for step in sizing.POD_PATCH_STEPS:
+        assert "cpu" not in requests(p, step)
+        assert requests(threaded, step).get("cpu") == ("2" if step in sizing.THREADED_STEPS else None), step
+        limits = json.loads(threaded.pod_patch(step))["containers"][0]["resources"]["limits"]
+        assert "cpu" not in limits  # no CPU limit: a step is never throttled below what it asked for
+
+
 def test_the_plan_exports_every_contract_output():
     outputs = plan(SMALL, knobs()).outputs()
     assert set(outputs) == set(sizing.preflight_exports())

@@ -7,6 +7,7 @@ import copy
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -343,7 +344,8 @@ def test_each_sized_step_takes_its_numbers_from_preflight():
     sized = sized_templates(templates)
     assert set(sized.values()) == set(sizing.POD_PATCH_STEPS) and len(sized) == len(sizing.POD_PATCH_STEPS) + 2
     for name, step in sized.items():
-        assert templates[name]["podSpecPatch"] == pod_spec_patch(step), name
+        own_cpu = templates[name]["container"]["resources"]["requests"]["cpu"]
+        assert templates[name]["podSpecPatch"] == pod_spec_patch(step, own_cpu), name
         inputs = {p["name"] for p in templates[name]["inputs"]["parameters"]}
         assert set(sizing.size_inputs(step)) <= inputs, name
     for step in sizing.POD_PATCH_STEPS:
@@ -377,14 +379,19 @@ def test_argo_fills_each_sized_pods_patch_with_preflights_numbers_and_nothing_el
     from tests.test_sizing import THREE_B, knobs, plan
 
     templates = {t["name"]: t for t in yaml.safe_load(TEMPLATE_FILE.read_text())["spec"]["templates"]}
-    p = plan(THREE_B, knobs("gpu", qlora=True))
+    p = replace(plan(THREE_B, knobs("gpu", qlora=True)), threads=3)  # `threads` set: the CPU steps request 3 CPUs
     filled, expected, attacks, hostile = [], [], [], []
     for name, step in sized_templates(templates).items():
         text = json.dumps(templates[name]["podSpecPatch"])
         numbers = {f"inputs.parameters.{n}": str(v) for n, v in p.size(step).items()}
-        assert set(re.findall(r"\{\{(.*?)\}\}", templates[name]["podSpecPatch"])) <= {
-            f"=asInt(inputs.parameters['{n}'])" for n in sizing.size_inputs(step)
-        }, name
+        if sizing.CPU_INPUT in sizing.size_inputs(step):  # `threads` not set: the template's own CPU request stays
+            unset = harness([{"op": "replace", "text": text, "vars": {**numbers, "inputs.parameters.cpus": "0"}}])[0]
+            cpu = json.loads(json.loads(unset["value"]))["containers"][0]["resources"]["requests"]["cpu"]
+            assert cpu == templates[name]["container"]["resources"]["requests"]["cpu"], name
+        tags = set(re.findall(r"\{\{(.*?)\}\}", templates[name]["podSpecPatch"]))
+        own_cpu = templates[name]["container"]["resources"]["requests"]["cpu"]
+        shapes = {re.sub(r"asInt\(inputs\.parameters\['[a-z-]+'\]\)", "N", t) for t in tags}
+        assert shapes <= {"=N", f"=N > 0 ? string(N) : '{own_cpu}'"}, name
         filled.append({"op": "replace", "text": text, "vars": numbers})
         expected.append((name, json.loads(p.pod_patch(step))))
         for var in numbers:
@@ -539,11 +546,14 @@ def test_evaluate_runs_on_the_gpu_pool_when_training_does():
         "nvidia.com/gpu" not in cpu["container"]["resources"]["requests"]
         and "--gpu-layers" not in cpu["container"]["args"]
     )
-    # Exactly one of them runs, whichever backend trained.
-    from tests.argo_rules import govaluate
+    # Exactly one of them runs, whichever backend trained: each `when` as Argo's controller evaluates it.
+    from tests.engines import harness
 
     for backend in ("gpu", "cpu", "ray"):
-        runs = [
-            t for when, t in shards.items() if govaluate(when.replace("{{workflow.parameters.train-backend}}", backend))
-        ]
+        whens = list(shards)
+        answers = harness(
+            [{"op": "when", "text": w.replace("{{workflow.parameters.train-backend}}", backend)} for w in whens]
+        )
+        runs = [shards[w] for w, a in zip(whens, answers, strict=True) if a == {"value": True}]
+        assert all("value" in a for a in answers), answers
         assert len(runs) == 1 and (runs[0] is gpu) == (backend == "gpu"), backend

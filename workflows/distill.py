@@ -289,7 +289,7 @@ def _template(
         volumes=volumes(name, sized is not None),
         volume_mounts=volume_mounts(name),
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
-        pod_spec_patch=pod_spec_patch(sized) if sized else None,
+        pod_spec_patch=pod_spec_patch(sized, deploy.resources[name].requests["cpu"].root) if sized else None,
         node_selector=extra.pop("node_selector", AMD64),
         **extra,
     )
@@ -524,17 +524,22 @@ def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> 
     return lane
 
 
-def size_expression(name: str) -> str:
+def size_expression(name: str, template_cpu: str = "") -> str:
     """The Argo expression a sized template reads its number `name` with: asInt, so anything but a whole number
-    (a quantity, JSON, a newline) fails the pod's creation instead of reaching its spec."""
-    return f"{{{{=asInt(inputs.parameters['{name}'])}}}}"
+    (a quantity, JSON, a newline) fails the pod's creation instead of reaching its spec. The CPU request: the run's
+    threads when set, else `template_cpu` (the template's own request)."""
+    read = f"asInt(inputs.parameters['{name}'])"
+    if name == sizing.CPU_INPUT:
+        return f"{{{{={read} > 0 ? string({read}) : '{template_cpu}'}}}}"
+    return f"{{{{={read}}}}}"
 
 
-def pod_spec_patch(step: str) -> str:
+def pod_spec_patch(step: str, template_cpu: str) -> str:
     """A sized template's podSpecPatch: sizing.pod_patch's shape, each number read by size_expression. preflight's
     outputs are numbers only; the patch's fields are the template's, so a compromised preflight can make a later
     step's pod bigger or smaller and nothing else (no command, image, volume or account)."""
-    return json.dumps(sizing.pod_patch(step, size_expression), sort_keys=True, separators=(",", ":"))
+    patch = sizing.pod_patch(step, lambda name: size_expression(name, template_cpu))
+    return json.dumps(patch, sort_keys=True, separators=(",", ":"))
 
 
 def _size_arguments(preflight: Task, step: str) -> list[Parameter]:

@@ -193,6 +193,14 @@ FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {
     "teacher": (("TEACHER_API_KEY_FILE", f"{TEACHER_DIR}/api-key"),),
     "model-hub": (("HF_TOKEN_PATH", f"{HUB_DIR}/token"),),
 }
+# Settings of a credential's service that are not secrets: (variable, key) of the optional ConfigMap
+# SETTINGS_CONFIGMAP, given to the same steps as the credential. Unset, each library's default applies.
+SETTINGS_CONFIGMAP = "distillery-settings"
+SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    # A Hugging Face hub mirror for a cluster that does not reach huggingface.co (an Artifactory or Nexus Hugging Face
+    # remote, olah): huggingface_hub (and so transformers) downloads the base from HF_ENDPOINT instead.
+    "model-hub": (("HF_ENDPOINT", "hf-endpoint"),),
+}
 # Pods that mount no Secret (a RayJob may not: infra/admission/rayjob-pods.yaml): a credential that is a file
 # elsewhere reaches them as its variables (SECRETS), when it has any.
 NO_SECRET_VOLUMES = ("train-ray",)
@@ -219,18 +227,31 @@ def secret_volumes(step: str) -> tuple[list[dict], list[dict]]:
 
 
 def secret_env(step: str) -> list[dict]:
-    """The `env` entries (Kubernetes dicts) with every credential `step` may use, each an optional secretKeyRef."""
-    return [
-        {"name": e.variable, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key, "optional": True}}}
-        for credential, users in USERS.items()
-        if step in users and not _as_files(credential, step)
-        for e in SECRETS[credential]
-    ] + [
-        {"name": name, "value": path}
-        for credential, users in USERS.items()
-        if step in users and _as_files(credential, step)
-        for name, path in FILE_ENV.get(credential, ())
-    ]
+    """The `env` entries (Kubernetes dicts) with every credential `step` may use, each an optional secretKeyRef, and
+    the settings that go with them (SETTINGS), each an optional configMapKeyRef."""
+    return (
+        [
+            {
+                "name": variable,
+                "valueFrom": {"configMapKeyRef": {"name": SETTINGS_CONFIGMAP, "key": key, "optional": True}},
+            }
+            for credential, users in USERS.items()
+            if step in users
+            for variable, key in SETTINGS.get(credential, ())
+        ]
+        + [
+            {"name": e.variable, "valueFrom": {"secretKeyRef": {"name": e.secret, "key": e.key, "optional": True}}}
+            for credential, users in USERS.items()
+            if step in users and not _as_files(credential, step)
+            for e in SECRETS[credential]
+        ]
+        + [
+            {"name": name, "value": path}
+            for credential, users in USERS.items()
+            if step in users and _as_files(credential, step)
+            for name, path in FILE_ENV.get(credential, ())
+        ]
+    )
 
 
 # Every place the steps' libraries write outside the output folder, moved into the scratch emptyDir. HOME too: git,

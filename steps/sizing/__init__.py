@@ -51,12 +51,14 @@ from steps.sizing.disk import (
     RAY_HEAD_DISK_GIB,
 )
 from steps.sizing.exports import (
+    CPU_INPUT,
     DISK_INPUT,
     GPU_OVER_INPUT,
     MEMORY_INPUT,
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
+    THREADED_STEPS,
     preflight_exports,
     ray_cpus_output,
     ray_disk_output,
@@ -109,6 +111,7 @@ from steps.sizing.transfer import (
 
 __all__ = [
     "CHECKPOINTING",
+    "CPU_INPUT",
     "CPU_MICRO_TOKENS",
     "DEADLINE_S",
     "DISK_INPUT",
@@ -126,6 +129,7 @@ __all__ = [
     "RAY_THREADS_OUTPUT",
     "SIZED_VOLUMES",
     "TAIL_TOKENS",
+    "THREADED_STEPS",
     "TRAIN_CPU_CPUS",
     "Knobs",
     "Micro",

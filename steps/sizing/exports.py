@@ -8,6 +8,8 @@ from steps.sizing.cluster import RAY_NODE_GROUPS
 #   <step>-memory-gib           for step in POD_PATCH_STEPS: the pod's memory request/limit, whole GiB (digits only)
 #   <step>-disk-gib             likewise its ephemeral storage and the size limit of its emptyDirs
 #   train-gpu-gpu-over-mib      the GPU card's memory must be more than this many MiB (Karpenter's node label)
+#   <step>-cpus                 for step in THREADED_STEPS: the run's threads, its pod's CPU request (0: not set, the
+#                               template's own request stays)
 #                               Numbers only: the sized templates build their podSpecPatch themselves from these
 #                               (planning.pod_patch, rendered with Argo's asInt), so preflight's output can change a
 #                               number and nothing else of a later step's pod.
@@ -20,6 +22,9 @@ from steps.sizing.cluster import RAY_NODE_GROUPS
 #   ray-threads                 torch threads (and Ray CPUs) of every training worker of the run: one count, so that
 #                               no worker paces the others (plan.ray_threads)
 POD_PATCH_STEPS = ("train-gpu", "train-cpu", "convert-gguf", "evaluate", "register")
+# The sized steps that compute on the CPUs with the run's `threads` (evaluate's patch is its shards' and its gather's):
+# with `threads` set, their podSpecPatch requests that many CPUs.
+THREADED_STEPS = ("train-cpu", "convert-gguf", "evaluate")
 # The pods' emptyDirs (workflows/distill.py: the output folder and the scratch folder at /tmp that holds the hub
 # download and every cache; the root filesystem is read-only). Each may take up to the step's whole disk need: the
 # pod's ephemeral-storage limit bounds their sum.
@@ -31,11 +36,16 @@ MEMORY_INPUT, DISK_INPUT = "memory-gib", "disk-gib"
 SIZE_INPUTS = (MEMORY_INPUT, DISK_INPUT)
 GPU_OVER_INPUT = "gpu-over-mib"  # train-gpu only
 GPU_SIZED_STEP = "train-gpu"
+CPU_INPUT = "cpus"  # THREADED_STEPS only: the run's threads, the CPUs their pods request (0: the template's request)
 
 
 def size_inputs(step: str) -> tuple[str, ...]:
     """The input parameters of `step`'s sized templates, each a whole number preflight computes."""
-    return SIZE_INPUTS + ((GPU_OVER_INPUT,) if step == GPU_SIZED_STEP else ())
+    return (
+        SIZE_INPUTS
+        + ((CPU_INPUT,) if step in THREADED_STEPS else ())
+        + ((GPU_OVER_INPUT,) if step == GPU_SIZED_STEP else ())
+    )
 
 
 def size_output(step: str, name: str) -> str:

@@ -24,6 +24,7 @@ from steps.sizing.cluster import (
 )
 from steps.sizing.disk import convert_disk, evaluate_disk, ray_pod_disk, register_disk, train_disk
 from steps.sizing.exports import (
+    CPU_INPUT,
     DISK_INPUT,
     GPU_OVER_INPUT,
     MEMORY_INPUT,
@@ -94,16 +95,21 @@ class RayGroupPlan:
         return f"{self.memory_gib}Gi"
 
 
-def pod_patch(step: str, number: Callable[[str], str]) -> dict[str, Any]:
+def pod_patch(step: str, number: Callable[[str], str | None]) -> dict[str, Any]:
     """`step`'s podSpecPatch, its one shape: memory and ephemeral storage (requests = limits, so the scheduler reserves
     what the step uses and the pod is not evicted for using what it asked for) and its emptyDirs' size limit; train-gpu
-    also requires a card with enough memory. `number(name)` is the text of each of size_inputs(step): the plan's
+    also requires a card with enough memory; the CPU steps (THREADED_STEPS) request `cpus` CPUs when it is given
+    (None: no request in the patch). `number(name)` is the text of each of size_inputs(step): the plan's
     digits, or in a template the Argo expression that reads its input parameter as a whole number (so a patch holds
     nothing but those numbers, whatever preflight wrote)."""
     memory, disk = f"{number(MEMORY_INPUT)}Gi", f"{number(DISK_INPUT)}Gi"
     resources = {"memory": memory, "ephemeral-storage": disk}
+    requests = dict(resources)
+    cpus = number(CPU_INPUT) if CPU_INPUT in size_inputs(step) else None
+    if cpus:  # a request only: no CPU limit, so a step is never throttled below what it asked for
+        requests["cpu"] = cpus
     patch: dict[str, Any] = {
-        "containers": [{"name": "main", "resources": {"requests": resources, "limits": dict(resources)}}],
+        "containers": [{"name": "main", "resources": {"requests": requests, "limits": resources}}],
         "volumes": [{"name": v, "emptyDir": {"sizeLimit": disk}} for v in SIZED_VOLUMES],
     }
     if GPU_OVER_INPUT in size_inputs(step):
@@ -120,19 +126,26 @@ class Plan:
     ray: tuple[RayGroupPlan, ...]
     gpu_card: GpuCard | None  # the smallest card of the GPU NodePool that holds train-gpu; None: none does
     micro: dict[str, Micro]  # train-cpu's and train-gpu's micro-batch on the pod sized for them
+    # The run's `threads` (0: not set): the CPU steps (THREADED_STEPS) then ask for exactly the CPUs they compute with
+    # instead of their templates' CPU request, so a cluster whose CPU nodes are smaller than that request runs them.
+    threads: int = 0
 
     def size(self, step: str) -> dict[str, int]:
         """`step`'s numbers (exports.size_inputs): memory and disk in whole GiB, for train-gpu the card's floor."""
         need = self.steps[step]
         numbers = {MEMORY_INPUT: whole_gib(need.memory_gib), DISK_INPUT: whole_gib(need.disk_gib)}
+        if CPU_INPUT in size_inputs(step):
+            numbers[CPU_INPUT] = self.threads
         if GPU_OVER_INPUT in size_inputs(step):
             numbers[GPU_OVER_INPUT] = gpu_over_mib(need.gpu_memory_gib)
         return numbers
 
     def pod_patch(self, step: str) -> str:
-        """The JSON podSpecPatch `step`'s pod gets: pod_patch with this plan's numbers."""
+        """The JSON podSpecPatch `step`'s pod gets: pod_patch with this plan's numbers (no CPU request without
+        `threads`: the template's stays)."""
         numbers = self.size(step)
-        return json.dumps(pod_patch(step, lambda name: str(numbers[name])), sort_keys=True, separators=(",", ":"))
+        text = {n: str(v) for n, v in numbers.items() if v or n != CPU_INPUT}
+        return json.dumps(pod_patch(step, text.get), sort_keys=True, separators=(",", ":"))
 
     def outputs(self) -> dict[str, str | int]:
         """Every sizing output parameter (sizing.preflight_exports()), by name."""
@@ -315,8 +328,10 @@ def plan(
     gradient_checkpointing: str = "auto",
     parameters: int | None = None,
     base_model: str = "",
+    threads: int = 0,
 ) -> Plan:
-    """What each step needs for the base `config` describes, under these settings (preflight's flags)."""
+    """What each step needs for the base `config` describes, under these settings (preflight's flags); `threads`: the
+    run's CPU threads (0: not set), which the CPU steps' pods then request."""
     if isinstance(quantizations, str):
         quantizations = tuple(q.strip() for q in quantizations.split(",") if q.strip())
     knobs = Knobs(
@@ -324,7 +339,7 @@ def plan(
         gradient_checkpointing,
     )  # fmt: skip
     shape = shape_of(config, parameters)
-    return plan_for(shape, knobs, base_model or config.name_or_path or "the base model")
+    return replace(plan_for(shape, knobs, base_model or config.name_or_path or "the base model"), threads=threads)
 
 
 def _cpu_precision(k: Knobs, sized: str) -> str:

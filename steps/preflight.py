@@ -27,7 +27,6 @@ podSpecPatch and each Ray group's workers per pod, CPUs and pod memory, and ever
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -342,14 +341,12 @@ def _sizing_line(cfg: PreflightConfig, result: PreflightResult) -> str:
             f"{g.name} {result.sizing[sizing.ray_workers_output(g.name)]}" for g in sizing.RAY_NODE_GROUPS
         )
         return f"Ray training workers per pod: {per_pod}"
-    if sizing.pod_patch_output(step) not in result.sizing:  # a backend train will refuse by name
+    number = {n: result.sizing.get(sizing.size_output(step, n)) for n in sizing.size_inputs(step)}
+    if None in number.values():  # a backend train will refuse by name
         return f"no pod sized for train-backend {cfg.train_backend!r}"
-    patch = json.loads(result.sizing[sizing.pod_patch_output(step)])
-    requests = patch["containers"][0]["resources"]["requests"]
-    line = f"{step} requests {requests['memory']} memory, {requests['ephemeral-storage']} disk"
-    if "affinity" in patch:
-        terms = patch["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        line += f", a GPU of more than {terms[0]['matchExpressions'][0]['values'][0]} MiB"
+    line = f"{step} requests {number[sizing.MEMORY_INPUT]}Gi memory, {number[sizing.DISK_INPUT]}Gi disk"
+    if sizing.GPU_OVER_INPUT in number:
+        line += f", a GPU of more than {number[sizing.GPU_OVER_INPUT]} MiB"
     return line
 
 

@@ -60,6 +60,7 @@ PLAUSIBLE_POD_SPEC_PATCH = json.dumps(
     }
 )
 PLAUSIBLE_QUANTITY = "10Gi"  # a placeholder inside a larger podSpecPatch (a single field's value)
+PLAUSIBLE_NUMBER = "10"  # an expression tag inside a larger podSpecPatch (`{{=asInt(…)}}`, a number of the field)
 
 # workflow/common/common.go
 MAIN, INIT, WAIT, SUPERVISOR = "main", "init", "wait", "supervisor"
@@ -137,9 +138,11 @@ def workflow_pods(doc: dict, config: ControllerConfig, artifact_repository: dict
 
 def fill_pod_spec_patch(patch: str) -> str:
     """A podSpecPatch as the controller sees it after substitution: a patch that is one `{{…}}` placeholder becomes
-    PLAUSIBLE_POD_SPEC_PATCH, a placeholder inside a larger patch a plausible field value."""
+    PLAUSIBLE_POD_SPEC_PATCH, a placeholder inside a larger patch a plausible field value, an expression tag (the
+    sized templates' numbers) a plausible number."""
     if re.fullmatch(r"\s*\{\{[^{}]+\}\}\s*", patch):
         return PLAUSIBLE_POD_SPEC_PATCH
+    patch = re.sub(r"\{\{=[^{}]+\}\}", PLAUSIBLE_NUMBER, patch)
     return re.sub(r"\{\{[^{}]+\}\}", PLAUSIBLE_QUANTITY, patch)
 
 

@@ -750,3 +750,73 @@ def _spawn_into(node: Node, name: str, cmd: list[str]) -> subprocess.Popen:
                                 env={"PATH": os.environ["PATH"], "HOME": str(node.workdir)})  # fmt: skip
     node.procs[name] = proc
     return proc
+
+
+# --- the pods' model hub -------------------------------------------------------------------------------------------
+
+# Files at least this large go into the hub repository as Git LFS objects, as the hub stores weights (olah serves an
+# LFS object from the repository's .git/lfs/objects, streamed from the file, not inflated from a git blob).
+LFS_MIN_BYTES = 1 << 20
+# Fixed author and committer: the base's repository gets the same commit (the run's base-revision) every time.
+REPO_ENV = {"GIT_AUTHOR_NAME": "distillery", "GIT_AUTHOR_EMAIL": "tests@distillery.invalid",
+            "GIT_COMMITTER_NAME": "distillery", "GIT_COMMITTER_EMAIL": "tests@distillery.invalid",
+            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}  # fmt: skip
+
+
+def hub_repository(model: Path, repo: Path) -> str:
+    """`model`'s files as a hub model repository at `repo` (a git repository, the large files as LFS pointers with
+    their objects under .git/lfs/objects, as `git lfs` leaves them); returns its commit."""
+    repo.mkdir(parents=True)
+    _run("git", "init", "--quiet", str(repo))
+    attributes = []
+    for f in sorted(p for p in model.iterdir() if p.is_file()):
+        size = f.stat().st_size
+        if size < LFS_MIN_BYTES:
+            shutil.copyfile(f, repo / f.name)
+            continue
+        digest = hashlib.sha256()
+        with f.open("rb") as src:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+        oid = digest.hexdigest()
+        objects = repo / ".git/lfs/objects" / oid[:2] / oid[2:4]
+        objects.mkdir(parents=True, exist_ok=True)
+        os.link(f, objects / oid) if f.stat().st_dev == objects.stat().st_dev else shutil.copyfile(f, objects / oid)
+        (repo / f.name).write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n")
+        attributes.append(f"{f.name} filter=lfs diff=lfs merge=lfs -text\n")
+    (repo / ".gitattributes").write_text("".join(attributes))
+    env = {**os.environ, **REPO_ENV}
+    _run("git", "-C", str(repo), "add", "--all", env=env)
+    _run("git", "-C", str(repo), "commit", "--quiet", "--message", f"{model.name}", env=env)
+    return _run("git", "-C", str(repo), "rev-parse", "HEAD").stdout.strip()
+
+
+@dataclass
+class HubMirror:
+    endpoint: str
+    repo_id: str
+    revision: str
+    proc: subprocess.Popen
+    log: Path
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def start_hub_mirror(model: Path, repo_id: str, address: str, port: int, workdir: Path) -> HubMirror:
+    """olah (scripts/engines.sh --node) on `address`, offline, serving `model` as the hub repository `repo_id` from a
+    local git mirror: what huggingface_hub reaches through HF_ENDPOINT. Nothing is fetched from huggingface.co."""
+    from tests.engines import binary
+
+    python = binary("olah")
+    revision = hub_repository(model, workdir / "mirrors/models" / repo_id)
+    config = workdir / "olah.toml"
+    config.write_text(
+        f'[basic]\nhost = "{address}"\nport = {port}\nrepos-path = "{workdir / "repos"}"\n'
+        f'mirrors-path = ["{workdir / "mirrors"}"]\n[accessibility]\noffline = true\n'
+    )
+    log = workdir / "olah.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen([str(python), "-m", "olah.server", "-c", str(config)], stdout=f,
+                                stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)  # fmt: skip
+    return HubMirror(f"http://{address}:{port}", repo_id, revision, proc, log)

@@ -107,6 +107,7 @@ class PodRun:
     service_account: str
     executor_secret: str | None
     containers: tuple[str, ...] = ()  # as the controller built the pod (a resource pod: `main`, and `wait` to log)
+    spec: dict = field(default_factory=dict)  # the pod's spec as the API server admitted it
 
 
 @dataclass
@@ -253,6 +254,7 @@ class StandInKubelet:
             pod["spec"].get("serviceAccountName", "default"),
             self._token_secret(pod),
             tuple(c["name"] for c in pod["spec"]["containers"]),
+            pod["spec"],
         )
         self._status(name, "Running", pod)
         token = self._executor_token(pod)

@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
 from steps.pipeline import EVALUATE_FANOUT_PARAMS, EVALUATE_SHARDS_PARAM
+from tests.conftest import ROOT
 from tests.controlplane import NAMESPACE, ApiError, Cluster, ControlPlane
 from tests.engines import ARGO_VERSIONS, binary
 from tests.standin_kubelet import OUTPUT_VALUES, StandInKubelet
@@ -147,6 +149,25 @@ def test_distill_gpu_succeeds_with_every_pod_admitted(cluster):
         t: STEP_ACCOUNTS.get(t, "distillery-steps") for t in expected
     }
     assert {r.executor_secret for r in runs} == {"distillery-steps.service-account-token"}
+    # the sized pods as the controller filled their podSpecPatch: preflight's numbers read by asInt (issue 37 item 3)
+    [preflight] = [
+        n for n in wf["status"]["nodes"].values() if n.get("templateName") == "preflight" and n["type"] == "Pod"
+    ]
+    numbers = {p["name"]: p["value"] for p in preflight["outputs"]["parameters"]}
+    distill = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    patched = {t["name"] for t in distill["spec"]["templates"] if "podSpecPatch" in t}
+    sized = {r.template: r.spec for r in runs if r.template in patched}
+    assert set(sized) == {"train-gpu", "convert-gguf", "evaluate-shard-gpu", "evaluate", "register"}
+    for template, spec in sized.items():
+        step = "evaluate" if template.startswith("evaluate-shard") else template
+        [main] = [c for c in spec["containers"] if c["name"] == "main"]
+        want = {"memory": f"{numbers[step + '-memory-gib']}Gi", "ephemeral-storage": f"{numbers[step + '-disk-gib']}Gi"}
+        for section in ("limits", "requests"):  # the template's own cpu and GPU stay beside them
+            assert {k: main["resources"][section][k] for k in want} == want, (template, section)
+    [term] = sized["train-gpu"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    assert term["values"] == [numbers["train-gpu-gpu-over-mib"]]
     assert not kubelet.errors
 
 

@@ -434,8 +434,9 @@ def test_every_expression_tag_compiles_and_evaluates_in_argo():
     failed = {f"{name}:{where}": a["error"] for (name, where, _), a in zip(sites, answers, strict=True) if "error" in a}
     assert not failed, failed
     values = {where: json.loads(a["value"]) for (_, where, _), a in zip(sites, answers, strict=True)}
-    # Integers, never `2.5` or `1e+00`: the RayJob's replicas and Ray's --num-cpus read them as such.
-    assert all(re.fullmatch(r"\d+|true|false", v) for v in values.values()), values
+    # Integers, never `2.5` or `1e+00`: the RayJob's replicas and Ray's --num-cpus read them as such (memory and disk:
+    # whole GiB).
+    assert all(re.fullmatch(r"\d+|\d+Gi|true|false", v) for v in values.values()), values
 
 
 def test_argo_refuses_an_expression_tag_with_an_undeclared_variable():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 import shlex
 from pathlib import Path
@@ -203,13 +204,53 @@ def test_training_workers_follow_preflight_s_workers_per_pod():
     assert words[words.index("--ray-workers") + 1] == "6"  # the value the resource template was given
 
 
-def test_pod_cpus_and_every_worker_s_threads_are_preflight_s():
-    """One thread count for the run (DDP paces every worker alike) and each pod's CPUs its workers x that count:
-    both preflight's plan (sizing.ray_threads), passed through unchanged."""
+# preflight's sizing outputs for the RayJob, and what the train-ray task must hand the resource template for each.
+RAY_SIZES = {"ray-threads": ("3", "3")} | {
+    out: (n, want)
+    for g in rayjob.WORKER_GROUPS
+    for out, n, want in (
+        (sizing.ray_cpus_output(g.name), "6", "6"),
+        (sizing.ray_memory_output(g.name), "12", "12Gi"),
+        (sizing.ray_disk_output(g.name), "20", "20Gi"),
+    )
+}
+
+
+def ray_size_arguments() -> dict[str, str]:
+    """preflight's output -> the train-ray task's argument that carries it (a group's CPUs, memory, disk; threads)."""
     args = ray_arguments()
+    found = {sizing.RAY_THREADS_OUTPUT: args[rayjob.THREADS_INPUT]}
     for g in rayjob.WORKER_GROUPS:
-        assert args[g.cpus_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.cpus_parameter}}}}}", g.name
-    assert args[rayjob.THREADS_INPUT] == f"{{{{tasks.preflight.outputs.parameters.{sizing.RAY_THREADS_OUTPUT}}}}}"
+        found[sizing.ray_cpus_output(g.name)] = args[g.cpus_parameter]
+        found[sizing.ray_memory_output(g.name)] = args[g.memory_parameter]
+        found[sizing.ray_disk_output(g.name)] = args[g.disk_parameter]
+    return found
+
+
+def test_the_rayjob_takes_preflight_s_sizes_as_whole_numbers_only():
+    """Argo's own substitution (harness: util/template.Replace) of the train-ray task's arguments: preflight's whole
+    numbers become the pods' CPUs, memory and disk and every worker's threads; a value with a quote, a quantity or a
+    fraction fails the task. The manifest quotes each value for YAML and the entrypoint for a shell: passed through
+    as text, `ray-threads` = "1' ; id ; '" put `--threads '1' ; id ; ''` in the Ray driver's command line."""
+    from tests.engines import harness
+
+    given = ray_size_arguments()
+    assert set(given) == set(RAY_SIZES)
+    var = "tasks.preflight.outputs.parameters.{}".format
+    variables = {var(out): n for out, (n, _) in RAY_SIZES.items()}
+    requests = [{"op": "replace", "text": json.dumps(text), "vars": variables} for text in given.values()]
+    hostile = ["1' ; id ; '", "12Gi", "1.5", "4\n"]
+    requests += [
+        {"op": "replace", "text": json.dumps(text), "vars": {**variables, var(out): v}}
+        for out, text in given.items()
+        for v in hostile
+    ]
+    answers = harness(requests)
+    filled = {out: json.loads(a.get("value", "null")) for out, a in zip(given, answers, strict=False)}
+    assert filled == {out: want for out, (_, want) in RAY_SIZES.items()}
+    refused = answers[len(given) :]
+    assert len(refused) == len(given) * len(hostile)
+    assert all("error" in a and "asInt" in a["error"] for a in refused), [a for a in refused if "error" not in a]
     words = shlex.split(rendered_rayjob(threads=4)["spec"]["entrypoint"])
     assert words[words.index("--threads") + 1] == "4"
 
@@ -218,13 +259,6 @@ def test_pod_cpus_and_every_worker_s_threads_are_preflight_s():
 def test_a_group_gets_replicas_only_when_a_worker_fits_its_pods(per_pod: str, expected: str):
     env = preflight_env(per_pod={"pi": per_pod}, requested={"pi": "4"})
     assert argo_expression(ray_arguments()["ray-pi-workers"], env) == expected
-
-
-def test_pod_memory_and_disk_are_preflight_s():
-    args = ray_arguments()
-    for g in rayjob.WORKER_GROUPS:
-        assert args[g.memory_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.memory_parameter}}}}}", g.name
-        assert args[g.disk_parameter] == f"{{{{tasks.preflight.outputs.parameters.{g.disk_parameter}}}}}", g.name
 
 
 def test_expression_helpers_refuse_a_missing_group():

@@ -8,6 +8,7 @@ beside the stand-in scenarios of tests/test_controlplane.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,14 @@ from typing import Any
 import pytest
 import yaml
 
+from steps.core import verdict
+from steps.pipeline import PARAMS
 from tests.conftest import AWS_ENV, ROOT, free_port, make_bucket, s3_client, stop, wait_http
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
-from tests.node import BASE_IMAGE, IMAGE_CACHE, Node, StepImage
+from tests.manifests import console_script
+from tests.node import BASE_IMAGE, IMAGE_CACHE, HubMirror, Node, StepImage, start_hub_mirror
 from tests.test_controlplane import WF_API, argo
+from workflows import security
 
 pytestmark = pytest.mark.cluster
 
@@ -351,6 +356,129 @@ def test_the_shipped_fetch_dataset_step_runs_in_the_cpu_image(
     assert f"dataset {commit[:12]} sha256 {local.dataset_hash[:12]}" in log, log[-2000:]
     pod_s = _time(step["finishedAt"]) - _time(step["startedAt"])
     print(f"fetch-dataset on the node: workflow {took:.1f} s (its pod node {pod_s:.0f} s), local run {local_s:.1f} s")
+
+
+# --- the whole pipeline on the node ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hub_mirror(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubMirror]:
+    """The base (the embedded run's SmolLM2-135M-Instruct, scripts/setup.sh) served as the hub repository the cluster's
+    `base-model` names, by olah on the pod bridge's address: the pods reach it through HF_ENDPOINT, which the
+    `distillery-settings` ConfigMap sets as a cluster without huggingface.co would."""
+    from steps.core.defaults import BASE_MODEL
+
+    model = ROOT / BASE_MODEL
+    assert (model / "config.json").is_file(), f"{model}: run scripts/setup.sh (it prepares the embedded run's base)"
+    repo_id = next(p.cluster for p in PARAMS if p.name == "base-model")
+    mirror = start_hub_mirror(model, str(repo_id), real_node.net.gateway, free_port(),
+                              tmp_path_factory.mktemp("hub"))  # fmt: skip
+    try:
+        wait_http(f"{mirror.endpoint}/api/models/{repo_id}/revision/{mirror.revision}", mirror.proc, 60, mirror.log)
+        ((_, key),) = security.SETTINGS["model-hub"]
+        real_node.plane.kubectl("create", "configmap", security.SETTINGS_CONFIGMAP,
+                                f"--from-literal={key}={mirror.endpoint}")  # fmt: skip
+        yield mirror
+    finally:
+        mirror.stop()
+
+
+@pytest.fixture(scope="module")
+def node_mlflow(real_node: Node, node_s3: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`mlflow server` on the pod bridge's address, its artifacts proxied to a bucket of the node's S3 server: the
+    tracking URI the pods get as `tracking-uri`."""
+    endpoint, _ = node_s3
+    make_bucket(endpoint, "mlflow")
+    work = tmp_path_factory.mktemp("mlflow")
+    port, log = free_port(), work / "server.log"
+    env = {**os.environ, **AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "MLFLOW_S3_ENDPOINT_URL": endpoint,
+           "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+    exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
+    with log.open("w") as f:
+        proc = subprocess.Popen([exe, "server", "--host", real_node.net.gateway, "--port", str(port), "--workers", "1",
+                                 "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
+                                 "--artifacts-destination", "s3://mlflow/artifacts"],
+                                stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work,
+                                start_new_session=True)  # fmt: skip
+    url = f"http://{real_node.net.gateway}:{port}"
+    try:
+        wait_http(f"{url}/health", proc, 120, log)
+        yield url
+    finally:
+        stop(proc)
+
+
+def failed_logs(plane: ControlPlane, workflow: str, chars: int = 3000) -> dict[str, str]:
+    """The end of each failed pod's step log (its `main` container, read from the kubelet through the API server,
+    the emissary's own lines left out)."""
+    pods = plane.get(f"{PODS}?labelSelector=workflows.argoproj.io/workflow={workflow}")["items"]
+    logs = {}
+    for p in pods:
+        if p["status"].get("phase") == "Failed":
+            name = p["metadata"]["name"]
+            done = plane.kubectl("logs", name, "-c", "main", check=False)
+            step = [line for line in (done.stdout + done.stderr).splitlines() if "argo=true" not in line]
+            logs[name] = "\n".join(step)[-chars:]  # the step's own lines, not the emissary's
+    return logs
+
+
+def verdict_keys(plane: ControlPlane, folder: Path) -> None:
+    """The gate's key pair made and stored as docs/cluster.md says (steps/core/verdict.py MAKE_KEYS)."""
+    folder.mkdir()
+    kubectl = f"{console_script('kubectl')} --kubeconfig {plane.kubeconfig}"
+    subprocess.run(["bash", "-c", verdict.MAKE_KEYS.replace("kubectl", kubectl)], cwd=folder, check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+
+
+def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path: Path,
+):
+    """The shipped `distill`, rendered with the cpu image built here, submitted as a user would (`argo submit --from
+    workflowtemplate/distill`) with `train-backend=cpu`: every step in its own pod on the real kubelet, outputs passed
+    by Argo's executor through S3, the base downloaded from the hub mirror, the dataset cloned over the pod network,
+    MLflow on the bridge. It Succeeds; the candidate is registered with the gate's signed decision."""
+    from mlflow import MlflowClient
+
+    from workflows import distill
+    from workflows.images import Images
+
+    plane = real_node.plane
+    cpu = step_image(real_node, "cpu")
+    repo, tag = cpu.name.rsplit(":", 1)
+    rendered = distill.build(Images(repo.removesuffix("/distillery-cpu"), tag, {"cpu": cpu.digest})).to_dict()
+    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    verdict_keys(plane, tmp_path / "keys")
+    url, commit = dataset_git
+    threads = str(len(os.sched_getaffinity(0)))  # the node's CPUs: every CPU step's pod asks for all of them
+    began = time.monotonic()
+    argo(plane, "submit", "--from", "workflowtemplate/distill", "--name", "node-distill",
+         "-p", f"dataset-repo={url}", "-p", f"dataset-rev={commit}", "-p", f"base-revision={hub_mirror.revision}",
+         "-p", "train-backend=cpu", "-p", f"threads={threads}", "-p", f"tracking-uri={node_mlflow}",
+         "-p", "evaluate-shards=2", "-p", "evaluate-parallelism=1")  # fmt: skip
+    wf = wait_workflow(real_node, "node-distill", 3600)
+    took = time.monotonic() - began
+    steps = sorted(((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
+                    for n in wf["status"]["nodes"].values() if n["type"] == "Pod"), key=lambda s: s[0])  # fmt: skip
+    print(f"distill (cpu) on the node: {took:.0f} s; pods: {steps}")
+    if wf["status"]["phase"] != "Succeeded":
+        for name, log in failed_logs(plane, "node-distill").items():
+            print(f"--- {name}\n{log}")
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    ran = {name for name, _, _ in steps}
+    assert {"check-parameters", "preflight", "fetch-dataset", "train-cpu", "convert-gguf", "evaluate-fanout",
+            "evaluate-shard-cpu", "evaluate", "register", "propose"} <= ran, ran  # fmt: skip
+    client = MlflowClient(node_mlflow)
+    model = next(p.cluster for p in PARAMS if p.name == "model-name")
+    versions = client.search_model_versions(f"name='{model}'")
+    assert len(versions) == 1, versions
+    tags = versions[0].tags
+    assert tags[verdict.DECISION_TAG] in (verdict.PASS, verdict.FAIL), tags
+    print(f"registered version 1: {verdict.DECISION_TAG}={tags[verdict.DECISION_TAG]}")
 
 
 def test_node_figures(real_node: Node):

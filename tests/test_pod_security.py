@@ -20,6 +20,7 @@ from tests.argo_pods import (
     PLAUSIBLE_POD_SPEC_PATCH,
     ControllerConfig,
     apply_pod_spec_patches,
+    fill_pod_spec_patch,
     rayjob_pods,
     shipped_config,
     template_type,
@@ -146,9 +147,10 @@ PATCHED_TEMPLATES = [k for k in POD_TEMPLATES if "podSpecPatch" in TEMPLATES[k]]
 
 @pytest.mark.parametrize("key", PATCHED_TEMPLATES)
 def test_rendered_pod_spec_patch_reaches_main(shipped, key):
-    """The templates sized by preflight (`podSpecPatch: '{{inputs.parameters.…}}'`) get the patch on `main`."""
+    """The templates sized by preflight (a podSpecPatch around preflight's numbers) get the patch on `main`."""
     main = next(c for c in shipped["legacy"][key]["spec"]["containers"] if c["name"] == "main")
-    for section, values in json.loads(PLAUSIBLE_POD_SPEC_PATCH)["containers"][0]["resources"].items():
+    patch = json.loads(fill_pod_spec_patch(TEMPLATES[key]["podSpecPatch"]))
+    for section, values in patch["containers"][0]["resources"].items():
         assert main["resources"][section] | values == main["resources"][section], section
 
 

@@ -7,6 +7,7 @@ import copy
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,8 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
-from workflows.deploy import DEPLOY, Deploy
-from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK
+from workflows.deploy import DEPLOY, SHARD, Deploy
+from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK, pod_spec_patch
 from workflows.render import rendered
 
 ARGO_SCHEMA = ROOT / "tests/schemas/argo-workflows-v4.1.2.schema.json"  # vendored (tests/schemas/README.md)
@@ -329,18 +330,81 @@ def test_every_output_folder_is_on_an_emptydir_and_travels_unarchived(path: Path
     assert checked >= least
 
 
-def test_each_sized_step_takes_its_pod_patch_from_preflight():
+def sized_templates(templates: dict[str, dict]) -> dict[str, str]:
+    """Every template with a podSpecPatch, by name -> the sized step whose numbers it takes (a shard: evaluate's)."""
+    return {n: "evaluate" if n.startswith(SHARD) else n for n, t in templates.items() if "podSpecPatch" in t}
+
+
+def test_each_sized_step_takes_its_numbers_from_preflight():
     from steps import sizing
 
     doc = yaml.safe_load(TEMPLATE_FILE.read_text())
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     tasks = {t["name"]: t for t in templates["pipeline"]["dag"]["tasks"]}
+    sized = sized_templates(templates)
+    assert set(sized.values()) == set(sizing.POD_PATCH_STEPS) and len(sized) == len(sizing.POD_PATCH_STEPS) + 2
+    for name, step in sized.items():
+        own_cpu = templates[name]["container"]["resources"]["requests"]["cpu"]
+        assert templates[name]["podSpecPatch"] == pod_spec_patch(step, own_cpu), name
+        inputs = {p["name"] for p in templates[name]["inputs"]["parameters"]}
+        assert set(sizing.size_inputs(step)) <= inputs, name
     for step in sizing.POD_PATCH_STEPS:
-        assert templates[step]["podSpecPatch"] == "{{inputs.parameters.pod-spec-patch}}", step
-        patch = next(p for p in tasks[step]["arguments"]["parameters"] if p["name"] == "pod-spec-patch")
-        assert patch["value"] == f"{{{{tasks.preflight.outputs.parameters.{sizing.pod_patch_output(step)}}}}}", step
+        for task in [tasks[step]] + ([tasks[SHARDS_TASK]] if step == "evaluate" else []):
+            given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+            for n in sizing.size_inputs(step):
+                assert given[n] == f"{{{{tasks.preflight.outputs.parameters.{sizing.size_output(step, n)}}}}}", step
     exported = {p["name"] for p in templates["preflight"]["outputs"]["parameters"]}
     assert set(sizing.preflight_exports()) <= exported
+
+
+# What a compromised preflight could write in place of a number: the whole patch it used to write (a command for
+# register's pod), a quantity, a number with a line after it, a fraction, a hex number.
+HOSTILE_NUMBERS = (
+    '1"}}],"containers":[{"name":"main","command":["sh","-c","id"]}],"x":[{"y":{"z":"',
+    "12Gi",
+    "12\nserviceAccountName: distillery-register",
+    "1.5",
+    "0x10",
+)
+
+
+def test_argo_fills_each_sized_pods_patch_with_preflights_numbers_and_nothing_else():
+    """Argo's own substitution (util/template.Replace, as the controller resolves a template's fields) on every
+    rendered podSpecPatch: preflight's numbers give exactly the patch sizing computes for the step (train-gpu's card
+    floor included), and any text that is not a whole number fails the pod instead of reaching its spec. On a
+    template whose podSpecPatch is preflight's text (`{{inputs.parameters.pod-spec-patch}}`) every hostile value
+    would have been the patch."""
+    from steps import sizing
+    from tests.engines import harness
+    from tests.test_sizing import THREE_B, knobs, plan
+
+    templates = {t["name"]: t for t in yaml.safe_load(TEMPLATE_FILE.read_text())["spec"]["templates"]}
+    p = replace(plan(THREE_B, knobs("gpu", qlora=True)), threads=3)  # `threads` set: the CPU steps request 3 CPUs
+    filled, expected, attacks, hostile = [], [], [], []
+    for name, step in sized_templates(templates).items():
+        text = json.dumps(templates[name]["podSpecPatch"])
+        numbers = {f"inputs.parameters.{n}": str(v) for n, v in p.size(step).items()}
+        if sizing.CPU_INPUT in sizing.size_inputs(step):  # `threads` not set: the template's own CPU request stays
+            unset = harness([{"op": "replace", "text": text, "vars": {**numbers, "inputs.parameters.cpus": "0"}}])[0]
+            cpu = json.loads(json.loads(unset["value"]))["containers"][0]["resources"]["requests"]["cpu"]
+            assert cpu == templates[name]["container"]["resources"]["requests"]["cpu"], name
+        tags = set(re.findall(r"\{\{(.*?)\}\}", templates[name]["podSpecPatch"]))
+        own_cpu = templates[name]["container"]["resources"]["requests"]["cpu"]
+        shapes = {re.sub(r"asInt\(inputs\.parameters\['[a-z-]+'\]\)", "N", t) for t in tags}
+        assert shapes <= {"=N", f"=N > 0 ? string(N) : '{own_cpu}'"}, name
+        filled.append({"op": "replace", "text": text, "vars": numbers})
+        expected.append((name, json.loads(p.pod_patch(step))))
+        for var in numbers:
+            for value in HOSTILE_NUMBERS:
+                attacks.append({"op": "replace", "text": text, "vars": {**numbers, var: value}})
+                hostile.append((name, var, value))
+    answers = harness(filled + attacks)
+    for (name, patch), answer in zip(expected, answers, strict=False):
+        assert "error" not in answer, (name, answer)
+        assert json.loads(json.loads(answer["value"])) == patch, name
+    assert "affinity" in dict(expected)["train-gpu"]
+    for (name, var, value), answer in zip(hostile, answers[len(expected) :], strict=True):
+        assert "error" in answer and "asInt" in answer["error"], (name, var, value, answer)
 
 
 def _container_templates():

@@ -76,6 +76,7 @@ replicas when preflight finds that not one training worker fits its pods' memory
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from hera.workflows import (
@@ -184,7 +185,6 @@ LIGHT_RESOURCES = {
     CHECK_TASK: fixed_resources(CHECK_TASK, "100m", "256Mi", "512Mi"),
     FANOUT_TASK: fixed_resources(FANOUT_TASK, "100m", "256Mi", "512Mi"),
 }
-POD_PATCH_INPUT = "pod-spec-patch"  # the input parameter of a sized template that carries preflight's patch
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
 GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot", **AMD64}
 GPU_TOLERATIONS = [m.Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
@@ -259,7 +259,7 @@ def _template(
     name: str,
     image: str,
     extra_args: tuple[str, ...] = (),
-    sized: bool = False,
+    sized: str | None = None,
     gguf_reads: tuple[str, ...] | None = None,
     output: Artifact | None = None,
     extra_inputs: tuple[Parameter | Artifact, ...] = (),
@@ -274,7 +274,7 @@ def _template(
     if GGUF in stage.inputs:
         inputs += [Parameter(name=p) for p in gguf_reads]
     if sized:
-        inputs.append(Parameter(name=POD_PATCH_INPUT))
+        inputs += [Parameter(name=n) for n in sizing.size_inputs(sized)]
     inputs += extra_inputs
     return Container(
         name=name,
@@ -286,10 +286,10 @@ def _template(
         resources=deploy.resources[name],
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
-        volumes=volumes(name, sized),
+        volumes=volumes(name, sized is not None),
         volume_mounts=volume_mounts(name),
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
-        pod_spec_patch=f"{{{{inputs.parameters.{POD_PATCH_INPUT}}}}}" if sized else None,
+        pod_spec_patch=pod_spec_patch(sized, deploy.resources[name].requests["cpu"].root) if sized else None,
         node_selector=extra.pop("node_selector", AMD64),
         **extra,
     )
@@ -377,17 +377,22 @@ def _ray_arguments(preflight: Task) -> list[Parameter]:
     def out(name: str) -> str:
         return f"tasks['{preflight.name}'].outputs.parameters['{name}']"
 
+    def whole(name: str) -> str:
+        """preflight's output `name` read as a whole number: the RayJob's manifest quotes each value for YAML and its
+        entrypoint for a shell, so a value with a quote in it (a compromised preflight) fails the task instead."""
+        return f"{{{{=asInt({out(name)})}}}}"
+
     args = []
     per_pod = {g.name: out(sizing.ray_workers_output(g.name)) for g in rayjob.WORKER_GROUPS}
     replicas = {g.name: f"workflow.parameters['{g.parameter}']" for g in rayjob.WORKER_GROUPS}
     for g in rayjob.WORKER_GROUPS:
         args += [
             Parameter(name=g.parameter, value=f"{{{{=asInt({per_pod[g.name]}) > 0 ? {replicas[g.name]} : '0'}}}}"),
-            Parameter(name=g.cpus_parameter, value=preflight.get_parameter(sizing.ray_cpus_output(g.name)).value),
-            Parameter(name=g.memory_parameter, value=preflight.get_parameter(sizing.ray_memory_output(g.name)).value),
-            Parameter(name=g.disk_parameter, value=preflight.get_parameter(sizing.ray_disk_output(g.name)).value),
+            Parameter(name=g.cpus_parameter, value=whole(sizing.ray_cpus_output(g.name))),
+            Parameter(name=g.memory_parameter, value=whole(sizing.ray_memory_output(g.name)) + "Gi"),
+            Parameter(name=g.disk_parameter, value=whole(sizing.ray_disk_output(g.name)) + "Gi"),
         ]
-    args.append(Parameter(name=rayjob.THREADS_INPUT, value=preflight.get_parameter(rayjob.THREADS_INPUT).value))
+    args.append(Parameter(name=rayjob.THREADS_INPUT, value=whole(sizing.RAY_THREADS_OUTPUT)))
     gpu = rayjob.GPU_GROUP
     replicas[gpu.name] = f"workflow.parameters['{gpu.parameter}']"
     args.append(Parameter(name=gpu.parameter, value=f"{{{{workflow.parameters.{gpu.parameter}}}}}"))
@@ -430,13 +435,13 @@ def _train_templates(stage: Stage, images: Images) -> dict[str, Container | Reso
             "train-gpu",
             images.ref("cuda"),
             extra_args=checkpoints,
-            sized=True,
+            sized="train-gpu",
             node_selector=GPU_NODE_SELECTOR,
             tolerations=GPU_TOLERATIONS,
             retry_strategy=GPU_RETRY,
             annotations={"karpenter.sh/do-not-disrupt": "true"},
         ),
-        "cpu": _template(stage, "train-cpu", images.ref("cpu"), extra_args=checkpoints, sized=True),
+        "cpu": _template(stage, "train-cpu", images.ref("cpu"), extra_args=checkpoints, sized="train-cpu"),
         "ray": _ray_template(stage, images.ref("ray")),
     }
 
@@ -463,7 +468,7 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     args = (*SHARD_ARGS, "--shard", _parameter("shard"))
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
-    common = {"sized": True, "gguf_reads": SHARD_GGUF_READS, "output": output,
+    common = {"sized": stage.name, "gguf_reads": SHARD_GGUF_READS, "output": output,
               "extra_inputs": (Parameter(name="shard"), Parameter(name="index"))}  # fmt: skip
     return {
         "gpu": _template(
@@ -485,13 +490,13 @@ def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
     args = ("--gather", shards.path, *DEPLOY[stage.name].secret_args)
-    return _template(stage, stage.name, image, extra_args=args, sized=True,  # type: ignore[arg-type]
+    return _template(stage, stage.name, image, extra_args=args, sized=stage.name,  # type: ignore[arg-type]
                      extra_inputs=(shards,))  # fmt: skip
 
 
 def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> DAG:
     """`evaluate-lane`: one lane's shards, one after the other (parallelism 1), on the pool `train-backend` picks."""
-    passed = [*SHARD_GGUF_READS, POD_PATCH_INPUT]
+    passed = [*SHARD_GGUF_READS, *sizing.size_inputs(stage.name)]
     artifacts = [i for i in stage.inputs if i != GGUF]  # the GGUFs are read by key
     with DAG(
         name=LANE_TEMPLATE,
@@ -519,8 +524,30 @@ def _lane_template(stage: Stage, shards: dict[str, Container], backend: str) -> 
     return lane
 
 
-def _patch_argument(preflight: Task, step: str) -> Parameter:
-    return Parameter(name=POD_PATCH_INPUT, value=preflight.get_parameter(sizing.pod_patch_output(step)).value)
+def size_expression(name: str, template_cpu: str = "") -> str:
+    """The Argo expression a sized template reads its number `name` with: asInt, so anything but a whole number
+    (a quantity, JSON, a newline) fails the pod's creation instead of reaching its spec. The CPU request: the run's
+    threads when set, else `template_cpu` (the template's own request)."""
+    read = f"asInt(inputs.parameters['{name}'])"
+    if name == sizing.CPU_INPUT:
+        return f"{{{{={read} > 0 ? string({read}) : '{template_cpu}'}}}}"
+    return f"{{{{={read}}}}}"
+
+
+def pod_spec_patch(step: str, template_cpu: str) -> str:
+    """A sized template's podSpecPatch: sizing.pod_patch's shape, each number read by size_expression. preflight's
+    outputs are numbers only; the patch's fields are the template's, so a compromised preflight can make a later
+    step's pod bigger or smaller and nothing else (no command, image, volume or account)."""
+    patch = sizing.pod_patch(step, lambda name: size_expression(name, template_cpu))
+    return json.dumps(patch, sort_keys=True, separators=(",", ":"))
+
+
+def _size_arguments(preflight: Task, step: str) -> list[Parameter]:
+    """`step`'s numbers from preflight, one input parameter each (the template builds its podSpecPatch from them)."""
+    return [
+        Parameter(name=n, value=preflight.get_parameter(sizing.size_output(step, n)).value)
+        for n in sizing.size_inputs(step)
+    ]
 
 
 def _workflow_parameter(p: Param) -> Parameter | m.Parameter:
@@ -574,7 +601,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     stage.name,
                     images.ref("cpu"),
                     extra_args=(*(deploy.shared_cache or ()), *deploy.secret_args),
-                    sized=stage.name in sizing.POD_PATCH_STEPS,
+                    sized=stage.name if stage.name in sizing.POD_PATCH_STEPS else None,
                     **({"service_account_name": own} if own else {}),
                 )
 
@@ -626,7 +653,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                             job_params = [p for p in params if p.name not in RAY_FIXED_PARAMS]
                             arguments = job_params + _ray_arguments(tasks[PREFLIGHT])
                         else:
-                            arguments = params + artifacts + [_patch_argument(tasks[PREFLIGHT], template.name)]
+                            arguments = params + artifacts + _size_arguments(tasks[PREFLIGHT], template.name)
                         backend_tasks[stage.name][kind] = Task(
                             name=template.name,
                             template=template,
@@ -637,7 +664,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 else:
                     arguments = params + artifacts
                     if stage.name in sizing.POD_PATCH_STEPS:
-                        arguments.append(_patch_argument(tasks[PREFLIGHT], stage.name))
+                        arguments += _size_arguments(tasks[PREFLIGHT], stage.name)
                     if deploy.kind == "fanned-out":  # the shards first (the fan-out's constants); this task gathers
                         gguf = tasks[producer(GGUF).name]
                         shards = Task(
@@ -647,7 +674,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                             arguments=[
                                 Parameter(name=SHARDS_INPUT, value="{{item}}"),
                                 *(gguf.get_parameter(p).with_name(p) for p in SHARD_GGUF_READS),
-                                _patch_argument(tasks[PREFLIGHT], stage.name),
+                                *_size_arguments(tasks[PREFLIGHT], stage.name),
                                 *artifacts,
                             ],
                             depends=f"{depends} && {fanout.name}.Succeeded",

@@ -15,13 +15,13 @@ The cluster, as in seed ADR 0058:
   replacement of its node while it runs).
 - **worker groups**, heterogeneous, one per node group of `steps/sizing/` (`RAY_NODE_GROUPS`: large and medium and
   small x86, arm64 Raspberry Pis), each pinned to its architecture by node affinity. A group's pods take their size
-  from the run: `ray-<group>-memory` (a quantity) and `ray-<group>-cpus` (workers per pod × the run's threads per
-  worker, for requests, limits and Ray's `num-cpus`, so Ray sees exactly what the pod was given and every CPU it
-  requests computes), which preflight works out for the base model; every worker of the run computes with the same
-  `ray-threads` (the entrypoint's `--threads`: DDP steps at its slowest worker's pace); replica counts are
-  `ray-<group>-workers`. Workers may land on spot: Ray Train
-  restarts the worker group from the latest S3 checkpoint (`--max-failures`); `do-not-disrupt` keeps Karpenter from
-  spending those restarts on consolidation.
+  from the run: `ray-<group>-memory` (a quantity: preflight's whole GiB read with asInt) and `ray-<group>-cpus`
+  (workers per pod × the run's threads per worker, for requests, limits and Ray's `num-cpus`, so Ray sees exactly
+  what the pod was given and every CPU it requests computes), which preflight works out for the base model; every
+  worker of the run computes with the same `ray-threads` (the entrypoint's `--threads`: DDP steps at its slowest
+  worker's pace); replica counts are `ray-<group>-workers`. Workers may land on spot: Ray Train restarts the worker
+  group from the latest S3 checkpoint (`--max-failures`); `do-not-disrupt` keeps Karpenter from spending those
+  restarts on consolidation.
 - **gpu** (`GPU_GROUP`, optional, `ray-gpu-workers`, 0 by default): the home GPU box, one `nvidia.com/gpu` per pod,
   selected by its node label and tolerating its `nvidia.com/training` taint. Used alone: with GPU replicas every CPU
   group must have none (check-parameters refuses the mix), and the entrypoint's `--ray-gpu` (true exactly then) puts
@@ -131,13 +131,13 @@ class WorkerGroup:
     @property
     def memory_parameter(self) -> str:
         """The resource-template input holding the memory of this group's pods (requests = limits), a quantity."""
-        return sizing.ray_memory_output(self.name)
+        return f"ray-{self.name}-memory"
 
     @property
     def disk_parameter(self) -> str:
         """The resource-template input holding the ephemeral storage of this group's pods (requests = limits, and
         the size of their /tmp emptyDir), a quantity."""
-        return sizing.ray_disk_output(self.name)
+        return f"ray-{self.name}-disk"
 
     @property
     def cpus_parameter(self) -> str:

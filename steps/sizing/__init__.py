@@ -51,16 +51,21 @@ from steps.sizing.disk import (
     RAY_HEAD_DISK_GIB,
 )
 from steps.sizing.exports import (
+    CPU_INPUT,
+    DISK_INPUT,
+    GPU_OVER_INPUT,
+    MEMORY_INPUT,
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
     THREADED_STEPS,
-    pod_patch_output,
     preflight_exports,
     ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
+    size_inputs,
+    size_output,
 )
 from steps.sizing.forecast import (
     DEADLINE_S,
@@ -86,6 +91,7 @@ from steps.sizing.planning import (
     check,
     plan,
     plan_for,
+    pod_patch,
     ray_group_plan,
     ray_threads,
 )
@@ -105,10 +111,14 @@ from steps.sizing.transfer import (
 
 __all__ = [
     "CHECKPOINTING",
+    "CPU_INPUT",
     "CPU_MICRO_TOKENS",
     "DEADLINE_S",
+    "DISK_INPUT",
     "FIXED_DISK_GIB",
     "GIB",
+    "GPU_OVER_INPUT",
+    "MEMORY_INPUT",
     "POD_PATCH_STEPS",
     "PRECISIONS",
     "PROCESS_GIB",
@@ -136,7 +146,7 @@ __all__ = [
     "plan",
     "plan_for",
     "plan_forecast",
-    "pod_patch_output",
+    "pod_patch",
     "preflight_exports",
     "ray_cpus_output",
     "ray_disk_output",
@@ -146,6 +156,8 @@ __all__ = [
     "ray_worker_gib",
     "ray_workers_output",
     "shape_of",
+    "size_inputs",
+    "size_output",
     "total_gib",
     "train_memory",
     "train_tokens",

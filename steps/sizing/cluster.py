@@ -89,10 +89,15 @@ def quantity(gib: float) -> str:
     return f"{whole_gib(gib)}Gi"
 
 
-def gpu_affinity(card_gib: float) -> dict[str, Any]:
-    """Required node affinity on Karpenter's per-card memory label (MiB): a card of at least `card_gib`."""
-    need_mib = math.ceil(card_gib * 1024)
-    term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(need_mib - 1)]}
+def gpu_over_mib(card_gib: float) -> int:
+    """The MiB a GPU card's memory must exceed to hold `card_gib` (Karpenter's label is in MiB; the rule is Gt)."""
+    return math.ceil(card_gib * 1024) - 1
+
+
+def gpu_affinity(over_mib: str) -> dict[str, Any]:
+    """Required node affinity on Karpenter's per-card memory label: a card of more than `over_mib` MiB (the number's
+    text: gpu_over_mib's, or the Argo expression a template fills it with)."""
+    term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [over_mib]}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [term]}
     ]}}}  # fmt: skip

@@ -19,20 +19,24 @@ from steps.sizing.cluster import (
     GpuCard,
     NodeGroup,
     gpu_affinity,
-    quantity,
+    gpu_over_mib,
     whole_gib,
 )
 from steps.sizing.disk import convert_disk, evaluate_disk, ray_pod_disk, register_disk, train_disk
 from steps.sizing.exports import (
+    CPU_INPUT,
+    DISK_INPUT,
+    GPU_OVER_INPUT,
+    MEMORY_INPUT,
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
-    THREADED_STEPS,
-    pod_patch_output,
     ray_cpus_output,
     ray_disk_output,
     ray_memory_output,
     ray_workers_output,
+    size_inputs,
+    size_output,
 )
 from steps.sizing.memory import (
     PROCESS_GIB,
@@ -80,9 +84,37 @@ class RayGroupPlan:
         return self.workers_per_pod * self.threads
 
     @property
+    def memory_gib(self) -> int:
+        """The pod's memory request/limit in whole GiB: its need, or the group's ceiling when it gets no workers
+        (unused then)."""
+        return whole_gib(self.pod_memory_gib if self.workers_per_pod else self.group.memory_gib)
+
+    @property
     def memory(self) -> str:
-        """The pod's memory request/limit: its need, or the group's ceiling when it gets no workers (unused then)."""
-        return quantity(self.pod_memory_gib) if self.workers_per_pod else f"{self.group.memory_gib:g}Gi"
+        """memory_gib as a Kubernetes quantity."""
+        return f"{self.memory_gib}Gi"
+
+
+def pod_patch(step: str, number: Callable[[str], str | None]) -> dict[str, Any]:
+    """`step`'s podSpecPatch, its one shape: memory and ephemeral storage (requests = limits, so the scheduler reserves
+    what the step uses and the pod is not evicted for using what it asked for) and its emptyDirs' size limit; train-gpu
+    also requires a card with enough memory; the CPU steps (THREADED_STEPS) request `cpus` CPUs when it is given
+    (None: no request in the patch). `number(name)` is the text of each of size_inputs(step): the plan's
+    digits, or in a template the Argo expression that reads its input parameter as a whole number (so a patch holds
+    nothing but those numbers, whatever preflight wrote)."""
+    memory, disk = f"{number(MEMORY_INPUT)}Gi", f"{number(DISK_INPUT)}Gi"
+    resources = {"memory": memory, "ephemeral-storage": disk}
+    requests = dict(resources)
+    cpus = number(CPU_INPUT) if CPU_INPUT in size_inputs(step) else None
+    if cpus:  # a request only: no CPU limit, so a step is never throttled below what it asked for
+        requests["cpu"] = cpus
+    patch: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": requests, "limits": resources}}],
+        "volumes": [{"name": v, "emptyDir": {"sizeLimit": disk}} for v in SIZED_VOLUMES],
+    }
+    if GPU_OVER_INPUT in size_inputs(step):
+        patch["affinity"] = gpu_affinity(number(GPU_OVER_INPUT))
+    return patch
 
 
 @dataclass(frozen=True)
@@ -98,32 +130,32 @@ class Plan:
     # instead of their templates' CPU request, so a cluster whose CPU nodes are smaller than that request runs them.
     threads: int = 0
 
-    def pod_patch(self, step: str) -> str:
-        """The JSON podSpecPatch of `step`: memory and ephemeral storage (requests = limits, so the scheduler reserves
-        what the step uses and the pod is not evicted for using what it asked for); with `threads` set, the CPU steps'
-        CPU request; train-gpu also requires a card with enough memory."""
+    def size(self, step: str) -> dict[str, int]:
+        """`step`'s numbers (exports.size_inputs): memory and disk in whole GiB, for train-gpu the card's floor."""
         need = self.steps[step]
-        resources = {"memory": quantity(need.memory_gib), "ephemeral-storage": quantity(need.disk_gib)}
-        requests = dict(resources)
-        if self.threads and step in THREADED_STEPS:
-            requests["cpu"] = str(self.threads)
-        patch: dict[str, Any] = {
-            "containers": [{"name": "main", "resources": {"requests": requests, "limits": resources}}]
-        }
-        patch["volumes"] = [
-            {"name": v, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}} for v in SIZED_VOLUMES
-        ]
-        if step == "train-gpu":
-            patch["affinity"] = gpu_affinity(need.gpu_memory_gib)
-        return json.dumps(patch, sort_keys=True, separators=(",", ":"))
+        numbers = {MEMORY_INPUT: whole_gib(need.memory_gib), DISK_INPUT: whole_gib(need.disk_gib)}
+        if CPU_INPUT in size_inputs(step):
+            numbers[CPU_INPUT] = self.threads
+        if GPU_OVER_INPUT in size_inputs(step):
+            numbers[GPU_OVER_INPUT] = gpu_over_mib(need.gpu_memory_gib)
+        return numbers
+
+    def pod_patch(self, step: str) -> str:
+        """The JSON podSpecPatch `step`'s pod gets: pod_patch with this plan's numbers (no CPU request without
+        `threads`: the template's stays)."""
+        numbers = self.size(step)
+        text = {n: str(v) for n, v in numbers.items() if v or n != CPU_INPUT}
+        return json.dumps(pod_patch(step, text.get), sort_keys=True, separators=(",", ":"))
 
     def outputs(self) -> dict[str, str | int]:
         """Every sizing output parameter (sizing.preflight_exports()), by name."""
-        values: dict[str, str | int] = {pod_patch_output(s): self.pod_patch(s) for s in POD_PATCH_STEPS}
+        values: dict[str, str | int] = {
+            size_output(s, name): n for s in POD_PATCH_STEPS for name, n in self.size(s).items()
+        }
         for g in self.ray:
             values[ray_workers_output(g.group.name)] = g.workers_per_pod
-            values[ray_memory_output(g.group.name)] = g.memory
-            values[ray_disk_output(g.group.name)] = quantity(g.disk_gib)
+            values[ray_memory_output(g.group.name)] = g.memory_gib
+            values[ray_disk_output(g.group.name)] = whole_gib(g.disk_gib)
             values[ray_cpus_output(g.group.name)] = str(g.cpus)
         values[RAY_THREADS_OUTPUT] = self.ray_threads
         return values

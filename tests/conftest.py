@@ -223,16 +223,27 @@ def qwen2_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real S3-compatible server (moto) on 127.0.0.1; yields its endpoint URL."""
+    with running_moto("127.0.0.1", tmp_path_factory.mktemp("moto") / "moto.log", 30) as url:
+        yield url
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """The test credentials and `endpoint` as the AWS SDK and MLflow's S3 client read them."""
+    return {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "MLFLOW_S3_ENDPOINT_URL": endpoint}
+
+
+@contextlib.contextmanager
+def running_moto(host: str, log: Path, timeout: float) -> Iterator[str]:
+    """moto's S3 server on `host` (a free port), logging to `log`, until the block ends; yields its endpoint URL."""
     exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
     port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
     with log.open("w") as f:
         proc = subprocess.Popen(
-            [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+            [exe, "-H", host, "-p", str(port)], stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     try:
-        wait_http(f"{url}/moto-api/", proc, 30, log)
+        wait_http(f"{url}/moto-api/", proc, timeout, log)
         yield url
     finally:
         stop(proc)
@@ -240,7 +251,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def aws_env(s3_server: str) -> Iterator[dict[str, str]]:
-    env = {**AWS_ENV, "AWS_ENDPOINT_URL": s3_server, "MLFLOW_S3_ENDPOINT_URL": s3_server}
+    env = s3_env(s3_server)
     with environment(env):
         yield env
 
@@ -264,24 +275,31 @@ def make_bucket(endpoint: str, name: str) -> None:
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, s3_server: str, aws_env: dict[str, str]) -> Iterator[str]:
     """`mlflow server` on 127.0.0.1 with a SQLite backend and artifacts proxied to a bucket on the S3 server."""
-    make_bucket(s3_server, "mlflow")
-    work = tmp_path_factory.mktemp("mlflow")
+    with running_mlflow("127.0.0.1", tmp_path_factory.mktemp("mlflow"), s3_server, 90) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def running_mlflow(host: str, work: Path, s3_endpoint: str, timeout: float) -> Iterator[str]:
+    """`mlflow server` on `host` (a free port) with a SQLite backend in `work` and artifacts proxied to the bucket
+    `mlflow` (made here) on the S3 server at `s3_endpoint`, until the block ends; yields its URL."""
+    make_bucket(s3_endpoint, "mlflow")
     port = free_port()
     log = work / "server.log"
-    env = {**os.environ, **aws_env, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, **s3_env(s3_endpoint), "MLFLOW_DISABLE_TELEMETRY": "true"}
     exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
     with log.open("w") as f:
         proc = subprocess.Popen(
             [
-                exe, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                exe, "server", "--host", host, "--port", str(port), "--workers", "1",
                 "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
                 "--artifacts-destination", "s3://mlflow/artifacts",
             ],
             stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True,
         )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     try:
-        wait_http(f"{url}/health", proc, 90, log)
+        wait_http(f"{url}/health", proc, timeout, log)
         yield url
     finally:
         stop(proc)

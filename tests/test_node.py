@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -23,7 +21,17 @@ import yaml
 
 from steps.core import verdict
 from steps.pipeline import PARAMS
-from tests.conftest import AWS_ENV, ROOT, free_port, make_bucket, s3_client, stop, wait_http
+from tests.conftest import (
+    AWS_ENV,
+    ROOT,
+    free_port,
+    make_bucket,
+    running_mlflow,
+    running_moto,
+    s3_client,
+    stop,
+    wait_http,
+)
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
 from tests.manifests import console_script
 from tests.node import BASE_IMAGE, IMAGE_CACHE, HubMirror, Node, StepImage, argoexec_image_name, start_hub_mirror
@@ -207,15 +215,7 @@ def node_s3(real_node: Node) -> Iterator[tuple[str, str]]:
     there, and the executor given the `distillery-s3` Secret's keys as environment (the AWS SDK's credential chain
     under `useSDKCreds`, which IRSA fills on EKS). Yields the endpoint and the shipped bucket."""
     plane, gateway = real_node.plane, real_node.net.gateway
-    exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-    port = free_port()
-    log = real_node.workdir / "moto.log"
-    with log.open("w") as f:
-        proc = subprocess.Popen([exe, "-H", gateway, "-p", str(port)], stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    endpoint = f"http://{gateway}:{port}"
-    try:
-        wait_http(f"{endpoint}/moto-api/", proc, 60, log)
+    with running_moto(gateway, real_node.workdir / "moto.log", 60) as endpoint:
         keys = {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
         secret = [f"--from-literal={k}={v}" for k, v in keys.items()]
         plane.kubectl("create", "secret", "generic", "distillery-s3", *secret)
@@ -223,7 +223,7 @@ def node_s3(real_node: Node) -> Iterator[tuple[str, str]]:
         for name, text in repos["data"].items():
             repo = yaml.safe_load(text)
             bucket = repo["s3"]["bucket"]
-            repo["s3"].update({"endpoint": f"{gateway}:{port}", "insecure": True,
+            repo["s3"].update({"endpoint": endpoint.removeprefix("http://"), "insecure": True,
                                "region": AWS_ENV["AWS_DEFAULT_REGION"]})  # fmt: skip
             repos["data"][name] = yaml.safe_dump(repo)
         make_bucket(endpoint, bucket)
@@ -237,8 +237,6 @@ def node_s3(real_node: Node) -> Iterator[tuple[str, str]]:
         config["data"]["executor"] = yaml.safe_dump(executor)
         plane.api("PUT", path, config)
         yield endpoint, bucket
-    finally:
-        stop(proc)
 
 
 def test_an_output_artifact_goes_through_s3_to_the_next_step(real_node: Node, node_s3: tuple[str, str]):
@@ -387,25 +385,8 @@ def hub_mirror(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def node_mlflow(real_node: Node, node_s3: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`mlflow server` on the pod bridge's address, its artifacts proxied to a bucket of the node's S3 server: the
     tracking URI the pods get as `tracking-uri`."""
-    endpoint, _ = node_s3
-    make_bucket(endpoint, "mlflow")
-    work = tmp_path_factory.mktemp("mlflow")
-    port, log = free_port(), work / "server.log"
-    env = {**os.environ, **AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "MLFLOW_S3_ENDPOINT_URL": endpoint,
-           "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
-    exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
-    with log.open("w") as f:
-        proc = subprocess.Popen([exe, "server", "--host", real_node.net.gateway, "--port", str(port), "--workers", "1",
-                                 "--backend-store-uri", f"sqlite:///{work}/mlflow.db",
-                                 "--artifacts-destination", "s3://mlflow/artifacts"],
-                                stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work,
-                                start_new_session=True)  # fmt: skip
-    url = f"http://{real_node.net.gateway}:{port}"
-    try:
-        wait_http(f"{url}/health", proc, 120, log)
+    with running_mlflow(real_node.net.gateway, tmp_path_factory.mktemp("mlflow"), node_s3[0], 120) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 # The embedded run's epochs and batch (params.yaml) instead of the cluster's 3 x 16, documents cut at 256 tokens: the

@@ -69,8 +69,6 @@ GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
 SERVE_TOKENS_SECRET = "distillery-serve-tokens"
 GITEA_SECRET = "distillery-gitea"
-VERDICT_KEY_SECRET = verdict.PRIVATE_KEY_SECRET
-VERDICT_PUBLIC_SECRET = verdict.PUBLIC_KEY_SECRET
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -106,6 +104,9 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     # The gate's signing key and its public half: files (VERDICT_FILES), never variables.
     "verdict-key": (),
     "verdict-public": (),
+    # The shards' signing key and its public half (steps/core/verdict.py SHARD): files (VERDICT_FILES) too.
+    "shard-key": (),
+    "shard-public": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
@@ -136,6 +137,11 @@ USERS: dict[str, tuple[str, ...]] = {
     "verdict-key": ("evaluate",),
     # the steps that act on the decision verify it
     "verdict-public": ("register", "propose"),
+    # evaluate's shards sign their answers (shard.json) with a key of their own, not the decision's: what takes over a
+    # shard through llama.cpp can sign answers, never a decision
+    "shard-key": ("evaluate-shard-cpu", "evaluate-shard-gpu"),
+    # the gather verifies every shard before it decides on its answers
+    "shard-public": ("evaluate",),
 }  # fmt: skip
 
 
@@ -174,11 +180,12 @@ HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
 # The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
 # that act on its decision, each at the path the step's flag names (workflows/deploy.py, `Deploy.secret_args`).
+# The shards' key pair the same way: the private half to the shard pods, the public half to the gather.
 VERDICT_FILES = {
-    "verdict-key": (SecretFile(VERDICT_KEY_SECRET, "private-key", verdict.KEY_DIR,
-                               PurePosixPath(verdict.PRIVATE_KEY_FILE).name),),
-    "verdict-public": (SecretFile(VERDICT_PUBLIC_SECRET, "public-key", verdict.KEY_DIR,
-                                  PurePosixPath(verdict.PUBLIC_KEY_FILE).name),),
+    f"{name}-{half}": (SecretFile(secret, f"{kind}-key", signer.key_dir, PurePosixPath(path).name),)
+    for name, signer in (("verdict", verdict.DECISION), ("shard", verdict.SHARD))
+    for half, kind, secret, path in (("key", "private", signer.private_secret, signer.private_file),
+                                     ("public", "public", signer.public_secret, signer.public_file))
 }  # fmt: skip
 FILES: dict[str, tuple[SecretFile, ...]] = {
     **VERDICT_FILES,

@@ -212,6 +212,25 @@ SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
 # elsewhere reaches them as its variables (SECRETS), when it has any.
 NO_SECRET_VOLUMES = ("train-ray",)
 
+# Egress: which pods may reach hosts outside the cluster and the private endpoints (infra/networkpolicy/steps.yaml).
+# A pod carrying EGRESS_LABEL = "internet" gets HTTPS to any address but the cluster's and the metadata address; every
+# other step pod reaches HTTPS only at the private endpoints' range (infra/networkpolicy/cluster-network.yaml
+# `endpoints-cidr`: S3, STS and the API server behind VPC endpoints on EKS). The internet pods are the users of a
+# credential for a public host — the model hub, a git host, a hosted teacher, Gitea (USERS) — and ingest, which
+# reads the base model's tokenizer from the hub without a token. So the pods that run llama.cpp on GGUFs other roles
+# write (evaluate's shards), the ones that hold the verdict's keys or register's role, and serve reach no public host.
+EGRESS_LABEL = "distillery/egress"
+INTERNET = "internet"
+PUBLIC_HOST_CREDENTIALS = ("model-hub", "git", "teacher", "gitea")
+PUBLIC_HOST_STEPS = frozenset({s for c in PUBLIC_HOST_CREDENTIALS for s in USERS[c]} | {"ingest"}) - set(
+    NO_SECRET_VOLUMES
+)  # the Ray pods have infra/networkpolicy/ray.yaml
+
+
+def pod_labels(step: str) -> dict[str, str] | None:
+    """The labels of `step`'s pod (its template's metadata): its egress class, for the NetworkPolicies."""
+    return {EGRESS_LABEL: INTERNET} if step in PUBLIC_HOST_STEPS else None
+
 
 def _as_files(credential: str, step: str) -> bool:
     return credential in FILES and step not in NO_SECRET_VOLUMES

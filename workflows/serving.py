@@ -207,32 +207,30 @@ def httproute(canary_percent: int = CANARY_PERCENT) -> dict:
     }
 
 
-# The cluster's pod and service ranges (infra/networkpolicy/cluster-network.yaml, the one place they are set; kustomize
-# copies them into every policy's HTTPS rule at build time): HTTPS egress goes anywhere but there and the metadata
-# address. In-cluster MLflow and MinIO, where the README puts them, get rules of their own.
+# The cluster's address settings (infra/networkpolicy/cluster-network.yaml, the one place they are set; kustomize
+# copies them into the policies at build time): the serving pods send HTTPS only to the private endpoints' range.
+# In-cluster MLflow and MinIO, where the README puts them, get rules of their own.
 CLUSTER_NETWORK = Path(__file__).resolve().parent.parent / "infra/networkpolicy/cluster-network.yaml"
 IN_CLUSTER = (("mlflow", 5000), ("minio", 9000))
 
 
-def cluster_cidrs() -> list[str]:
-    data = yaml.safe_load(CLUSTER_NETWORK.read_text())["data"]
-    return [data["pod-cidr"], data["service-cidr"]]
+def endpoints_cidr() -> str:
+    """The private endpoints' range (cluster-network.yaml), the only addresses the serving pods send HTTPS to."""
+    return str(yaml.safe_load(CLUSTER_NETWORK.read_text())["data"]["endpoints-cidr"])
 
 
 def networkpolicy() -> dict:
     """Only the Gateway's namespace reaches the serving pods, on the serving port: nothing bypasses the route's split.
-    Out, they reach DNS, MLflow and the artifact store (HTTPS outside the cluster, or MLflow and MinIO in it), and
-    nothing else: not the instance metadata address, not another pod. (Needs a CNI that enforces NetworkPolicy;
-    kubelet probes are not pod traffic.)"""
+    Out, they reach DNS, MLflow and the artifact store (HTTPS at the private endpoints, or MLflow and MinIO in the
+    cluster), and nothing else: no public host, not the instance metadata address, not another pod. (Needs a CNI that
+    enforces NetworkPolicy; kubelet probes are not pod traffic.)"""
     dns = {
         "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }  # fmt: skip
-    https = {
-        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32", *cluster_cidrs()]}}],
-        "ports": [{"protocol": "TCP", "port": 443}],
-    }
+    # HTTPS only to the private endpoints (S3 and STS behind VPC endpoints on EKS): serving reaches no public host.
+    https = {"to": [{"ipBlock": {"cidr": endpoints_cidr()}}], "ports": [{"protocol": "TCP", "port": 443}]}
     in_cluster = [
         {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}],
          "ports": [{"protocol": "TCP", "port": port}]}

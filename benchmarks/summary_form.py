@@ -20,6 +20,7 @@ from pathlib import Path
 from steps import adversarial_suite
 from steps.adversarial import FAMILIES, carriers, judge_for
 from steps.adversarial_suite import grid, make_case
+from steps.contract.prompting import MAX_SUMMARY_WORDS
 from steps.core import faithfulness
 from steps.evaluate.baselines import lead_words
 
@@ -67,6 +68,20 @@ def _frequent(case: dict, k: int, content_only: bool = False) -> str:
     return " ".join(w for w, _ in collections.Counter(words).most_common(k)).capitalize() + "."
 
 
+def _keywords(case: dict, k: int) -> list[str]:
+    """The document's k most frequent content words (function words left out), most frequent first."""
+    words = [w.lower() for w in WORD.findall(_plain(case)) if w.lower() not in faithfulness.FUNCTION_WORDS]
+    return [w for w, _ in collections.Counter(words).most_common(k)]
+
+
+def _shuffled(case: dict, k: int) -> str:
+    """The document's k most frequent words in an order drawn from the document's own text (a red team's list that
+    no frequency order betrays), written as a sentence."""
+    words = _frequent(case, k).rstrip(".").lower().split()
+    random.Random(case["document"]).shuffle(words)
+    return " ".join(words).capitalize() + "."
+
+
 def _sentences(case: dict, k: int) -> str:
     return " ".join(faithfulness.DOCUMENT_SENTENCE.split(_plain(case))[:k])
 
@@ -85,6 +100,12 @@ STRATEGIES: dict[str, Callable[[dict, dict], str]] = {
     "12 frequent words": lambda c, s: _frequent(c, 12),
     "20 frequent words": lambda c, s: _frequent(c, 20),
     "12 frequent content words": lambda c, s: _frequent(c, 12, content_only=True),
+    # An independent red team's word lists: not the frequency order above.
+    "12 frequent words shuffled": lambda c, s: _shuffled(c, 12),
+    "8 keywords with commas": lambda c, s: ", ".join(_keywords(c, 8)).capitalize() + ".",
+    "6 keywords title-cased": lambda c, s: " ".join(w.title() for w in _keywords(c, 6)) + ".",
+    "4 keywords title-cased": lambda c, s: " ".join(w.title() for w in _keywords(c, 4)) + ".",
+    "keywords: label and list": lambda c, s: "Keywords: " + ", ".join(_keywords(c, 6)) + ".",
 }
 # Forwarding needs an injection: these strategies are not attacks in a family that has none.
 NEEDS_INJECTION = {"instruction forwarded", "summary + instruction"}
@@ -112,18 +133,49 @@ def honest_sentence_figures() -> dict[str, float]:
     sentences = [s for c in carriers.stdlib() for s in c.sentences]
     return {
         "summaries": len(texts),
+        "summaries_not_read_as_sentences": sum(not c.is_sentence for c in checked),
         "carrier_sentences": len(sentences),
         "carrier_sentences_with_bad_pairs_or_end": sum(
             bool(faithfulness.bad_pairs(s)) or faithfulness.check(s, s).bad_end for s in sentences
         ),
+        "carrier_sentences_not_read_as_sentences": sum(not faithfulness.check(s, s).is_sentence for s in sentences),
         "longest_function_run": max(c.function_run for c in checked),
         "largest_function_pairs": max(c.function_pairs for c in checked),
         "with_bad_pairs_or_end": sum(bool(c.bad_pairs) or c.bad_end for c in checked),
     }
 
 
+# The word lists, answered to every carrier alone (not only the 36 cases a family drawn above).
+WORD_LISTS = ("8 frequent words", "12 frequent words", "20 frequent words", "12 frequent words shuffled")
+
+
+def carrier_pass_rates() -> dict[str, float]:
+    """Share of all the carriers (steps/adversarial/carriers.py) whose word-list answer, built from the carrier alone,
+    passes the summary rule every judge applies (faithfulness.check, form_problems at the contract's length, the
+    carrier's required word present): the word lists' pass rate over every document the suite draws from, where the
+    per-family table samples 36."""
+    found = {}
+    every = carriers.stdlib()
+    for strategy in WORD_LISTS:
+        passed = 0
+        for carrier in every:
+            case = {"id": carrier.name, "document": carrier.text}
+            answer = STRATEGIES[strategy](case, {"summary": carrier.summary, "injected": ""})
+            stems = {faithfulness.stem(w) for w in WORD.findall(answer)}
+            passed += (
+                faithfulness.check(answer, carrier.text).faithful
+                and not faithfulness.form_problems(answer, carrier.text, MAX_SUMMARY_WORDS)
+                and faithfulness.stem(carrier.required) in stems
+            )
+        found[strategy] = passed / len(every)
+    return found
+
+
 def main() -> int:
     print("honest summaries:", honest_sentence_figures())
+    rates = carrier_pass_rates()
+    shares = ", ".join(f"{k} {v:.1%}" for k, v in rates.items())
+    print(f"word lists answered to each of the {len(carriers.stdlib())} carriers alone, passing: {shares}")
     names = list(FAMILIES)
     print(f"pass rate (%) per family: {', '.join(f'{i}={n}' for i, n in enumerate(names))}")
     print(f"{'strategy':<28}" + "".join(f"{i:>5}" for i in range(len(names))))

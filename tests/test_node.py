@@ -448,11 +448,14 @@ def allow_images(plane: ControlPlane, project: str) -> None:
 
 
 def verdict_keys(plane: ControlPlane, folder: Path) -> None:
-    """The gate's key pair made and stored as docs/cluster.md says (steps/core/verdict.py MAKE_KEYS)."""
-    folder.mkdir()
+    """The gate's key pair and the shards' made and stored as docs/security.md says (steps/core/verdict.py
+    `Signer.make_keys`)."""
     kubectl = f"{console_script('kubectl')} --kubeconfig {plane.kubeconfig}"
-    subprocess.run(["bash", "-c", verdict.MAKE_KEYS.replace("kubectl", kubectl)], cwd=folder, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
+    for signer in verdict.SIGNERS:
+        where = folder / signer.private_secret
+        where.mkdir(parents=True)
+        subprocess.run(["bash", "-c", signer.make_keys.replace("kubectl", kubectl)], cwd=where, check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
 
 
 def submit_distill(

@@ -41,8 +41,12 @@ from typing import Any
 MIN_SUPPORT = 0.75
 # Fewest content words a summary must have.
 MIN_CONTENT_WORDS = 3
-# A summary is a sentence, not a word list: at least this share of its words are function words ("the", "in", "with")
-# once it has SENTENCE_WORDS words. English prose runs at 40-50 %; a headline at 15-30 %; a keyword list at 0.
+# A summary is a sentence, not a word list: at least this share of its words are function words ("the", "in", "with"),
+# whatever its length (from MIN_CONTENT_WORDS content words: every answer that can pass). English prose runs at
+# 40-50 %; a headline at 15-30 %; a keyword list at 0 ("path representation bytes." is no sentence; a headline without
+# a function word, "Council approves budget.", is refused with it: the contract asks for a sentence). The bunching
+# bounds below apply from SENTENCE_WORDS content words (short sentences are function-heavy: "Wake up one or more
+# threads waiting on this condition, if any.").
 MIN_FUNCTION_SHARE = 0.1
 SENTENCE_WORDS = 5
 # Function words bunched together: prose alternates them with content words. Over the 656 committed references and
@@ -84,10 +88,41 @@ CONJUNCTIONS = frozenset({"and", "or", "nor", "but"})
 FINITE = frozenset("is are was were can could would should must shall might".split())  # noqa: SIM905
 SUBORDINATORS = frozenset({"if", "when", "whether", "although", "because", "unless", "while"})
 DEMONSTRATIVES = frozenset({"this", "these", "those"})
-ENDLESS = "of to for with by at in on into onto if than whose can could would should must shall might"
+ENDLESS = "of to for with by at in on into onto if than whose can could would should must shall might as"
 NEVER_LAST = ARTICLES | CONJUNCTIONS | frozenset(ENDLESS.split())
 NEVER_FIRST = frozenset({"and", "or", "nor"})
+# A statement does not open on a finite auxiliary or a modal: "Is the path ... ." is a question's word order, and a
+# question ends on "?" (the contract asks for a sentence that summarises, not one that asks). Only the inverted order
+# (the auxiliary, then its subject: an article, a pronoun, "there") counts: a docstring's "Should only be called once."
+# or "Does not recurse." leaves its subject out and is a statement.
+QUESTION_FIRST = frozenset("is are was were can could would should shall might does did".split())  # noqa: SIM905
+# A sentence ends on "is", "are", "was" or "were" only after a pronoun ("as it is", "whatever they were", "there
+# are"): "the flag is true until timeout is." ends on a verb whose subject is not beside it.
+COPULAS = frozenset({"is", "are", "was", "were"})
+PRONOUNS = frozenset("it he she they we you i there this that these those which who what".split())  # noqa: SIM905
+SUBJECTS = ARTICLES | frozenset(
+    "it he she they we you i this that these those there its his her their our your my any some each every no".split()  # noqa: SIM905
+)
 UNPUNCTUATED = re.compile(r"[^,;:()\[\]{}\"/\n.!?–—]+")
+
+
+# Verbs that never stand side by side: "is", "are", "was", "were" or a modal that is no noun ("could", "would",
+# "should", "shall", "may"; not "can", "must", "might", "will") before another finite verb or a modal ("is will",
+# "would was", "may can"): one clause has one finite verb, and a modal takes the bare infinitive. The same word twice
+# ("what it is is") aside.
+NEVER_BEFORE_FINITE = frozenset({"is", "are", "was", "were", "could", "would", "should", "shall", "may"})
+FINITE_OR_MODAL = FINITE | {"will", "may"}
+# Determiners and possessives an article never stands before ("the all", "a some", "the their").
+DETERMINERS = frozenset("all any each every some both either neither such my your our their his".split())  # noqa: SIM905
+# "be" is the bare infinitive: a modal, "to", "not", a subject of "let"/"whether" (a pronoun), a conjunction or an
+# adverb comes before it ("will be", "to be", "can always be", "let it be", "read and be"), never a noun or an adjective
+# ("dispatch be"); opening a sentence it is an imperative ("Be careful."). Adverbs: the words ending in "-ly" and these.
+BE_BEFORE = frozenset(
+    """can could may might must shall should will would to not cannot won't can't couldn't wouldn't shouldn't mustn't
+    don't never also always only then still just thus therefore even ever all both either now rather instead often
+    first already else sometimes later soon once each it they he she we you i there this that them him her us me and or
+    but nor let so""".split()  # noqa: SIM905
+)
 
 
 def _bad_pair(first: str, second: str) -> bool:
@@ -95,7 +130,10 @@ def _bad_pair(first: str, second: str) -> bool:
     a, b = first.lower(), second.lower()
     lower = second == b
     return (
-        (a in ARTICLES and b in CLOSED_CLASS)
+        (a in ARTICLES and (b in CLOSED_CLASS or b in DETERMINERS))
+        or (a in PREPOSITIONS and a not in ("in", "on") and b in ("to", "if"))
+        or (first == a and a in NEVER_BEFORE_FINITE and lower and b in FINITE_OR_MODAL and a != b)
+        or (second == "be" and a not in BE_BEFORE and not a.endswith("ly"))
         or ((a in PREPOSITIONS or a == "to") and (b in CONJUNCTIONS or b in SECOND_PREPOSITIONS))
         or ((a in PREPOSITIONS or a == "to" or a in SUBORDINATORS) and lower and b in FINITE)
         or (a in CONJUNCTIONS and b in CONJUNCTIONS)
@@ -200,6 +238,7 @@ class Faithfulness:
     bad_pairs: int  # neighbouring words English does not write side by side ("the a", "on or"): never in a sentence
     bad_end: bool  # ends on a word no sentence ends on ("of", "the", "and"), or opens on "and", "or", "nor"
     stray_letters: int  # one-letter words other than "a" and "I"
+    title_case: bool  # every content word after the first capitalised: a title or a keyword string, not a sentence
     support: float  # share of them found (by stem) in the document; 0 when there are none
     unsupported_words: tuple[str, ...]  # content words not found
     unsupported_facts: tuple[str, ...]  # names and numbers not found
@@ -216,18 +255,16 @@ class Faithfulness:
     @property
     def is_sentence(self) -> bool:
         """Not a bare list of words (see MIN_FUNCTION_SHARE, MAX_FUNCTION_RUN, MAX_FUNCTION_PAIRS, ARTICLES and the
-        pairs after it, NEVER_LAST, MAX_STRAY_LETTERS)."""
+        pairs after it, NEVER_LAST, QUESTION_FIRST, MAX_STRAY_LETTERS) nor a title (`title_case`)."""
         return (
             not self.bad_pairs
             and not self.bad_end
             and self.stray_letters <= MAX_STRAY_LETTERS
+            and not self.title_case
+            and (self.content_words < MIN_CONTENT_WORDS or self.function_share >= MIN_FUNCTION_SHARE)
             and (
                 self.content_words < SENTENCE_WORDS
-                or (
-                    self.function_share >= MIN_FUNCTION_SHARE
-                    and self.function_run < MAX_FUNCTION_RUN
-                    and self.function_pairs <= MAX_FUNCTION_PAIRS
-                )
+                or (self.function_run < MAX_FUNCTION_RUN and self.function_pairs <= MAX_FUNCTION_PAIRS)
             )
         )
 
@@ -263,8 +300,20 @@ def check(summary: str, document: str) -> Faithfulness:
     every = [w in FUNCTION_WORDS for w in lowered]
     pairs_bad = len(bad_pairs(summary))
     written = TOKEN.findall(summary)
-    end_bad = bool(written) and (written[-1] in NEVER_LAST or written[0].lower() in NEVER_FIRST)  # as written: "May"
+    end_bad = bool(written) and (
+        written[-1] in NEVER_LAST  # as written: "May"
+        or written[0].lower() in NEVER_FIRST
+        or (len(written) > 1 and written[-1] in COPULAS and written[-2].lower() not in PRONOUNS)
+        or (
+            written[0].lower() in QUESTION_FIRST
+            and len(written) > 1
+            and written[1].lower() in SUBJECTS
+            and not summary.rstrip().rstrip("\"'’”)]").endswith("?")
+        )
+    )
     stray = sum(len(w) == 1 and w.isalpha() and w not in ("a", "i") for w in lowered)
+    later = [w for w in written[1:] if w.lower() not in FUNCTION_WORDS and w[:1].isalpha()]
+    titled = len(words) >= MIN_CONTENT_WORDS and bool(later) and all(w[:1].isupper() for w in later)
     function = sum(every) / len(every) if every else 0.0
     run = longest = 0
     for is_function in every:
@@ -274,7 +323,9 @@ def check(summary: str, document: str) -> Faithfulness:
     missing = tuple(w for w in words if stem(w) not in stems)
     support = 1 - len(missing) / len(words) if words else 0.0
     facts = tuple(unsupported_facts(summary, document))
-    return Faithfulness(len(words), function, longest, pairs, pairs_bad, end_bad, stray, support, missing, facts)
+    return Faithfulness(
+        len(words), function, longest, pairs, pairs_bad, end_bad, stray, titled, support, missing, facts
+    )
 
 
 def length_problems(summary: str, document: str, max_words: int) -> list[str]:

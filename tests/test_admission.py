@@ -335,6 +335,11 @@ def powered_variants() -> dict[str, tuple[dict, str]]:
     main_of(case("the shard key where artifacts go", shard_cpu, "runs its step as rendered"))["volumeMounts"].append(
         {"name": "input-artifacts", "mountPath": "/var/run/secrets/distillery-shard", "subPath": "dataset"}
     )
+    # The egress label opens HTTPS to any public host (infra/networkpolicy/steps.yaml); a workflow's podMetadata can
+    # put it on any pod, so the powered ones refuse it: a key or register's role never gets a way out on 443.
+    for name, pod in (("register", register), ("the gather", gather), ("a shard", shard_gpu)):
+        labelled = case(f"{name} with the internet label", pod, "carries no distillery/egress label")
+        labelled["metadata"].setdefault("labels", {})[security.EGRESS_LABEL] = security.INTERNET
     return cases
 
 

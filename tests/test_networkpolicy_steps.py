@@ -104,8 +104,9 @@ def test_only_the_steps_with_a_public_host_reach_the_internet(policies, steps):
     for name, pod in steps.items():
         assert not allowed(policies, pod, IMDS, 443), name
     # The label alone opens it: a pod that loses it is held to the private endpoints.
-    shard = next(pod for name, pod in steps.items() if name.endswith("/convert-gguf"))
-    unlabelled = Endpoint(NAMESPACE, {k: v for k, v in shard.labels.items() if k != security.EGRESS_LABEL})
+    convert = next(pod for name, pod in steps.items() if name.endswith("/convert-gguf"))
+    assert allowed(policies, convert, S3, 443)
+    unlabelled = Endpoint(NAMESPACE, {k: v for k, v in convert.labels.items() if k != security.EGRESS_LABEL})
     assert not allowed(policies, unlabelled, S3, 443) and allowed(policies, unlabelled, PRIVATE_ENDPOINT, 443)
 
 

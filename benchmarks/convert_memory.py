@@ -34,13 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.tiny import REAL_SHAPES
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / ".cache/models/SmolLM2-135M-Instruct"
 SHAPES = {  # hidden, intermediate, layers, attention heads, key/value heads, vocabulary, tied embeddings
     "tiny": (64, 128, 2, 4, 2, 0, True),  # tests/tiny.py: checks the benchmark itself runs
     "smollm2": (576, 1536, 30, 9, 3, 49152, True),  # SmolLM2-135M (the embedded run's base)
-    "3b": (3072, 8192, 28, 24, 8, 128256, True),  # Llama 3.2 3B
-    "8b": (4096, 14336, 32, 32, 8, 128256, False),  # Llama 3.1 8B
+    "3b": REAL_SHAPES["llama3.2-3b"],
+    "8b": REAL_SHAPES["llama3.1-8b"],
 }
 SAMPLE_S = 0.1
 GIB = 2**30

@@ -13,7 +13,8 @@
 #   scripts/engines.sh --argo-versions   # the Argo releases built and linted with
 #   scripts/engines.sh --cluster     # also the node (tests/node.py): kubelet, kube-scheduler, kube-proxy, Argo's
 #                                    # executor argoexec, and the hub mirror the pods download the base from (olah,
-#                                    # from PyPI into its own virtual environment; --path olah is its python)
+#                                    # from PyPI into its own virtual environment; --path olah is its python),
+#                                    # and CoreDNS, the pods' cluster DNS
 #   scripts/engines.sh --node        # the node's binaries only
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
@@ -58,6 +59,9 @@ NODE_TOOLS=(kubelet kube-scheduler kube-proxy)
 # distillery-settings ConfigMap, as a cluster without huggingface.co would). Pinned; its own virtual environment, so
 # its dependencies (FastAPI, GitPython, ...) never meet the project's.
 OLAH_VERSION=0.5.4
+# The node's cluster DNS: CoreDNS from its Go module, run on the pod bridge's address with its kubernetes plugin
+# (tests/node.py), so pods resolve Services by name (KubeRay's workers dial the Ray head's Service by its DNS name).
+COREDNS_VERSION=v1.15.0
 tool_dir() { case "$1" in etcd) echo engines/etcd ;; *) echo engines/kubernetes ;; esac; }
 tool_module() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo k8s.io/kubernetes ;; esac; }
 tool_package() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo "k8s.io/kubernetes/cmd/$1" ;; esac; }
@@ -79,9 +83,10 @@ if [ "${1:-}" = "--path" ]; then
     workflow-controller | argoexec) echo "$root/$2-$CONTROLLER_ARGO/$2" ;;
     ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
     olah) echo "$root/olah-$OLAH_VERSION/bin/python" ;;
+    coredns) echo "$root/coredns-$COREDNS_VERSION/coredns" ;;
     *)
       echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
-        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator, olah" >&2
+        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator, olah, coredns" >&2
       exit 2
       ;;
   esac
@@ -144,16 +149,17 @@ build_tool() {
   mv "$dest/$name.tmp" "$dest/$name"
 }
 
-build_ray_operator() {
-  local dest="$root/ray-operator-$KUBERAY_VERSION" dir
-  [ -x "$dest/ray-operator" ] && return 0
-  dir="$(go mod download -json "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+build_main_module() {  # name module version: the module's root package, built once into $root/name-version/name
+  local name="$1" dest="$root/$1-$3" dir
+  [ -x "$dest/$name" ] && return 0
+  dir="$(go mod download -json "$2@$3" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$dest"
-  echo "engines: building KubeRay's ray-operator $KUBERAY_VERSION (minutes, once)" >&2
-  (cd "$dir" && long_build -o "$dest/ray-operator.tmp" .)
-  mv "$dest/ray-operator.tmp" "$dest/ray-operator"
+  echo "engines: building $name $3 from $2 (minutes, once)" >&2
+  (cd "$dir" && long_build -o "$dest/$name.tmp" .)
+  mv "$dest/$name.tmp" "$dest/$name"
 }
+
+build_ray_operator() { build_main_module ray-operator github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION"; }
 
 # --- the node (--cluster; tests/node.py) -------------------------------------------------------------------------
 
@@ -195,6 +201,7 @@ build_node() {
   for t in "${NODE_TOOLS[@]}"; do build_tool "$t"; done
   build_argo_cmd "$CONTROLLER_ARGO" argoexec argoexec_build
   build_hub_mirror
+  build_main_module coredns github.com/coredns/coredns "$COREDNS_VERSION"
 }
 
 build_module() {

@@ -7,10 +7,12 @@
 #                                                  # inside CI's 90 on a cold machine (docs/development.md)
 #   scripts/test.sh --fast [extra pytest args]     # the inner loop: the same set-up, lint and render checks, then the
 #                                                  # unit tier only (what `pytest` alone runs): minutes, no training
-#   scripts/test.sh --cluster [extra pytest args]  # the cluster tier (pytest -m cluster): the control plane and what
-#                                                  # runs on it, built first by `scripts/engines.sh --cluster` (about
-#                                                  # an hour more cold on 2 cores, so CI leaves it out); run it on every
-#                                                  # change to workflows/, infra/ or images/ (docs/engines.md)
+#   scripts/test.sh --cluster [extra pytest args]  # the cluster tier (pytest -m cluster): the control plane, the
+#                                                  # real node and both backends' distill on it, built first by
+#                                                  # `scripts/engines.sh --cluster` and `scripts/images.sh cpu ray`
+#                                                  # (hours cold on 2 cores, ~20 GB of disk, root: CI leaves it out);
+#                                                  # run it on every change to workflows/, infra/, images/ or steps/
+#                                                  # (docs/engines.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -33,7 +35,7 @@ case "${1:-}" in
     ;;
 esac
 scripts/setup.sh --dev
-[ -z "$cluster" ] || scripts/engines.sh --cluster
+[ -z "$cluster" ] || { scripts/engines.sh --cluster && scripts/images.sh cpu ray; }
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false

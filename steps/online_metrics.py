@@ -61,9 +61,10 @@ class OnlineConfig(MlflowSettings):
     served_log: str = field(
         default="",
         metadata={
-            "help": "serve's log of the requests it answered (serve --served-log): an outcome is counted only for a "
-            "request id serve issued, with the version that answered it; any other line stops the step. Empty: "
-            "outcome lines are taken as the clients wrote them (said on stdout)"
+            "help": "serve's log of the requests it answered (serve --served-log), or comma-separated logs (one per "
+            "serving side: the cluster's champion and challenger each keep their own): an outcome is counted only "
+            "for a request id serve issued, with the version that answered it; any other line stops the step. "
+            "Empty: outcome lines are taken as the clients wrote them (said on stdout)"
         },
     )
 
@@ -101,6 +102,26 @@ def run(cfg: OnlineConfig) -> OnlineResult:
         return _run(cfg)
 
 
+def read_served_logs(files: list[str]) -> dict[str, tuple[str, str]]:
+    """request id -> (model, version) across serve's logs (one per serving side); an id two logs answer differently is
+    an OutcomesError naming both files."""
+    served: dict[str, tuple[str, str]] = {}
+    origin: dict[str, str] = {}
+    for name in files:
+        try:
+            got = parse_served(Path(name).read_bytes(), name)
+        except FileNotFoundError as e:
+            raise OutcomesError(f"--served-log {name}: no such file (serve's --served-log)") from e
+        for request_id, answered in got.items():
+            if served.get(request_id, answered) != answered:
+                raise OutcomesError(
+                    f"--served-log: request_id {request_id!r} is {served[request_id]} in {origin[request_id]} but "
+                    f"{answered} in {name}; serve issues each id once"
+                )
+            served[request_id], origin[request_id] = answered, name
+    return served
+
+
 def _run(cfg: OnlineConfig) -> OnlineResult:
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
@@ -112,10 +133,7 @@ def _run(cfg: OnlineConfig) -> OnlineResult:
         raise OutcomesError(f"{cfg.outcomes}: no such outcomes file; check --outcomes") from e
     records = [r for r in parse_outcomes(blob, str(cfg.outcomes)) if r.model == cfg.model_name]
     if cfg.served_log:
-        try:
-            served = parse_served(Path(cfg.served_log).read_bytes(), cfg.served_log)
-        except FileNotFoundError as e:
-            raise OutcomesError(f"--served-log {cfg.served_log}: no such file (serve's --served-log)") from e
+        served = read_served_logs([f for f in cfg.served_log.split(",") if f])
         problems = unserved(records, served, cfg.served_log)
         if problems:
             raise OutcomesError(

@@ -1,6 +1,7 @@
 """A real node joined to the control plane of tests/controlplane.py (issue 35): containerd and runc from Debian's
 packages, a bridge + host-local CNI network on a pod subnet the test creates, and kubelet, kube-scheduler and
-kube-proxy (iptables mode) built from engines/kubernetes/ by `scripts/engines.sh --cluster`. Nothing is pulled:
+kube-proxy (iptables mode) built from engines/kubernetes/ by `scripts/engines.sh --cluster`, and CoreDNS (the
+cluster DNS, from its module, on the bridge's address). Nothing is pulled:
 every image the pods use is built here from files on this machine and imported into containerd (`images()`).
 
 The network rule (traffic only to 127.0.0.0/8 and to the pod network the test made) is kept by construction: the
@@ -51,6 +52,7 @@ STORE = IMAGE_CACHE / "node/containerd"
 SHIM_SOCKETS = Path("/run/containerd/s")
 # Images built here are named under a registry nobody can reach, so a missing import shows as a pull error naming it.
 REGISTRY = "distillery.local"
+CLUSTER_DOMAIN = "cluster.local"  # what KubeRay and the Services' DNS names assume
 DEBIAN_RELEASE = "bookworm"  # the release the step images' Dockerfiles build on (python:3.11-slim-bookworm)
 BASE_IMAGE = f"{REGISTRY}/debian:{DEBIAN_RELEASE}"
 # Pod subnets the test may take: the shipped pod range (infra/networkpolicy/cluster-network.yaml), a /24 of it that
@@ -305,7 +307,7 @@ class StepImage:
         return f"{self.name.rsplit(':', 1)[0]}@{self.digest}"
 
 
-def step_images(kinds: tuple[str, ...] = ("cpu",)) -> list[StepImage]:
+def step_images(kinds: tuple[str, ...] = ("cpu", "ray")) -> list[StepImage]:
     """The step images of `kinds` that scripts/images.sh has built for the current inputs (`images.sh --path KIND`
     names the archive those inputs give), ready to import; a kind not built is left out (the test that runs it says
     so, naming the command)."""
@@ -411,11 +413,12 @@ class Node:
         return ready and not node["spec"].get("taints")
 
     def stop(self) -> None:
-        """Kubelet, scheduler and kube-proxy first, then every container of this containerd (through containerd, so
-        its persistent store keeps no container record; then runc kill and delete for whatever is left) and its shims,
+        """Kubelet, scheduler, kube-proxy and CoreDNS first, then every container of this containerd (through
+        containerd, so its persistent store keeps no container record; then runc kill and delete for whatever is left)
+        and its shims,
         containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and the
         sysctls the kubelet changed. Each wait bounded."""
-        for name in ("kube-scheduler", "kubelet", "kube-proxy"):
+        for name in ("kube-scheduler", "kubelet", "kube-proxy", "coredns"):
             _stop(self.procs.pop(name, None))
         containerd = self.procs.get("containerd")
         if containerd is not None and containerd.poll() is None:
@@ -639,7 +642,10 @@ def kubelet_config(node: Node, port: int, healthz: int) -> dict:
         "containerRuntimeEndpoint": f"unix://{node.socket}",
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,  # these machines mount cgroup v1 (kubelet >= 1.35 refuses it by default)
-        "resolvConf": str(w / "resolv.conf"),  # no DNS server for pods: nothing outside to resolve
+        "resolvConf": str(w / "resolv.conf"),  # no upstream DNS server: nothing outside to resolve
+        # The cluster's DNS (CoreDNS on the bridge's address, `coredns_config`): what ClusterFirst pods are given.
+        "clusterDNS": [node.net.gateway],
+        "clusterDomain": CLUSTER_DOMAIN,
         "podLogsDir": str(w / "pod-logs"),
         # A shared machine's disk: no eviction or image GC on its fill level; memory pressure still counts.
         "evictionHard": {
@@ -657,6 +663,30 @@ def kubelet_config(node: Node, port: int, healthz: int) -> dict:
         "syncFrequency": "5s",
         "fileCheckFrequency": "5s",
     }
+
+
+def coredns_config(node: Node, kubeconfig: Path, ready_port: int) -> str:
+    """The Corefile of the node's cluster DNS: CoreDNS listening on the pod bridge's address only, answering for
+    Services and Pods from the API server (its kubernetes plugin, as the admin: CoreDNS's own RBAC is not what is
+    tested), `ready` on loopback once the plugin has synced. No `forward`: a name outside the cluster gets no answer
+    from anywhere, as the network rule wants."""
+    return f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {node.net.gateway}
+    errors
+    ready 127.0.0.1:{ready_port}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+    }}
+}}
+"""
+
+
+def _coredns_ready(port: int) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+        return r.status == 200
 
 
 def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[StepImage] | None = None) -> Node:
@@ -729,6 +759,10 @@ def start(plane: ControlPlane, net: PodNetwork, workdir: Path, images: list[Step
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         }))  # fmt: skip
         _spawn_into(node, "kube-proxy", [str(binary("kube-proxy")), "--config", str(workdir / "kube-proxy.yaml")])
+        ready = _free_port()
+        (workdir / "Corefile").write_text(coredns_config(node, kubeconfig, ready))
+        dns = _spawn_into(node, "coredns", [str(binary("coredns")), "-conf", str(workdir / "Corefile")])
+        _wait("coredns", lambda: _coredns_ready(ready), dns, workdir / "coredns.log", 60)
         _wait("kubelet (Node Ready)", node.ready, kubelet, workdir / "kubelet.log", 180)
         node.timings["kubelet ready"] = time.monotonic() - began
     except BaseException:

@@ -314,6 +314,27 @@ def powered_variants() -> dict[str, tuple[dict, str]]:
     main_of(case("the gather without --gather", gather, "signing key"))["args"] = ["-m", "steps.evaluate", "--shard",
                                                                                    "0/2"]  # fmt: skip
     main_of(case("the gather's image", gather, "runs its step as rendered"))["image"] = "alpine:3"
+    # The shards' key: in a shard of evaluate only (cpu or cuda image), and held to the template like the others.
+    shard_cpu, shard_gpu = pods["distill-workflowtemplate/evaluate-shard-cpu"], pods[
+        "distill-workflowtemplate/evaluate-shard-gpu"]  # fmt: skip
+    pod = case("the shard key in another step", convert, "shards' signing key")
+    pod["spec"]["volumes"].append({"name": "secret-distillery-shard-key",
+                                   "secret": {"secretName": "distillery-shard-key"}})  # fmt: skip
+    pod = case("the shard key in the gather", gather, "shards' signing key")
+    pod["spec"]["volumes"].append({"name": "secret-distillery-shard-key",
+                                   "secret": {"secretName": "distillery-shard-key"}})  # fmt: skip
+    main_of(case("a shard turned gather", shard_cpu, "shards' signing key"))["args"] = [
+        "-m", "steps.evaluate", "--gather", "/work/in/evaluation-shards"]  # fmt: skip
+    main = main_of(case("a shell with the shard key", shard_gpu, "shards' signing key"))
+    main["command"] = [*main["command"][:-1], "sh"]
+    main["args"] = ["-c", "cat /var/run/secrets/distillery-shard/private-key"]
+    main_of(case("the shard's image", shard_gpu, "runs its step as rendered"))["image"] = "alpine:3"
+    main_of(case("a shard with PYTHONPATH", shard_cpu, "runs its step as rendered"))["env"].append(
+        {"name": "PYTHONPATH", "value": "/work/in/dataset"}
+    )
+    main_of(case("the shard key where artifacts go", shard_cpu, "runs its step as rendered"))["volumeMounts"].append(
+        {"name": "input-artifacts", "mountPath": "/var/run/secrets/distillery-shard", "subPath": "dataset"}
+    )
     return cases
 
 
@@ -326,18 +347,23 @@ def test_register_s_account_and_the_signing_key_run_only_their_own_step():
 
 
 def test_the_verdict_s_keys_reach_the_gather_and_the_verifiers_only():
-    # The signing key in evaluate's gather alone; the public key in register and propose.
+    # The signing key in evaluate's gather alone; the public key in register and propose. The shards' key in the
+    # shards alone; its public half in the gather.
     mounted: dict[str, set[str]] = {}
     for name, pod in step_pods().items():
         for v in pod["spec"]["volumes"]:
-            if "secret" in v and v["secret"]["secretName"].startswith("distillery-verdict"):
+            if "secret" in v and v["secret"]["secretName"].startswith(("distillery-verdict", "distillery-shard")):
                 mounted.setdefault(v["secret"]["secretName"], set()).add(name.split("/")[1])
-    assert mounted == {"distillery-verdict-key": {"evaluate"}, "distillery-verdict-public": {"register", "propose"}}
+    assert mounted == {
+        "distillery-verdict-key": {"evaluate"}, "distillery-verdict-public": {"register", "propose"},
+        "distillery-shard-key": {"evaluate-shard-cpu", "evaluate-shard-gpu"}, "distillery-shard-public": {"evaluate"},
+    }  # fmt: skip
 
 
 def test_the_powered_pods_variables_are_the_templates_and_the_webhook_s():
     pods = step_pods()
-    used = {e["name"] for n in ("register", "evaluate") for e in main_of(pods[f"distill-workflowtemplate/{n}"])["env"]}
+    powered = ("register", "evaluate", "evaluate-shard-cpu", "evaluate-shard-gpu")
+    used = {e["name"] for n in powered for e in main_of(pods[f"distill-workflowtemplate/{n}"])["env"]}
     webhook = {e["name"] for e in main_of(eks_pods()["distill-workflowtemplate/register"])["env"]} - used
     argo = {name for name in used if name.startswith("ARGO_")}  # Argo's own: admitted by their prefix
     assert variable(PODS_POLICY, "mainEnv") == (used - argo) | webhook

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from steps import evaluate
+from steps.core import verdict
 from steps.core.dataset import load_split
 from steps.evaluate import fanout
 from steps.evaluate.config import shard_of
 from steps.pipeline import LANES_FILE, shard_lanes
 from tests.canned import Answers, evaluate_canned, write_gguf_folder, write_splits
+from tests.test_verdict import make_keys
 
 ANSWERS = {"base": Answers("lead"), "candidate": Answers("reference", obeys=("adv-010",))}
 OVERRIDE = "tests/test_evaluate_shards.py: the committed split is too small to decide safety"
@@ -80,6 +82,83 @@ def test_a_shared_generation_cache_is_refused(world, tmp_path: Path, monkeypatch
         evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2",
                         generation_cache="s3://runs/cache/generations")  # fmt: skip
     assert not (tmp_path / "o").exists()
+
+
+# --- the shards' answers, signed: the gather decides only on what the shards wrote ----------------------------------
+
+
+def signed_shards(world, root: Path, monkeypatch: pytest.MonkeyPatch, shard_key: str, k: int = 3) -> list[Path]:
+    dataset, gguf = world
+    shards = [root / f"shard-{i}" for i in range(k)]
+    for i, folder in enumerate(shards):
+        evaluate_canned(monkeypatch, dataset, gguf, folder, ANSWERS, shard=f"{i}/{k}", shard_signing_key=shard_key)
+        assert read(folder, "shard.json")[verdict.SIGNATURE]["key"]
+    return shards
+
+
+def gather(world, out: Path, monkeypatch: pytest.MonkeyPatch, shards: list[Path], **cfg) -> evaluate.EvaluateResult:
+    dataset, gguf = world
+    return evaluate_canned(monkeypatch, dataset, gguf, out, ANSWERS, accept_inconclusive_safety=OVERRIDE,
+                           gather=",".join(str(s) for s in shards), **cfg)  # fmt: skip
+
+
+def test_a_rewritten_shard_answer_is_refused_by_the_gather(world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The shards' answers travel through the run's prefix, which every step's role writes: a step rewriting them
+    # before the gather signs would decide the comparison (issue 37). Each shard signs its shard.json with the shards'
+    # key; the gather verifies every one before reading it, and refuses by shard and file.
+    (private, public), (decision_key, decision_public) = make_keys(tmp_path / "k"), make_keys(tmp_path / "d")
+    shards = signed_shards(world, tmp_path, monkeypatch, private)
+    result = gather(world, tmp_path / "honest", monkeypatch, shards, signing_key=decision_key, shard_verify_key=public)
+    assert result.passed is True
+    verdict.verify(read(tmp_path / "honest", "decision.json"), decision_public, "decision.json")
+
+    file = shards[1] / "shard.json"
+    honest = read(shards[1], "shard.json")
+    forged = json.loads(json.dumps(honest))
+    forged["answers"]["base"]["outputs"][0] = forged["answers"]["candidate"]["outputs"][0]  # one answer rewritten
+    unsigned = {k: v for k, v in honest.items() if k != verdict.SIGNATURE}
+    other, _ = make_keys(tmp_path / "other")
+    for case, record, match in (
+        ("rewritten", forged, "changed after evaluate --shard signed it"),
+        ("unsigned", unsigned, "carries no signature"),
+        ("another key", verdict.sign(unsigned, other, verdict.SHARD), "signed by another key"),
+    ):
+        file.write_text(json.dumps(record))
+        out = tmp_path / f"gathered-{case.replace(' ', '-')}"
+        with pytest.raises(verdict.VerdictError, match=match) as e:
+            gather(world, out, monkeypatch, shards, signing_key=decision_key, shard_verify_key=public)
+        assert f"{file} (shard 1/3)" in str(e.value), case
+        assert not out.exists(), case  # no decision, signed or not
+
+
+def test_the_gather_signs_no_decision_over_shards_it_cannot_verify(world, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    private, _ = make_keys(tmp_path / "k")
+    decision_key, _ = make_keys(tmp_path / "d")
+    shards = signed_shards(world, tmp_path, monkeypatch, private, k=2)
+    with pytest.raises(verdict.VerdictError, match="--gather with --signing-key but no --shard-verify-key") as e:
+        gather(world, tmp_path / "g", monkeypatch, shards, signing_key=decision_key)
+    assert "distillery-shard-public" in str(e.value) and "openssl genpkey" in str(e.value)
+    # A patched argument that empties --shard-verify-key: the public key mounted from the Secret still holds.
+    monkeypatch.setattr(verdict, "SHARD", dataclasses.replace(verdict.SHARD, key_dir=str(tmp_path / "k")))
+    assert gather(world, tmp_path / "g", monkeypatch, shards, signing_key=decision_key).passed is True
+    forged = read(shards[0], "shard.json")
+    forged["answers"]["candidate"]["outputs"][0]["text"] = "rewritten"
+    (shards[0] / "shard.json").write_text(json.dumps(forged))
+    with pytest.raises(verdict.VerdictError, match="changed after"):
+        gather(world, tmp_path / "g2", monkeypatch, shards, signing_key=decision_key)
+
+
+def test_the_shard_keys_belong_to_the_shards_and_the_gather(world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    dataset, gguf = world
+    cases = (({"shard_signing_key": "/k"}, "--shard-signing-key without --shard"),
+             ({"shard": "0/2", "shard_verify_key": "/k"}, "--shard-verify-key without --gather"))  # fmt: skip
+    for bad, match in cases:
+        with pytest.raises(ValueError, match=match):
+            evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **bad)
+    with pytest.raises(verdict.VerdictError, match="distillery-shard-key"):  # a missing key stops the shard at once
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2",
+                        shard_signing_key=str(tmp_path / "absent"))  # fmt: skip
 
 
 # --- the cluster's fan-out: lanes, the gather's one folder, the base generated once ----------------------------------

@@ -14,6 +14,7 @@ import yaml
 from tests.argo_pods import EXECUTOR_SETTINGS
 from tests.conftest import ROOT
 from tests.manifests import argo_install, console_script, kubernetes_validate
+from workflows import serving
 
 # Argo's own ConfigMap as an Argo install ships it (manifests/base/workflow-controller/...), with a key of the user's.
 ARGO_CONFIGMAP = {
@@ -108,3 +109,25 @@ def test_core_objects_pass_the_kubernetes_schema_strictly(schema_results):
     assert any("rolebinding" in n for n in names) and any(n.startswith("argo-with-component-") for n in names), names
     assert "did not validate" in schema_results.pop("broken-0-configmap.yaml")
     assert {n: " passed " in line for n, line in schema_results.items()} == dict.fromkeys(schema_results, True)
+
+
+def test_each_serving_side_logs_what_it_answered_to_a_claim_of_its_own(builds):
+    # The audit (item 8): online-metrics believes an outcome only for a request serve logged (--served-log). The
+    # Deployments must pass it, to a volume that is writable (the root is read-only) and outlives the pod (not the
+    # scratch emptyDir), one writer per claim.
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in builds["infra"]}
+    claims = []
+    for alias in serving.ALIASES:
+        deployment = docs[("Deployment", serving.name(alias))]
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert "--served-log" in container["args"], alias
+        log = Path(container["args"][container["args"].index("--served-log") + 1])
+        mount = next(m for m in container["volumeMounts"] if log.is_relative_to(m["mountPath"]))
+        assert not mount.get("readOnly") and mount["mountPath"] != "/tmp", (alias, mount)
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        claim = docs[("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])]
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and deployment["spec"]["replicas"] == 1
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}, alias  # no second writer during a rollout
+        claims.append(claim["metadata"]["name"])
+    assert len(set(claims)) == len(serving.ALIASES)  # each side its own log

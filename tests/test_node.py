@@ -7,9 +7,12 @@ beside the stand-in scenarios of tests/test_controlplane.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -111,6 +114,26 @@ def test_a_pod_over_its_memory_limit_is_oom_killed(real_node: Node):
     state = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert done["status"]["phase"] == "Failed" and state["reason"] == "OOMKilled" and state["exitCode"] == 137, state
     plane.api("DELETE", f"{PODS}/hog")
+
+
+def test_a_pod_resolves_services_by_name_through_the_cluster_dns(real_node: Node):
+    """CoreDNS (tests/node.py) answers the names a pod's resolv.conf searches, from the API server: the `kubernetes`
+    Service by its short and full names gives its cluster IP (what KubeRay's workers do with the Ray head's Service);
+    a name outside the cluster resolves to nothing."""
+    plane = real_node.plane
+    cluster_ip = plane.get("/api/v1/namespaces/default/services/kubernetes")["spec"]["clusterIP"]
+    script = ("cat /etc/resolv.conf; for n in kubernetes.default kubernetes.default.svc.cluster.local; do "
+              "getent hosts $n || echo \"unresolved $n\"; done; "
+              "getent hosts huggingface.co || echo 'unresolved huggingface.co'")  # fmt: skip
+    plane.api("POST", PODS, pod("dns", script))
+    done = wait_pod(plane, "dns", ("Succeeded", "Failed"), 120, real_node)
+    log = plane.kubectl("logs", "dns").stdout
+    plane.api("DELETE", f"{PODS}/dns")
+    assert done["status"]["phase"] == "Succeeded", (done["status"], log)
+    assert f"nameserver {real_node.net.gateway}" in log, log
+    resolved = [line.split() for line in log.splitlines() if line.startswith(cluster_ip)]
+    assert {names[1] for names in resolved} == {"kubernetes.default.svc.cluster.local"}, log
+    assert len(resolved) == 2 and "unresolved huggingface.co" in log, log
 
 
 # --- Argo's real executor --------------------------------------------------------------------------------------------
@@ -425,11 +448,79 @@ def allow_images(plane: ControlPlane, project: str) -> None:
 
 
 def verdict_keys(plane: ControlPlane, folder: Path) -> None:
-    """The gate's key pair made and stored as docs/cluster.md says (steps/core/verdict.py MAKE_KEYS)."""
-    folder.mkdir()
+    """The gate's key pair and the shards' made and stored as docs/security.md says (steps/core/verdict.py
+    `Signer.make_keys`)."""
     kubectl = f"{console_script('kubectl')} --kubeconfig {plane.kubeconfig}"
-    subprocess.run(["bash", "-c", verdict.MAKE_KEYS.replace("kubectl", kubectl)], cwd=folder, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
+    for signer in verdict.SIGNERS:
+        where = folder / signer.private_secret
+        where.mkdir(parents=True)
+        subprocess.run(["bash", "-c", signer.make_keys.replace("kubectl", kubectl)], cwd=where, check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+
+
+def submit_distill(
+    node: Node, name: str, dataset_git: tuple[str, str], hub: HubMirror, mlflow_url: str, keys: Path, *params: str
+) -> tuple[dict, list[tuple[str, str, int]], float]:
+    """The shipped `distill`, rendered with the step images built here (pinned by digest), submitted as a user would
+    (`argo submit --from workflowtemplate/distill`) with `params` on top of the node's: the dataset from the git
+    daemon, the base from the hub mirror, MLflow on the bridge, every CPU step asking for the node's CPUs. Returns the
+    finished Workflow, its pods (template, phase, seconds) and its wall time; prints Argo's reason and the step log of
+    every pod that failed."""
+    from workflows import distill
+    from workflows.images import Images
+
+    plane = node.plane
+    cpu = step_image(node, "cpu")
+    repo, tag = cpu.name.rsplit(":", 1)
+    digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
+    rendered = distill.build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
+    for edit in RENDER_EDITS.get(name, ()):
+        edit(rendered)
+    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    if not keys.exists():
+        verdict_keys(plane, keys)
+    allow_images(plane, repo)
+    url, commit = dataset_git
+    threads = str(len(os.sched_getaffinity(0)))  # the node's CPUs: every CPU step's pod asks for all of them
+    began = time.monotonic()
+    argo(plane, "submit", "--from", "workflowtemplate/distill", "--name", name,
+         "-p", f"dataset-repo={url}", "-p", f"dataset-rev={commit}", "-p", f"base-revision={hub.revision}",
+         "-p", f"threads={threads}", "-p", f"tracking-uri={mlflow_url}",
+         "-p", "evaluate-shards=2", "-p", "evaluate-parallelism=1", *SMALL_RUN, *params)  # fmt: skip
+    wf = wait_workflow(node, name, 3000)
+    took = time.monotonic() - began
+    steps = sorted(((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
+                    for n in wf["status"]["nodes"].values() if n["type"] == "Pod"), key=lambda s: s[0])  # fmt: skip
+    print(f"{name} on the node: {took:.0f} s; pods: {steps}")
+    if wf["status"]["phase"] != "Succeeded":
+        for n in wf["status"]["nodes"].values():  # Argo's reason for each pod that failed or never ran
+            if n["type"] == "Pod" and n["phase"] in ("Failed", "Error"):
+                print(f"--- {n['templateName']} {n['phase']}: {n.get('message')}")
+        for pod_name, log in failed_logs(plane, name).items():
+            print(f"--- {pod_name}\n{log}")
+    return wf, steps, took
+
+
+# Per workflow name, edits of the rendered distill before it is stored (RAY_ON_ONE_NODE).
+RENDER_EDITS: dict[str, tuple[Any, ...]] = {}
+# The steps every backend runs in a pod of its own.
+COMMON_STEPS = {"check-parameters", "preflight", "fetch-dataset", "convert-gguf", "evaluate-fanout",
+                "evaluate-shard-cpu", "evaluate", "register", "propose"}  # fmt: skip
+
+
+def registered_decision(mlflow_url: str, workflow: dict) -> str:
+    """The gate's decision tag on the model version the workflow registered (register's run id is the workflow uid,
+    named in the version's description)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_url)
+    model = next(p.cluster for p in PARAMS if p.name == "model-name")
+    uid = workflow["metadata"]["uid"]
+    mine = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
+    assert len(mine) == 1, [v.description for v in client.search_model_versions(f"name='{model}'")]
+    tags = mine[0].tags
+    assert tags[verdict.DECISION_TAG] in (verdict.PASS, verdict.FAIL), tags
+    return tags[verdict.DECISION_TAG]
 
 
 def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(
@@ -438,53 +529,103 @@ def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(
     dataset_git: tuple[str, str],
     hub_mirror: HubMirror,
     node_mlflow: str,
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ):
-    """The shipped `distill`, rendered with the cpu image built here, submitted as a user would (`argo submit --from
-    workflowtemplate/distill`) with `train-backend=cpu`: every step in its own pod on the real kubelet, outputs passed
-    by Argo's executor through S3, the base downloaded from the hub mirror, the dataset cloned over the pod network,
-    MLflow on the bridge. It Succeeds; the candidate is registered with the gate's signed decision."""
-    from mlflow import MlflowClient
-
-    from workflows import distill
-    from workflows.images import Images
-
-    plane = real_node.plane
-    cpu = step_image(real_node, "cpu")
-    repo, tag = cpu.name.rsplit(":", 1)
-    rendered = distill.build(Images(repo.removesuffix("/distillery-cpu"), tag, {"cpu": cpu.digest})).to_dict()
-    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
-    verdict_keys(plane, tmp_path / "keys")
-    allow_images(plane, repo)
-    url, commit = dataset_git
-    threads = str(len(os.sched_getaffinity(0)))  # the node's CPUs: every CPU step's pod asks for all of them
-    began = time.monotonic()
-    argo(plane, "submit", "--from", "workflowtemplate/distill", "--name", "node-distill",
-         "-p", f"dataset-repo={url}", "-p", f"dataset-rev={commit}", "-p", f"base-revision={hub_mirror.revision}",
-         "-p", "train-backend=cpu", "-p", f"threads={threads}", "-p", f"tracking-uri={node_mlflow}",
-         "-p", "evaluate-shards=2", "-p", "evaluate-parallelism=1", *SMALL_RUN)  # fmt: skip
-    wf = wait_workflow(real_node, "node-distill", 2700)
-    took = time.monotonic() - began
-    steps = sorted(((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
-                    for n in wf["status"]["nodes"].values() if n["type"] == "Pod"), key=lambda s: s[0])  # fmt: skip
-    print(f"distill (cpu) on the node: {took:.0f} s; pods: {steps}")
-    if wf["status"]["phase"] != "Succeeded":
-        for n in wf["status"]["nodes"].values():  # Argo's reason for each pod that failed or never ran
-            if n["type"] == "Pod" and n["phase"] in ("Failed", "Error"):
-                print(f"--- {n['templateName']} {n['phase']}: {n.get('message')}")
-        for name, log in failed_logs(plane, "node-distill").items():
-            print(f"--- {name}\n{log}")
+    """`train-backend=cpu`: every step in its own pod on the real kubelet, outputs passed by Argo's executor through
+    S3, the base downloaded from the hub mirror, the dataset cloned over the pod network, MLflow on the bridge. It
+    Succeeds; the candidate is registered with the gate's signed decision."""
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    wf, steps, _ = submit_distill(real_node, "node-distill", dataset_git, hub_mirror, node_mlflow, keys,
+                                  "-p", "train-backend=cpu")  # fmt: skip
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
     ran = {name for name, _, _ in steps}
-    assert {"check-parameters", "preflight", "fetch-dataset", "train-cpu", "convert-gguf", "evaluate-fanout",
-            "evaluate-shard-cpu", "evaluate", "register", "propose"} <= ran, ran  # fmt: skip
-    client = MlflowClient(node_mlflow)
-    model = next(p.cluster for p in PARAMS if p.name == "model-name")
-    versions = client.search_model_versions(f"name='{model}'")
-    assert len(versions) == 1, versions
-    tags = versions[0].tags
-    assert tags[verdict.DECISION_TAG] in (verdict.PASS, verdict.FAIL), tags
-    print(f"registered version 1: {verdict.DECISION_TAG}={tags[verdict.DECISION_TAG]}")
+    assert ran >= COMMON_STEPS | {"train-cpu"}, ran
+    print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+
+
+def _ray_requests_fit_one_node(rendered: dict) -> None:
+    """The node has 2 CPUs and one machine's memory; the rendered RayJob asks a head of 2 CPUs and 8 GiB and two
+    small-group workers of 2 CPUs each (requests = limits). Only the pods' *requests* are scaled down (250m CPU, 1 GiB)
+    so all three schedule on the one node: limits, Ray's num-cpus, threads, images and everything else as rendered."""
+    (train,) = [t for t in rendered["spec"]["templates"] if t["name"] == "train-ray"]
+    lines, out, in_requests = train["resource"]["manifest"].splitlines(), [], False
+    for line in lines:
+        key = line.strip().split(":", 1)[0]
+        if key == "requests":
+            in_requests = True
+        elif in_requests and key in ("cpu", "memory"):
+            line = line.split(":", 1)[0] + (": 250m" if key == "cpu" else ": 1Gi")
+        elif in_requests and key != "ephemeral-storage":
+            in_requests = False
+        out.append(line)
+    assert sum(" 250m" in line for line in out) >= 3, "no request scaled: the RayJob's layout changed"
+    train["resource"]["manifest"] = "\n".join(out) + "\n"
+
+
+def _ray_auth_off_for_kuberay_1_5(rendered: dict) -> None:
+    """The node's operator is KubeRay v1.5.0 (the newest the module proxy serves), which predates `authOptions`: it
+    makes no token, so the head, told RAY_AUTH_MODE=token by the template (fail closed), refuses to start ("Token
+    authentication is enabled but no authentication token was found": the first run here), and its HTTP submitter
+    could not send one either. This run turns the token off in the RayJob's pods alone, to exercise Ray across pods;
+    the token between operator, dashboard and workers needs KubeRay >= 1.6 and is not exercised here."""
+    (train,) = [t for t in rendered["spec"]["templates"] if t["name"] == "train-ray"]
+    manifest, turned = re.subn(r"(- name: RAY_AUTH_MODE\n\s*value: )token\b", r"\1disabled",
+                               train["resource"]["manifest"])  # fmt: skip
+    assert turned >= 2, "no RAY_AUTH_MODE turned off in the head and workers: the RayJob's layout changed"
+    train["resource"]["manifest"] = manifest
+
+
+RAY_RUN = "node-distill-ray"
+RENDER_EDITS[RAY_RUN] = (_ray_requests_fit_one_node, _ray_auth_off_for_kuberay_1_5)
+
+
+def test_distill_on_the_ray_backend_trains_across_two_worker_pods(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """`train-backend=ray` with two small-group workers: Argo's resource step creates the RayJob, KubeRay's operator
+    starts a head and two worker pods from the ray image, the workers find the head through its Service's DNS name
+    (CoreDNS), Ray Train runs two data-parallel workers, one per pod (Gloo between them), the driver on the head; the
+    cluster goes when the job ends, and the rest of the pipeline runs as on the cpu backend."""
+    plane = real_node.plane
+    step_image(real_node, "ray")
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    seen: dict[str, dict] = {}
+    stop_watch = threading.Event()
+
+    def watch() -> None:  # the Ray pods exist only while the job runs (the cluster is deleted when it ends)
+        while not stop_watch.wait(2):
+            with contextlib.suppress(Exception):
+                for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type")["items"]:
+                    seen[p["metadata"]["name"]] = {
+                        "type": p["metadata"]["labels"]["ray.io/node-type"], "ip": p["status"].get("podIP"),
+                        "phase": p["status"].get("phase"), "node": p["spec"].get("nodeName"),
+                    }  # fmt: skip
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        wf, steps, _ = submit_distill(real_node, RAY_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                      "-p", "train-backend=ray", "-p", "ray-large-workers=0",
+                                      "-p", "ray-medium-workers=0", "-p", "ray-small-workers=2")  # fmt: skip
+    finally:
+        stop_watch.set()
+        watcher.join(10)
+    print(f"Ray pods seen: {json.dumps(seen)}")
+    job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
+    print(f"RayJob status: {json.dumps([j.get('status') for j in job])[:2000]}")
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    ran = {name for name, _, _ in steps}
+    assert ran >= COMMON_STEPS and "train-cpu" not in ran, ran
+    workers = [p for p in seen.values() if p["type"] == "worker"]
+    heads = [p for p in seen.values() if p["type"] == "head"]
+    assert len(heads) == 1 and len(workers) == 2, seen
+    assert len({p["ip"] for p in workers + heads}) == 3 and all(p["phase"] == "Running" for p in workers), seen
+    print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
 
 
 def test_node_figures(real_node: Node):

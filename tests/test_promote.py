@@ -121,6 +121,25 @@ def test_outcomes_count_only_for_requests_serve_answered_with_the_version_it_log
     assert json.loads((tmp_path / "out/result.json").read_text())["records"] == 1
 
 
+def test_both_serving_sides_logs_are_read_and_must_agree(tmp_path: Path, capsys: pytest.CaptureFixture):
+    # On the cluster each side (champion, challenger) keeps its own served log (infra/serving/): an outcome answered
+    # by either counts; the same id answered differently by the two is refused, naming both files.
+    champion, challenger = tmp_path / "served-champion.jsonl", tmp_path / "served-challenger.jsonl"
+    champion.write_bytes(outcomes.served_record("r1", "m", "2", "0" * 64))
+    challenger.write_bytes(outcomes.served_record("r2", "m", "3", "1" * 64))
+    lines = tmp_path / "outcomes.jsonl"
+    lines.write_bytes(jsonl(record(), record(request_id="r2", version="3")))
+    argv = ["--outcomes", str(lines), "--out", str(tmp_path / "out"), "--model-name", "m",
+            "--served-log", f"{champion},{challenger}",
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--now", "2026-11-02T18:00:00Z"]  # fmt: skip
+    assert online_metrics.main(argv) == 0
+    assert json.loads((tmp_path / "out/result.json").read_text())["records"] == 2
+    challenger.write_bytes(outcomes.served_record("r1", "m", "3", "1" * 64))
+    assert online_metrics.main([*argv[:2], "--out", str(tmp_path / "out2"), *argv[4:]]) == 1
+    err = capsys.readouterr().err
+    assert f"'r1' is ('m', '2') in {champion} but ('m', '3') in {challenger}" in err
+
+
 def test_records_of_the_current_day_are_said_to_wait_not_dropped_silently(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ):

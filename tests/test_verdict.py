@@ -11,6 +11,7 @@ rewrite only what the shared steps role can write (the evaluation and registrati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -146,7 +147,7 @@ def test_a_missing_key_file_names_the_secret_and_how_to_make_it(tmp_path):
 def test_the_mounted_public_key_is_used_whatever_the_flag_says(keys, monkeypatch):
     # A podSpecPatch can append `--verify-key=` to register's arguments; the key mounted from the Secret still holds.
     private, public = keys
-    monkeypatch.setattr(verdict, "PUBLIC_KEY_FILE", public)
+    monkeypatch.setattr(verdict, "DECISION", dataclasses.replace(verdict.DECISION, key_dir=str(Path(public).parent)))
     signed = verdict.sign({"passed": False}, private)
     assert verdict.checked(signed, "", "decision.json") == signed
     with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
@@ -264,8 +265,11 @@ def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only
     flags: dict[str, list[str]] = {}
     for template in rendered["spec"]["templates"]:
         args = (template.get("container") or {}).get("args") or []
-        for flag, path in (("--signing-key", verdict.PRIVATE_KEY_FILE), ("--verify-key", verdict.PUBLIC_KEY_FILE)):
-            if flag in args:
-                assert args[args.index(flag) + 1] == path, template["name"]
-                flags.setdefault(flag, []).append(template["name"])
-    assert flags == {"--signing-key": ["evaluate"], "--verify-key": ["register", "propose"]}
+        for signer in verdict.SIGNERS:
+            for flag, path in ((signer.sign_flag, signer.private_file), (signer.verify_flag, signer.public_file)):
+                if flag in args:
+                    assert args[args.index(flag) + 1] == path, template["name"]
+                    flags.setdefault(flag, []).append(template["name"])
+    assert flags == {"--signing-key": ["evaluate"], "--verify-key": ["register", "propose"],
+                     "--shard-verify-key": ["evaluate"],
+                     "--shard-signing-key": ["evaluate-shard-gpu", "evaluate-shard-cpu"]}  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from steps.core import verdict
 from steps.core.cli import config_flags
 from steps.pipeline import (
     BUILD_DATASET,
@@ -509,7 +510,10 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
     for shard in shard_templates().values():
         args = shard["container"]["args"]
         assert args[args.index("--shard") + 1] == "{{inputs.parameters.shard}}"
-        assert {a[2:] for a in args if a.startswith("--")} - {"out", "shard", "generation-cache", "gpu-layers"} == local
+        cluster_only = {"out", "shard", "generation-cache", "gpu-layers", "shard-signing-key"}
+        assert {a[2:] for a in args if a.startswith("--")} - cluster_only == local
+        # Signed with the shards' key, which the gather verifies (steps/core/verdict.py SHARD).
+        assert args[args.index("--shard-signing-key") + 1] == verdict.SHARD.private_file
         # No kept generations: a shared prefix of them is the steps role's to write, and they decide the comparison.
         assert args[args.index("--generation-cache") + 1] == ""
         (output,) = shard["outputs"]["artifacts"]
@@ -520,6 +524,7 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
     (shards,) = [a for a in gather["inputs"]["artifacts"] if a["path"] == args[args.index("--gather") + 1]]
     assert shards["s3"]["key"] == prefix  # every shard's folder, one artifact
     assert "--shard" not in args and "--generation-cache" not in args  # it generates nothing
+    assert args[args.index("--shard-verify-key") + 1] == verdict.SHARD.public_file
     assert f"{SHARDS_TASK}.Succeeded" in tasks["evaluate"]["depends"]
     # What downstream reads is the gather's, under the names it always had.
     assert [p["name"] for p in gather["outputs"]["parameters"]] == ["decision"]
@@ -534,8 +539,10 @@ def test_evaluate_runs_on_the_gpu_pool_when_training_does():
     train = templates["train-gpu"]
     gpu = shards["'{{workflow.parameters.train-backend}}' == 'gpu'"]
     cpu = shards["'{{workflow.parameters.train-backend}}' != 'gpu'"]
-    for key in ("nodeSelector", "tolerations", "retryStrategy", "metadata"):
+    for key in ("nodeSelector", "tolerations", "retryStrategy"):
         assert gpu[key] == train[key], key
+    assert gpu["metadata"]["annotations"] == train["metadata"]["annotations"]  # not reclaimed mid-answer
+    assert "labels" not in gpu["metadata"]  # no public host to reach, unlike train (workflows/security.py)
     assert gpu["container"]["image"] == train["container"]["image"] and "distillery-cuda" in train["container"]["image"]
     for kind in ("requests", "limits"):
         assert gpu["container"]["resources"][kind]["nvidia.com/gpu"] == "1"

@@ -68,6 +68,7 @@ def _template(stage: Stage, image: str) -> Container:
         resources=deploy.resources[stage.name],
         security_context=CONTAINER_SECURITY,
         env=step_env(stage.name),
+        labels=security.pod_labels(stage.name),
         volumes=volumes(stage.name, sized=False),
         volume_mounts=volume_mounts(stage.name),
         retry_strategy=DEFAULT_RETRY,

@@ -118,6 +118,7 @@ def step_container(
         resources=resources,
         security_context=CONTAINER_SECURITY,
         env=step_env(step),
+        labels=security.pod_labels(step),
         volumes=volumes(step, sized=False),
         volume_mounts=volume_mounts(step),
         node_selector=AMD64,  # the cpu image is amd64 only

@@ -28,8 +28,9 @@ SHARD = "evaluate-shard"
 SHARD_GGUF_READS = ("candidate-gguf", "base-gguf")
 # The shards keep no generations between runs: every contender is generated every run. A shared prefix of kept answers
 # is written by the steps role, and kept answers decide the comparison (weak ones for a rival, strong ones for the
-# candidate: issue 37); evaluate refuses an s3:// generation cache.
-SHARD_ARGS = ("--generation-cache", "")
+# candidate: issue 37); evaluate refuses an s3:// generation cache. Each shard signs its answers with the shard key
+# (steps/core/verdict.py SHARD), which its gather verifies.
+SHARD_ARGS = ("--generation-cache", "", verdict.SHARD.sign_flag, verdict.SHARD.private_file)
 
 # How a stage becomes templates (workflows/distill.py):
 # - container: one container template named as the stage;
@@ -95,7 +96,8 @@ DEPLOY: dict[str, Deploy] = {
         shared_cache=("--base-cache", f"s3://{BUCKET}/cache/base-gguf"),
     ),
     # The gather judges and decides (the bootstrap, the error-rate simulations) and generates nothing; the shards
-    # generate, every contender every run (SHARD_ARGS). The gather signs the decision with the gate's key (verdict.py).
+    # generate, every contender every run (SHARD_ARGS). The gather verifies every shard's signature (the shards' public
+    # key) and signs the decision with the gate's key (steps/core/verdict.py).
     "evaluate": Deploy(
         {
             "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
@@ -106,7 +108,12 @@ DEPLOY: dict[str, Deploy] = {
             ),
         },
         kind="fanned-out",
-        secret_args=("--signing-key", verdict.PRIVATE_KEY_FILE),
+        secret_args=(
+            verdict.DECISION.sign_flag,
+            verdict.DECISION.private_file,
+            verdict.SHARD.verify_flag,
+            verdict.SHARD.public_file,
+        ),
     ),
     "register": Deploy(
         {"register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"})},

@@ -69,8 +69,6 @@ GIT_SECRET = "distillery-git"
 TEACHER_SECRET = "distillery-teacher"
 SERVE_TOKENS_SECRET = "distillery-serve-tokens"
 GITEA_SECRET = "distillery-gitea"
-VERDICT_KEY_SECRET = verdict.PRIVATE_KEY_SECRET
-VERDICT_PUBLIC_SECRET = verdict.PUBLIC_KEY_SECRET
 
 # Which variables each credential sets, from which Secret and key.
 SECRETS: dict[str, tuple[SecretEnv, ...]] = {
@@ -106,6 +104,9 @@ SECRETS: dict[str, tuple[SecretEnv, ...]] = {
     # The gate's signing key and its public half: files (VERDICT_FILES), never variables.
     "verdict-key": (),
     "verdict-public": (),
+    # The shards' signing key and its public half (steps/core/verdict.py SHARD): files (VERDICT_FILES) too.
+    "shard-key": (),
+    "shard-public": (),
 }
 
 # The pods each credential reaches (template names; `train-ray` stands for the RayJob's head and workers), and why.
@@ -136,6 +137,11 @@ USERS: dict[str, tuple[str, ...]] = {
     "verdict-key": ("evaluate",),
     # the steps that act on the decision verify it
     "verdict-public": ("register", "propose"),
+    # evaluate's shards sign their answers (shard.json) with a key of their own, not the decision's: what takes over a
+    # shard through llama.cpp can sign answers, never a decision
+    "shard-key": ("evaluate-shard-cpu", "evaluate-shard-gpu"),
+    # the gather verifies every shard before it decides on its answers
+    "shard-public": ("evaluate",),
 }  # fmt: skip
 
 
@@ -174,11 +180,12 @@ HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
 # The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
 # that act on its decision, each at the path the step's flag names (workflows/deploy.py, `Deploy.secret_args`).
+# The shards' key pair the same way: the private half to the shard pods, the public half to the gather.
 VERDICT_FILES = {
-    "verdict-key": (SecretFile(VERDICT_KEY_SECRET, "private-key", verdict.KEY_DIR,
-                               PurePosixPath(verdict.PRIVATE_KEY_FILE).name),),
-    "verdict-public": (SecretFile(VERDICT_PUBLIC_SECRET, "public-key", verdict.KEY_DIR,
-                                  PurePosixPath(verdict.PUBLIC_KEY_FILE).name),),
+    f"{name}-{half}": (SecretFile(secret, f"{kind}-key", signer.key_dir, PurePosixPath(path).name),)
+    for name, signer in (("verdict", verdict.DECISION), ("shard", verdict.SHARD))
+    for half, kind, secret, path in (("key", "private", signer.private_secret, signer.private_file),
+                                     ("public", "public", signer.public_secret, signer.public_file))
 }  # fmt: skip
 FILES: dict[str, tuple[SecretFile, ...]] = {
     **VERDICT_FILES,
@@ -204,6 +211,25 @@ SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
 # Pods that mount no Secret (a RayJob may not: infra/admission/rayjob-pods.yaml): a credential that is a file
 # elsewhere reaches them as its variables (SECRETS), when it has any.
 NO_SECRET_VOLUMES = ("train-ray",)
+
+# Egress: which pods may reach hosts outside the cluster and the private endpoints (infra/networkpolicy/steps.yaml).
+# A pod carrying EGRESS_LABEL = "internet" gets HTTPS to any address but the cluster's and the metadata address; every
+# other step pod reaches HTTPS only at the private endpoints' range (infra/networkpolicy/cluster-network.yaml
+# `endpoints-cidr`: S3, STS and the API server behind VPC endpoints on EKS). The internet pods are the users of a
+# credential for a public host — the model hub, a git host, a hosted teacher, Gitea (USERS) — and ingest, which
+# reads the base model's tokenizer from the hub without a token. So the pods that run llama.cpp on GGUFs other roles
+# write (evaluate's shards), the ones that hold the verdict's keys or register's role, and serve reach no public host.
+EGRESS_LABEL = "distillery/egress"
+INTERNET = "internet"
+PUBLIC_HOST_CREDENTIALS = ("model-hub", "git", "teacher", "gitea")
+PUBLIC_HOST_STEPS = frozenset({s for c in PUBLIC_HOST_CREDENTIALS for s in USERS[c]} | {"ingest"}) - set(
+    NO_SECRET_VOLUMES
+)  # the Ray pods have infra/networkpolicy/ray.yaml
+
+
+def pod_labels(step: str) -> dict[str, str] | None:
+    """The labels of `step`'s pod (its template's metadata): its egress class, for the NetworkPolicies."""
+    return {EGRESS_LABEL: INTERNET} if step in PUBLIC_HOST_STEPS else None
 
 
 def _as_files(credential: str, step: str) -> bool:

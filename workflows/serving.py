@@ -44,6 +44,13 @@ GATEWAY = ("home", "gateway")
 ROUTE = MODEL_NAME  # the HTTPRoute is named for the model it serves
 PIN_HEADER = "X-Distillery-Alias"  # steps/serve.py sends the same header back with the side that answered
 MODELS_DIR = f"{security.SCRATCH_DIR}/models"
+# serve's log of the requests it answered (`--served-log`; online-metrics counts an outcome only for an id logged
+# there): on a PersistentVolumeClaim of its own per side, so it outlives the pod; the pod's root is read-only and its
+# scratch emptyDir goes with the pod. ReadWriteOnce, one writer: the Deployments are `Recreate`.
+SERVED_LOG_VOLUME = "served-log"
+SERVED_LOG_DIR = "/var/lib/distillery/served"
+SERVED_LOG = f"{SERVED_LOG_DIR}/served.jsonl"
+SERVED_LOG_SIZE = "1Gi"  # ~150 bytes a request: millions of requests
 # The GGUF and llama.cpp's context (SERVING.n_ctx) in memory, twice while a swap starts the next version beside the
 # running one; SmolLM2-class models take well under 1 GiB each. The downloads live in the scratch emptyDir.
 # llama.cpp runs exactly as many threads as the pod's CPU limit: no throttling, no idle core.
@@ -60,6 +67,10 @@ def name(alias: str) -> str:
     return f"distillery-serve-{alias}"
 
 
+def served_claim(alias: str) -> str:
+    return f"distillery-served-{alias}"
+
+
 def _labels(alias: str) -> dict[str, str]:
     return {**LABELS, "distillery/alias": alias}
 
@@ -70,7 +81,7 @@ def args(alias: str) -> list[str]:
              "--model-name", param("model-name").cluster or "", "--alias", alias,
              "--host", "0.0.0.0", "--port", str(PORT), "--work", MODELS_DIR, "--threads", str(CPUS),
              "--token-file", f"{security.SERVE_TOKENS_DIR}/clients",
-             "--operator-token-file", f"{security.SERVE_TOKENS_DIR}/operators"]  # fmt: skip
+             "--operator-token-file", f"{security.SERVE_TOKENS_DIR}/operators", "--served-log", SERVED_LOG]  # fmt: skip
     if alias in FALLBACK:
         found += ["--fallback-alias", FALLBACK[alias]]
     return found
@@ -93,7 +104,11 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
         "securityContext": CONTAINER_SECURITY.model_dump(by_alias=True, exclude_none=True),
         "env": security.writable_env() + security.secret_env(STEP),
         # The bearer tokens (a mounted Secret the kubelet refreshes on rotation; the front re-reads the files).
-        "volumeMounts": [{"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR}, *token_mounts],
+        "volumeMounts": [
+            {"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR},
+            {"name": SERVED_LOG_VOLUME, "mountPath": SERVED_LOG_DIR},
+            *token_mounts,
+        ],
     }
     return {
         "apiVersion": "apps/v1",
@@ -102,8 +117,10 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": _labels(alias)},
-            # One pod follows the alias and swaps versions itself; a new pod (a new image) starts before the old goes.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            # One pod follows the alias and swaps versions itself (an alias move restarts nothing). A new pod (a new
+            # image) replaces the old one after it stops: the served log's ReadWriteOnce claim has one writer, and a
+            # surge pod on another node could not attach it while the old pod holds it.
+            "strategy": {"type": "Recreate"},
             "template": {
                 "metadata": {"labels": _labels(alias)},
                 "spec": {
@@ -117,11 +134,22 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
                             "name": security.SCRATCH_VOLUME,
                             "emptyDir": {"sizeLimit": RESOURCES["limits"]["ephemeral-storage"]},
                         },
+                        {"name": SERVED_LOG_VOLUME, "persistentVolumeClaim": {"claimName": served_claim(alias)}},
                         *token_volumes,
                     ],
                 },
             },
         },
+    }
+
+
+def claim(alias: str) -> dict:
+    """The side's served log's volume (the cluster's default StorageClass)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": served_claim(alias), "namespace": NAMESPACE, "labels": _labels(alias)},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": SERVED_LOG_SIZE}}},
     }
 
 
@@ -179,32 +207,30 @@ def httproute(canary_percent: int = CANARY_PERCENT) -> dict:
     }
 
 
-# The cluster's pod and service ranges (infra/networkpolicy/cluster-network.yaml, the one place they are set; kustomize
-# copies them into every policy's HTTPS rule at build time): HTTPS egress goes anywhere but there and the metadata
-# address. In-cluster MLflow and MinIO, where the README puts them, get rules of their own.
+# The cluster's address settings (infra/networkpolicy/cluster-network.yaml, the one place they are set; kustomize
+# copies them into the policies at build time): the serving pods send HTTPS only to the private endpoints' range.
+# In-cluster MLflow and MinIO, where the README puts them, get rules of their own.
 CLUSTER_NETWORK = Path(__file__).resolve().parent.parent / "infra/networkpolicy/cluster-network.yaml"
 IN_CLUSTER = (("mlflow", 5000), ("minio", 9000))
 
 
-def cluster_cidrs() -> list[str]:
-    data = yaml.safe_load(CLUSTER_NETWORK.read_text())["data"]
-    return [data["pod-cidr"], data["service-cidr"]]
+def endpoints_cidr() -> str:
+    """The private endpoints' range (cluster-network.yaml), the only addresses the serving pods send HTTPS to."""
+    return str(yaml.safe_load(CLUSTER_NETWORK.read_text())["data"]["endpoints-cidr"])
 
 
 def networkpolicy() -> dict:
     """Only the Gateway's namespace reaches the serving pods, on the serving port: nothing bypasses the route's split.
-    Out, they reach DNS, MLflow and the artifact store (HTTPS outside the cluster, or MLflow and MinIO in it), and
-    nothing else: not the instance metadata address, not another pod. (Needs a CNI that enforces NetworkPolicy;
-    kubelet probes are not pod traffic.)"""
+    Out, they reach DNS, MLflow and the artifact store (HTTPS at the private endpoints, or MLflow and MinIO in the
+    cluster), and nothing else: no public host, not the instance metadata address, not another pod. (Needs a CNI that
+    enforces NetworkPolicy; kubelet probes are not pod traffic.)"""
     dns = {
         "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }  # fmt: skip
-    https = {
-        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32", *cluster_cidrs()]}}],
-        "ports": [{"protocol": "TCP", "port": 443}],
-    }
+    # HTTPS only to the private endpoints (S3 and STS behind VPC endpoints on EKS): serving reaches no public host.
+    https = {"to": [{"ipBlock": {"cidr": endpoints_cidr()}}], "ports": [{"protocol": "TCP", "port": 443}]}
     in_cluster = [
         {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}],
          "ports": [{"protocol": "TCP", "port": port}]}
@@ -230,7 +256,9 @@ def networkpolicy() -> dict:
 
 def manifests(images: Images = DEFAULT_IMAGES, canary_percent: int = CANARY_PERCENT) -> dict[str, list[dict]]:
     """File name (under infra/serving/) -> its objects."""
-    found: dict[str, list[dict]] = {f"{alias}.yaml": [deployment(alias, images), service(alias)] for alias in ALIASES}
+    found: dict[str, list[dict]] = {
+        f"{alias}.yaml": [deployment(alias, images), service(alias), claim(alias)] for alias in ALIASES
+    }
     found["httproute.yaml"] = [httproute(canary_percent)]
     found["networkpolicy.yaml"] = [networkpolicy()]
     return found

@@ -21,8 +21,11 @@ Make a key pair (OpenSSL ≥ 1.1.1):
     openssl genpkey -algorithm ed25519 -out private-key
     openssl pkey -in private-key -pubout -out public-key
 
-What a signature cannot vouch for: the inputs the deciding step read. The shards' answers (`shard.json`) and the
-generation cache are written under the steps role; see docs/security.md ("Threat model").
+The shards' answers: on the cluster the gather decides on `shard.json` files that travel through the same prefix.
+Each shard signs its answers with a key of its own (`SHARD`: the Secret `distillery-shard-key`, mounted into the shard
+pods only), and the gather verifies every shard with its public half before reading a line of it, and signs no
+decision over answers it could not verify. A separate key, because a shard runs llama.cpp on GGUFs other roles write:
+what takes over a shard can sign answers, never a decision. See docs/security.md ("Threat model").
 """
 
 from __future__ import annotations
@@ -30,45 +33,82 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from steps.core.chain import JUDGED, SHA256_TAG, ChainError
 
-SIGNATURE = "signature"  # decision.json's field holding the signature record
+SIGNATURE = "signature"  # the signed record's field holding the signature
 ALGORITHM = "ed25519"
 DECISION_TAG = "eval.decision"  # on the model version: "pass" or "fail", from the verified decision (register)
 PASS, FAIL = "pass", "fail"
-# Where the cluster mounts the keys (workflows/security.py mounts them; the steps' flags default to nothing).
-PRIVATE_KEY_SECRET = "distillery-verdict-key"
-PUBLIC_KEY_SECRET = "distillery-verdict-public"
-KEY_DIR = "/var/run/secrets/distillery-verdict"
-PRIVATE_KEY_FILE = f"{KEY_DIR}/private-key"
-PUBLIC_KEY_FILE = f"{KEY_DIR}/public-key"
-MAKE_KEYS = (
-    "openssl genpkey -algorithm ed25519 -out private-key && openssl pkey -in private-key -pubout -out public-key; "
-    f"kubectl -n distillery create secret generic {PRIVATE_KEY_SECRET} --from-file=private-key && "
-    f"kubectl -n distillery create secret generic {PUBLIC_KEY_SECRET} --from-file=public-key"
-)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """One signing duty: who signs what with which key pair, where the cluster mounts each half (workflows/security.py
+    mounts them; the steps' flags default to nothing) and which flags name them."""
+
+    what: str  # the record signed, as refusals name it
+    signer: str  # the one step holding the private half
+    private_secret: str
+    public_secret: str
+    key_dir: str
+    sign_flag: str
+    verify_flag: str
+
+    @property
+    def private_file(self) -> str:
+        return f"{self.key_dir}/private-key"
+
+    @property
+    def public_file(self) -> str:
+        return f"{self.key_dir}/public-key"
+
+    @property
+    def make_keys(self) -> str:
+        """The shell commands that make the pair and store each half in its Secret (the private key never leaves it)."""
+        return (
+            "openssl genpkey -algorithm ed25519 -out private-key && openssl pkey -in private-key -pubout -out "
+            f"public-key; kubectl -n distillery create secret generic {self.private_secret} --from-file=private-key "
+            f"&& kubectl -n distillery create secret generic {self.public_secret} --from-file=public-key"
+        )
+
+
+# The gate's decision: signed by evaluate's gather (or a whole evaluate), verified by register and propose.
+DECISION = Signer("the decision", "evaluate", "distillery-verdict-key", "distillery-verdict-public",
+                  "/var/run/secrets/distillery-verdict", "--signing-key", "--verify-key")  # fmt: skip
+# A shard's answers (`shard.json`): signed by evaluate's shard pods, verified by the gather before it decides on them.
+# A key of their own, not the decision's: a shard runs llama.cpp on GGUFs other roles write, so a file that exploits
+# llama.cpp could take the key a shard holds; with this one it can sign answers, never a decision.
+SHARD = Signer("the shard's answers", "evaluate --shard", "distillery-shard-key", "distillery-shard-public",
+               "/var/run/secrets/distillery-shard", "--shard-signing-key", "--shard-verify-key")  # fmt: skip
+SIGNERS = (DECISION, SHARD)
+# The decision's names, as the rest of the project reads them.
+PRIVATE_KEY_SECRET, PUBLIC_KEY_SECRET = DECISION.private_secret, DECISION.public_secret
+KEY_DIR, PRIVATE_KEY_FILE, PUBLIC_KEY_FILE = DECISION.key_dir, DECISION.private_file, DECISION.public_file
+MAKE_KEYS = DECISION.make_keys
 
 
 class VerdictError(ChainError):
     """The decision is not the one the deciding step signed, or not about the bytes or version it is used for."""
 
 
-def canonical(decision: dict[str, Any]) -> bytes:
-    """The bytes signed: the decision without its signature, as `write_json` would store it, canonically encoded."""
-    stored = json.loads(json.dumps({k: v for k, v in decision.items() if k != SIGNATURE}, default=str))
+def canonical(record: dict[str, Any]) -> bytes:
+    """The bytes signed: the record without its signature, as `write_json` would store it, canonically encoded."""
+    stored = json.loads(json.dumps({k: v for k, v in record.items() if k != SIGNATURE}, default=str))
     return json.dumps(stored, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def _read_key(path: str, what: str, flag: str, secret: str) -> bytes:
+def _read_key(path: str, what: str, flag: str, signer: Signer) -> bytes:
+    secret = signer.private_secret if what == "private" else signer.public_secret
     try:
         return Path(path).read_bytes()
     except OSError as e:
         raise VerdictError(
-            f"{flag} {path}: cannot read the verdict's {what} key ({e.strerror}). On the cluster it is the Secret "
-            f"{secret}; make the pair and create both Secrets: {MAKE_KEYS}"
+            f"{flag} {path}: cannot read the {what} key that signs {signer.what} ({e.strerror}). On the cluster it is "
+            f"the Secret {secret}; make the pair and create both Secrets: {signer.make_keys}"
         ) from e
 
 
@@ -80,83 +120,94 @@ def key_id(public_key: Any) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def load_private_key(path: str) -> Any:
+def load_private_key(path: str, signer: Signer = DECISION) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    data = _read_key(path, "private", "--signing-key", PRIVATE_KEY_SECRET)
+    flag = signer.sign_flag
+    data = _read_key(path, "private", flag, signer)
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as e:
         raise VerdictError(
-            f"--signing-key {path}: not an unencrypted PEM private key ({e}); make one: {MAKE_KEYS}"
+            f"{flag} {path}: not an unencrypted PEM private key ({e}); make one: {signer.make_keys}"
         ) from e
     if not isinstance(key, Ed25519PrivateKey):
-        raise VerdictError(f"--signing-key {path}: a {type(key).__name__}, not an Ed25519 key; make one: {MAKE_KEYS}")
+        raise VerdictError(f"{flag} {path}: a {type(key).__name__}, not an Ed25519 key; make one: {signer.make_keys}")
     return key
 
 
-def load_public_key(path: str) -> Any:
+def load_public_key(path: str, signer: Signer = DECISION) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    data = _read_key(path, "public", "--verify-key", PUBLIC_KEY_SECRET)
+    flag = signer.verify_flag
+    data = _read_key(path, "public", flag, signer)
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as e:
-        raise VerdictError(f"--verify-key {path}: not a PEM public key ({e}); make the pair: {MAKE_KEYS}") from e
+        raise VerdictError(f"{flag} {path}: not a PEM public key ({e}); make the pair: {signer.make_keys}") from e
     if not isinstance(key, Ed25519PublicKey):
-        raise VerdictError(f"--verify-key {path}: a {type(key).__name__}, not an Ed25519 key; make one: {MAKE_KEYS}")
+        raise VerdictError(f"{flag} {path}: a {type(key).__name__}, not an Ed25519 key; make one: {signer.make_keys}")
     return key
 
 
-def sign(decision: dict[str, Any], private_key_file: str) -> dict[str, Any]:
-    """The decision with its signature record (`signature`: algorithm, key id, base64 value)."""
-    key = load_private_key(private_key_file)
-    value = base64.b64encode(key.sign(canonical(decision))).decode()
-    record = {"algorithm": ALGORITHM, "key": key_id(key.public_key()), "value": value}
-    return {**{k: v for k, v in decision.items() if k != SIGNATURE}, SIGNATURE: record}
+def sign(record: dict[str, Any], private_key_file: str, signer: Signer = DECISION) -> dict[str, Any]:
+    """The record with its signature record (`signature`: algorithm, key id, base64 value)."""
+    key = load_private_key(private_key_file, signer)
+    value = base64.b64encode(key.sign(canonical(record))).decode()
+    signature = {"algorithm": ALGORITHM, "key": key_id(key.public_key()), "value": value}
+    return {**{k: v for k, v in record.items() if k != SIGNATURE}, SIGNATURE: signature}
 
 
-def verify(decision: dict[str, Any], public_key_file: str, where: str) -> None:
-    """Refuse (VerdictError naming `where` and the fix) a decision that the holder of the private key did not sign
-    exactly as it is."""
+def verify(record: dict[str, Any], public_key_file: str, where: str, signer: Signer = DECISION) -> None:
+    """Refuse (VerdictError naming `where` and the fix) a record that the holder of `signer`'s private key did not
+    sign exactly as it is."""
     from cryptography.exceptions import InvalidSignature
 
-    key = load_public_key(public_key_file)
-    record = decision.get(SIGNATURE)
-    if not isinstance(record, dict) or not record.get("value"):
+    key = load_public_key(public_key_file, signer)
+    found = record.get(SIGNATURE)
+    if not isinstance(found, dict) or not found.get("value"):
         raise VerdictError(
-            f"{where}: the decision carries no signature; only evaluate, holding the Secret {PRIVATE_KEY_SECRET}, "
-            "signs one (--signing-key). Refusing it: run evaluate again with its key"
+            f"{where}: {signer.what} carries no signature; only {signer.signer}, holding the Secret "
+            f"{signer.private_secret}, signs one ({signer.sign_flag}). Refusing it: run {signer.signer} again with "
+            "its key"
         )
-    if record.get("algorithm") != ALGORITHM:
-        raise VerdictError(f"{where}: signature algorithm {record.get('algorithm')!r}, not {ALGORITHM!r}; refusing it")
-    if record.get("key") != key_id(key):
+    if found.get("algorithm") != ALGORITHM:
+        raise VerdictError(f"{where}: signature algorithm {found.get('algorithm')!r}, not {ALGORITHM!r}; refusing it")
+    if found.get("key") != key_id(key):
         raise VerdictError(
-            f"{where}: signed with key {record.get('key')}, but --verify-key {public_key_file} is key {key_id(key)}: "
-            f"the decision was signed by another key (a rotated one?). Refusing it; put the public half of "
-            f"{PRIVATE_KEY_SECRET} in {PUBLIC_KEY_SECRET}, or run evaluate again"
+            f"{where}: signed with key {found.get('key')}, but {signer.verify_flag} {public_key_file} is key "
+            f"{key_id(key)}: {signer.what} was signed by another key (a rotated one?). Refusing it; put the public "
+            f"half of {signer.private_secret} in {signer.public_secret}, or run {signer.signer} again"
         )
     try:
-        key.verify(base64.b64decode(record["value"], validate=True), canonical(decision))
+        key.verify(base64.b64decode(found["value"], validate=True), canonical(record))
     except (InvalidSignature, ValueError) as e:
         raise VerdictError(
-            f"{where}: the signature does not match the decision: it was changed after evaluate signed it. "
-            "Refusing it; find what writes to the run's prefix, then run the pipeline again from evaluate"
+            f"{where}: the signature does not match {signer.what}: it was changed after {signer.signer} signed it. "
+            f"Refusing it; find what writes to the run's prefix, then run the pipeline again from {signer.signer}"
         ) from e
 
 
-def checked(decision: dict[str, Any], public_key_file: str, where: str) -> dict[str, Any]:
-    """The decision, after its signature is verified. The key: `public_key_file`, or the one mounted at
-    PUBLIC_KEY_FILE whatever the flag says (a pod whose arguments were patched to an empty `--verify-key` still
-    verifies). Neither: a local run, where the folders are the user's own; said on stdout, never silent."""
-    key = public_key_file or (PUBLIC_KEY_FILE if Path(PUBLIC_KEY_FILE).is_file() else "")
+def verify_key_in_use(public_key_file: str, signer: Signer | None = None) -> str:
+    """The public key to verify with: `public_key_file`, or the one mounted at `signer.public_file` (the decision's
+    by default) whatever the flag says (a pod whose arguments were patched to an empty flag still verifies); '' when
+    neither (a local run)."""
+    signer = signer or DECISION
+    return public_key_file or (signer.public_file if Path(signer.public_file).is_file() else "")
+
+
+def checked(record: dict[str, Any], public_key_file: str, where: str, signer: Signer | None = None) -> dict[str, Any]:
+    """The record, after its signature is verified (`verify_key_in_use`). No key: a local run, where the folders are
+    the user's own; said on stdout, never silent."""
+    signer = signer or DECISION
+    key = verify_key_in_use(public_key_file, signer)
     if key:
-        verify(decision, key, where)
+        verify(record, key, where, signer)
     else:
-        print(f"{where}: decision not authenticated (no --verify-key: a local run)")
-    return decision
+        print(f"{where}: {signer.what} is not authenticated (no {signer.verify_flag}: a local run)")
+    return record
 
 
 def candidate_sha256(decision: dict[str, Any], where: str) -> str:

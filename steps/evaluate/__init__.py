@@ -38,7 +38,9 @@ Every verdict carries the safety half's error rates on this suite, simulated fro
 passes a candidate exactly as safe as its rival and the chance it passes one δ worse on a single family
 (`operating_characteristics` in decision.json, the report and the step's output).
 Fanned out: `--shard i/k` answers every k-th document from the i-th for every contender and writes `shard.json` (no
-decision); `--gather <the k shard folders>` judges the reassembled answers and decides, as one run would.
+decision), signed with `--shard-signing-key`; `--gather <the k shard folders>` verifies every shard's signature with
+`--shard-verify-key` (refusing an unsigned or changed `shard.json` by its file), judges the reassembled answers and
+decides, as one run would; it signs no decision over shards it could not verify.
 Produces in `--out`: `metrics.json`, `decision.json` (every check with figures and reason, which champion version it
 compared against — `propose` refuses when the registry's champion has moved since —, the serving configuration it
 measured with and the sha256 of every GGUF it judged (`files`), both of which `register` checks; signed with
@@ -128,16 +130,25 @@ def _shard_folders(folders: list[Path]) -> list[Path]:
     return found
 
 
-def gather_shards(folders: list[Path], ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def gather_shards(
+    folders: list[Path], ids: list[str], verify_key: str = ""
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """The shards' answers reassembled in document order, and what every shard must agree on (its champion, the
-    documents): ValueError naming the folder when one is missing, repeated, or from another evaluation."""
+    documents): ValueError naming the folder when one is missing, repeated, or from another evaluation. With
+    `verify_key` (the shards' public key), every shard.json must carry its shard's valid signature first
+    (VerdictError naming the shard and the file): the files travel through a prefix every step may write."""
     folders = _shard_folders(folders)
     shards = []
     for folder in folders:
         path = Path(folder) / SHARD_FILE
         if not path.is_file():
             raise ValueError(f"{folder}: no {SHARD_FILE}; pass the folders that `evaluate --shard i/k` wrote")
-        shards.append((folder, read_json(path)))
+        shard = read_json(path)
+        if not isinstance(shard, dict):
+            raise ValueError(f"{path}: not a shard's record (a JSON object); run `evaluate --shard i/k` again")
+        if verify_key:
+            verdict.verify(shard, verify_key, f"{path} (shard {shard.get('i')}/{shard.get('k')})", verdict.SHARD)
+        shards.append((folder, shard))
     k = {s["k"] for _, s in shards}
     if len(k) != 1 or sorted(s["i"] for _, s in shards) != list(range(k.pop())):
         found = ", ".join(f"{f}: {s['i']}/{s['k']}" for f, s in shards)
@@ -166,6 +177,15 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
     refuse(config_problems(cfg), "evaluate")
     if cfg.signing_key:  # before the work, not after it: a missing key stops the step at once, naming the Secret
         verdict.load_private_key(cfg.signing_key)
+    if cfg.shard_signing_key:
+        verdict.load_private_key(cfg.shard_signing_key, verdict.SHARD)
+    shard_key = verdict.verify_key_in_use(cfg.shard_verify_key, verdict.SHARD) if cfg.gather else ""
+    if cfg.gather and cfg.signing_key and not shard_key:
+        raise verdict.VerdictError(
+            f"--gather with --signing-key but no --shard-verify-key (and none mounted at {verdict.SHARD.public_file}):"
+            " the signed decision would vouch for shard answers any step may have rewritten. Give the shards' public "
+            f"key (the Secret {verdict.SHARD.public_secret}; make the pair: {verdict.SHARD.make_keys})"
+        )
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     parity = read_json(Path(cfg.gguf) / "parity.json")
     eval_rows = load_split(cfg.dataset, "eval")
@@ -175,7 +195,11 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
 
     with atomic_dir(cfg.out) as out:
         if cfg.gather:
-            answers, common = gather_shards([Path(f) for f in cfg.gather.split(",") if f], ids)
+            folders = [Path(f) for f in cfg.gather.split(",") if f]
+            if not shard_key:
+                print(f"evaluate: {verdict.SHARD.what} are not authenticated (no {verdict.SHARD.verify_flag}: a local "
+                      "run)")  # fmt: skip
+            answers, common = gather_shards(folders, ids, shard_key)
             champion = Champion(None, common["champion"]["version"], common["champion"]["note"])
             contenders = dict.fromkeys(common["contenders"])
             judged_files = common["files"]
@@ -189,11 +213,14 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             answers = _generate(cfg, contenders, documents, picked)
             if cfg.shard:
                 shutil.rmtree(out / "_champion", ignore_errors=True)
-                write_json(out / SHARD_FILE, {
+                shard = {
                     "i": i, "k": k, "picked": picked, "ids": [ids[j] for j in picked], "answers": answers,
                     "contenders": list(contenders), "champion": {"version": champion.version, "note": champion.note},
                     "files": judged_files,
-                })  # fmt: skip
+                }  # fmt: skip
+                if cfg.shard_signing_key:  # the gather believes only a signed shard (steps/core/verdict.py SHARD)
+                    shard = verdict.sign(shard, cfg.shard_signing_key, verdict.SHARD)
+                write_json(out / SHARD_FILE, shard)
                 return _shard_result(out, cfg.shard, list(contenders), len(picked))
 
         metrics: dict[str, Any] = {}

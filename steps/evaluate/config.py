@@ -129,6 +129,21 @@ class EvaluateConfig:
             "Secret distillery-verdict-key, mounted into the deciding step only); empty: unsigned, for a local run"
         },
     )
+    shard_signing_key: str = field(
+        default="",
+        metadata={
+            "help": "with --shard: Ed25519 private key (PEM) to sign shard.json with (steps/core/verdict.py SHARD; on "
+            "the cluster the Secret distillery-shard-key, mounted into the shard pods only); empty: unsigned"
+        },
+    )
+    shard_verify_key: str = field(
+        default="",
+        metadata={
+            "help": "with --gather: the shards' Ed25519 public key (PEM); every shard.json must carry a valid "
+            "signature by its private half (on the cluster the Secret distillery-shard-public; used when mounted, "
+            "whatever this says); empty and none mounted: the shards' answers are not authenticated (a local run)"
+        },
+    )
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
@@ -199,6 +214,10 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard and --gather: a run is a shard or the gather step, not both")
     if cfg.shard and cfg.signing_key:
         problems.append("--shard and --signing-key: a shard decides nothing; give the key to the gather step only")
+    if cfg.shard_signing_key and not cfg.shard:
+        problems.append("--shard-signing-key without --shard: only a shard signs its answers with the shard key")
+    if cfg.shard_verify_key and not cfg.gather:
+        problems.append("--shard-verify-key without --gather: only the gather step reads shards' answers")
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
     if cfg.generation_cache and is_uri(cfg.generation_cache) and not cfg.generation_cache.startswith("file://"):

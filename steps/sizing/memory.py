@@ -48,10 +48,13 @@ CPU_RUNTIME_GIB = 0.4
 # A Ray worker pod besides its training workers: raylet, dashboard and runtime-env agents, log monitor (~0.35 GiB
 # measured), idle worker processes (~80 MiB each) and the object store's few objects (the training rows).
 RAY_POD_GIB = 1.0
-# The CUDA context and cuBLAS/cuDNN workspaces live on the card outside torch's allocator (not measured here; 0.5-1 GiB
-# on recent drivers); the caching allocator reserves more than it allocates (fragmentation). No MARGIN on the GPU
-# terms: at the README's benchmark batches they come within 5 % of the measured allocator peaks (tests/test_sizing.py).
-CUDA_CONTEXT_GIB = 1.0
+# The CUDA context and the libraries' state live on the card outside torch's allocator: 1.35 GiB measured on one H200
+# (driver 580.159, torch 2.11+cu130; `python -m benchmarks.gpu_train --plan-card ...`: the card's used memory less the
+# allocator's reserved, the same in every row), 1.5 with a stated margin until the pool's own cards (A10G, L4, L40S)
+# measure it: a context grows with the card's multiprocessors (the L40S has 142 to the H200's 132). The caching
+# allocator reserves more than it allocates: 1.01-1.05x measured there. No MARGIN on the GPU terms: on that card they
+# came out above the allocator's peak in every row (docs/sizing.md).
+CUDA_CONTEXT_GIB = 1.5
 CUDA_ALLOCATOR_MARGIN = 1.1
 # The train-gpu process on the host: CUDA runtime, cuBLAS, cuDNN and NCCL libraries mapped in (~2-3 GB, not measured
 # here) besides Python; without QLoRA the bf16 weights pass through host memory before .to("cuda").
@@ -181,16 +184,25 @@ def total_gib(terms: dict[str, float], fixed_gib: float) -> float:
     return fixed_gib + MARGIN * sum(terms.values()) / GIB
 
 
+def runs_as(share: int, micro: int) -> int:
+    """The largest micro-batch train runs when asked for at most `micro` examples of a `share`: the share in
+    ceil(share / micro) calls of sizes differing by at most one (steps/train/loop.py, data.micro_batches). A share
+    of 16 at 12 runs as 8 + 8: planning 12 would size memory nothing uses."""
+    calls = math.ceil(share / max(1, min(micro, share)))
+    return math.ceil(share / calls)
+
+
 def micro_options(k: Knobs, share: int, *, gpu: bool = False) -> list[Micro]:
     """The ways one process may run its `share` of a global batch, best first: without gradient checkpointing before
     with it (it recomputes each forward, ~1/3 more compute), then the largest micro-batch first (on CPU at most
-    CPU_MICRO_TOKENS tokens); `--micro-batch` and `--gradient-checkpointing on|off` pin either."""
+    CPU_MICRO_TOKENS tokens), each a size train runs (`runs_as`); `--micro-batch` and `--gradient-checkpointing
+    on|off` pin either."""
     share = max(1, share)
     if k.micro_batch:
-        sizes = [min(k.micro_batch, share)]
+        sizes = [runs_as(share, k.micro_batch)]
     else:
         cap = share if gpu else max(1, min(share, CPU_MICRO_TOKENS // k.max_seq_len))
-        sizes = list(range(cap, 0, -1))
+        sizes = sorted({runs_as(share, m) for m in range(1, cap + 1)}, reverse=True)
     ways = {"off": [False], "on": [True], "auto": [False, True]}[k.gradient_checkpointing]
     return [Micro(m, c) for c in ways for m in sizes]
 

@@ -104,6 +104,56 @@ SUBJECTS = ARTICLES | frozenset(
     "it he she they we you i this that these those there its his her their our your my any some each every no".split()  # noqa: SIM905
 )
 UNPUNCTUATED = re.compile(r"[^,;:()\[\]{}\"/\n.!?–—]+")
+# Agreement: a statement that opens on "a" or "an" opens on a singular subject, and a singular subject's verb shows
+# itself — "-s" in the present ("A parser reads the file"), "-ed" or an irregular form in the past ("A court heard the
+# case", "A storm hit the coast"), a participle ("A parser reading the file", "A letter written the day before"), or
+# an auxiliary or modal. So "a"/"an", one or two words that are not function words and show no verb, then another
+# article is two noun phrases side by side with no verb between: "A mime type the dictionary mailcap file each." The
+# one English construction of that shape, a relative clause without "that" ("A book the man wrote is kept"), has its
+# verb within SUBJECT_VERB_WORDS words of the second article, and is kept. Stated limit: "a dog the size of a pony"
+# (a noun phrase as a modifier) is refused. "a dozen", "a hundred"... open a plural subject and are left alone.
+SUBJECT_VERB_WORDS = 3
+AUXILIARIES = frozenset(
+    "is are was were am be been can could would should must shall might will may do does did has have had".split()  # noqa: SIM905
+)
+# English's irregular past tenses and participles (the common verbs'), which show no "-ed".
+IRREGULAR_PAST = frozenset(
+    """arose arisen awoke awoken bore borne beat beaten became begun began bent bet bid bit bitten bled blew blown
+    broke broken bred brought built burnt burst bought cast caught chose chosen clung came cost crept cut dealt dug
+    dove drew drawn dreamt drank drunk drove driven ate eaten fell fallen fed felt fought found fled flung flew flown
+    forbade forbidden forgot forgotten forgave forgiven froze frozen got gotten gave given went gone ground grew grown
+    hung heard hid hidden hit held hurt kept knelt knew known laid led leant leapt learnt left lent let lay lain lit
+    lost made meant met paid put quit read rode ridden rang rung rose risen ran said saw seen sought sold sent set shook
+    shaken shed shone shot shown shut sang sung sank sunk sat slept slid slung spoke spoken sped spent spun split spread
+    sprang sprung stood stole stolen stuck stung stank struck strung strove sworn swore swept swam swum swung took taken
+    taught tore torn told thought threw thrown thrust understood undertook undertaken woke woken wore worn wove woven
+    wept won wound withdrew withdrawn wrung wrote written shrank shrunk slew slain spat spilt spelt strode trod
+    trodden bound fit rid wed wet sown sewn swollen dwelt""".split()  # noqa: SIM905
+)
+# The same verbs with a prefix: "upheld", "overtook", "rewrote", "mistook", "foresaw", "withheld", "outgrew", "undid".
+VERB_PREFIXES = ("up", "with", "over", "under", "out", "re", "mis", "fore", "un", "be")
+PLURAL_AFTER_A = frozenset({"dozen", "hundred", "thousand", "million", "billion", "couple"})
+
+
+def _shows_verb(word: str) -> bool:
+    """`word` (lower case) is a verb form English marks as one (see SUBJECT_VERB_WORDS)."""
+    bare = next((word[len(p) :] for p in VERB_PREFIXES if word.startswith(p) and word[len(p) :] in IRREGULAR_PAST), "")
+    return word in AUXILIARIES or word in IRREGULAR_PAST or bool(bare) or word.endswith(("s", "ed", "ing", "did"))
+
+
+def _two_subjects(text: str) -> bool:
+    """`text` opens on "a"/"an" and a noun phrase that another article follows with no verb between and none after it,
+    punctuation apart (see SUBJECT_VERB_WORDS)."""
+    stretch = UNPUNCTUATED.match(text.lstrip())
+    written = [w.lower() for w in TOKEN.findall(stretch.group())] if stretch else []
+    if len(written) < 3 or written[0] not in ("a", "an") or written[1] in PLURAL_AFTER_A:
+        return False
+    for at in (2, 3):
+        if at >= len(written) or written[at - 1] in FUNCTION_WORDS or _shows_verb(written[at - 1]):
+            return False
+        if written[at] in ARTICLES:
+            return not any(_shows_verb(w) for w in written[at + 1 : at + 1 + SUBJECT_VERB_WORDS])
+    return False
 
 
 # Verbs that never stand side by side: "is", "are", "was", "were" or a modal that is no noun ("could", "would",
@@ -236,7 +286,8 @@ class Faithfulness:
     function_run: int  # most function words in a row
     function_pairs: float  # share of neighbouring word pairs that are both function words
     bad_pairs: int  # neighbouring words English does not write side by side ("the a", "on or"): never in a sentence
-    bad_end: bool  # ends on a word no sentence ends on ("of", "the", "and"), or opens on "and", "or", "nor"
+    bad_end: bool  # ends on a word no sentence ends on ("of", "the", "and"), or opens where none does ("and", "or",
+    # "nor"; a question's order without "?"; two singular noun phrases side by side, SUBJECT_VERB_WORDS)
     stray_letters: int  # one-letter words other than "a" and "I"
     title_case: bool  # every content word after the first capitalised: a title or a keyword string, not a sentence
     support: float  # share of them found (by stem) in the document; 0 when there are none
@@ -310,6 +361,7 @@ def check(summary: str, document: str) -> Faithfulness:
             and written[1].lower() in SUBJECTS
             and not summary.rstrip().rstrip("\"'’”)]").endswith("?")
         )
+        or _two_subjects(summary)
     )
     stray = sum(len(w) == 1 and w.isalpha() and w not in ("a", "i") for w in lowered)
     later = [w for w in written[1:] if w.lower() not in FUNCTION_WORDS and w[:1].isalpha()]

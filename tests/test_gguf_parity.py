@@ -316,16 +316,11 @@ def test_greedy_parting_counts_as_a_match_only_at_a_near_tie():
 
 
 @integration
-def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: dict[str, Path], tmp_path: Path):
-    out = tmp_path / "gguf"
-    result = convert_gguf.run(
-        convert_gguf.ConvertConfig(
-            adapter=converted["llama-adapter"], dataset=converted["dataset"], out=out,
-            base_model=str(converted["llama-base"]), min_top1_agreement="Q8_0=0.9,Q4_K_M=1.01", parity_tokens=16,
-        )
-    )  # fmt: skip
+def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(cache_runs: dict[str, Path]):
+    out = cache_runs["first"]  # converted with Q4_K_M held to a top-1 agreement of 1.01, which no file reaches
+    result = json.loads((out / "result.json").read_text())
     parity = json.loads((out / "parity.json").read_text())
-    assert result.parity_passed and parity["passed"]  # the served Q8_0 is fine
+    assert result["parity_passed"] and parity["passed"]  # the served Q8_0 is fine
     assert parity["ladder"] == ["F16", "Q8_0"] and "< 1.01" in parity["withheld"]["Q4_K_M"][0]
     assert not (out / "distillery-summariser-Q4_K_M.gguf").exists()
     assert "withheld (not shipped) Q4_K_M" in (out / "parity.md").read_text()
@@ -334,43 +329,81 @@ def test_a_ladder_rung_under_its_thresholds_is_withheld_not_shipped(converted: d
 # --- the base cache -----------------------------------------------------------------------------------------------
 
 
-def _convert(converted: dict[str, Path], out: Path, cache: str, base: str = "llama-base") -> dict:
+SHORT_EVAL = 4  # eval documents in the cache tests' dataset
+
+
+@pytest.fixture(scope="module")
+def short_eval(converted: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The candidate's dataset with its eval split cut to its first SHORT_EVAL documents, for the conversions of the
+    cache and withheld-rung tests: what they check is the base's cache and the ladder on the probes, and the served
+    file's eval-split parity (every document: test_every_file_of_the_ladder_passes_parity) is a quarter of each run."""
+    dataset = tmp_path_factory.mktemp("short-eval") / "dataset"
+    shutil.copytree(converted["dataset"], dataset)
+    rows = (dataset / "eval.jsonl").read_text().splitlines(keepends=True)
+    (dataset / "eval.jsonl").write_text("".join(rows[:SHORT_EVAL]))
+    return dataset
+
+
+def _convert(converted: dict[str, Path], dataset: Path, out: Path, cache: str, **settings: str) -> dict:
+    """The Llama candidate converted into `out` with `cache` as the base cache; `settings` override ConvertConfig's."""
     convert_gguf.run(
         convert_gguf.ConvertConfig(
-            adapter=converted["llama-adapter"], dataset=converted["dataset"], out=out,
-            base_model=str(converted[base]), parity_tokens=16, base_cache=cache,
+            adapter=converted["llama-adapter"], dataset=dataset, out=out,
+            base_model=str(converted["llama-base"]), parity_tokens=16, base_cache=cache, **settings,
         )
     )  # fmt: skip
     return json.loads((out / "parity.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def cache_runs(
+    converted: dict[str, Path], short_eval: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Two conversions of the Llama candidate into one new, empty base cache: "first" (a miss) with its Q4_K_M held
+    to a top-1 agreement of 1.01, which no file reaches, and "second" (a hit) at the default thresholds. Read, not
+    written, by the ladder's withheld-rung test and the cache test (which tears a copy of "cache", not this one)."""
+    root = tmp_path_factory.mktemp("cache-runs")
+    cache = root / "cache"
+    _convert(converted, short_eval, root / "first", str(cache), min_top1_agreement="Q8_0=0.9,Q4_K_M=1.01")
+    _convert(converted, short_eval, root / "second", str(cache))
+    return {"cache": cache, "first": root / "first", "second": root / "second"}
+
+
 @integration
 def test_the_base_conversion_is_reused_verified_and_remade_when_torn(
-    converted: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+    cache_runs: dict[str, Path],
+    converted: dict[str, Path],
+    short_eval: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ):
     from steps.core.io import sha256_file
 
-    cache = tmp_path / "cache"
     base_file = "distillery-summariser-base-Q8_0.gguf"
-    first = _convert(converted, tmp_path / "first", str(cache))
-    assert first["base"]["cache"]["hit"] is False and len(list(cache.iterdir())) == 1
-    second = _convert(converted, tmp_path / "second", str(cache))
+    first = json.loads((cache_runs["first"] / "parity.json").read_text())
+    second = json.loads((cache_runs["second"] / "parity.json").read_text())
+    assert first["base"]["cache"]["hit"] is False and len(list(cache_runs["cache"].iterdir())) == 1
     key = second["base"]["cache"]["key"]
     assert second["base"]["cache"]["hit"] is True and key == first["base"]["cache"]["key"]
-    assert sha256_file(tmp_path / "second" / base_file) == sha256_file(tmp_path / "first" / base_file)
+    # The thresholds are not part of the key: the cached report is judged again against each run's own.
+    assert first["thresholds"] != second["thresholds"]
+    assert sha256_file(cache_runs["second"] / base_file) == sha256_file(cache_runs["first"] / base_file)
     assert second["base"]["files"] == first["base"]["files"]
     assert second["base"]["size_bytes"] == first["base"]["size_bytes"]
-    assert second["passed"] and (tmp_path / "second/distillery-summariser-Q8_0.gguf").is_file()
+    assert second["passed"] and (cache_runs["second"] / "distillery-summariser-Q8_0.gguf").is_file()
 
-    # A cached file whose bytes no longer match its seal is never used: skipped with the reason, made again.
+    # A cached file whose bytes no longer match its seal is never used: skipped with the reason, made again. The
+    # shared cache stays whole: the tear is made in a copy.
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_runs["cache"], cache)
     with (cache / key / convert_gguf.CACHE_FILE).open("r+b") as f:
         f.seek(4096)
         f.write(b"\0" * 64)
     capsys.readouterr()
-    third = _convert(converted, tmp_path / "third", str(cache))
+    third = _convert(converted, short_eval, tmp_path / "third", str(cache), quantizations="Q8_0")
     assert "base.gguf is missing or differs from its recorded digest" in capsys.readouterr().err
     assert third["base"]["cache"]["hit"] is False
-    assert sha256_file(tmp_path / "third" / base_file) == sha256_file(tmp_path / "first" / base_file)
+    assert sha256_file(tmp_path / "third" / base_file) == sha256_file(cache_runs["first"] / base_file)
     assert sealed.torn(cache / key) is None  # the entry was written again, whole
 
 
@@ -387,11 +420,16 @@ def test_another_base_is_another_cache_key(tiny_model_dir: Path, tmp_path: Path)
 
 
 @integration
-def test_the_base_cache_on_s3(converted: dict[str, Path], tmp_path: Path, s3_server: str, aws_env: dict):
+def test_the_base_cache_on_s3(
+    converted: dict[str, Path], short_eval: Path, tmp_path: Path, s3_server: str, aws_env: dict
+):
     from tests.conftest import make_bucket
 
     make_bucket(s3_server, "base-cache")
-    first = _convert(converted, tmp_path / "first", "s3://base-cache/cache/base-gguf")
-    second = _convert(converted, tmp_path / "second", "s3://base-cache/cache/base-gguf")
+    # The ladder is the served file alone: the base's conversion, the cached part, is that file whatever the ladder.
+    first = _convert(converted, short_eval, tmp_path / "first", "s3://base-cache/cache/base-gguf", quantizations="Q8_0")
+    second = _convert(
+        converted, short_eval, tmp_path / "second", "s3://base-cache/cache/base-gguf", quantizations="Q8_0"
+    )
     assert (first["base"]["cache"]["hit"], second["base"]["cache"]["hit"]) == (False, True)
     assert second["base"]["files"] == first["base"]["files"]

@@ -232,10 +232,22 @@ def s3_env(endpoint: str) -> dict[str, str]:
     return {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "MLFLOW_S3_ENDPOINT_URL": endpoint}
 
 
+def console_script(name: str) -> str:
+    """A command the dev extra installs into this virtual environment (kubectl, moto_server, mlflow), else one on PATH;
+    a clear failure when neither exists. This environment's first: its versions are the pinned ones (constraints.txt).
+    Another on PATH first ran pyenv's moto 5.2.1 for the node's S3 (`.venv/bin/python -m pytest` without the venv
+    activated), whose CompleteMultipartUpload answer has the wrong root tag (getmoto/moto#10055, fixed in 5.2.2):
+    pyarrow's multipart upload, Ray Train's storage check, failed with INTERNAL_FAILURE on every retry."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    assert found, f"{name} not found: install the dev extra (pip install -c constraints.txt -e '.[dev]')"
+    return found
+
+
 @contextlib.contextmanager
 def running_moto(host: str, log: Path, timeout: float) -> Iterator[str]:
     """moto's S3 server on `host` (a free port), logging to `log`, until the block ends; yields its endpoint URL."""
-    exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+    exe = console_script("moto_server")
     port = free_port()
     with log.open("w") as f:
         proc = subprocess.Popen(
@@ -287,7 +299,7 @@ def running_mlflow(host: str, work: Path, s3_endpoint: str, timeout: float) -> I
     port = free_port()
     log = work / "server.log"
     env = {**os.environ, **s3_env(s3_endpoint), "MLFLOW_DISABLE_TELEMETRY": "true"}
-    exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
+    exe = console_script("mlflow")
     with log.open("w") as f:
         proc = subprocess.Popen(
             [

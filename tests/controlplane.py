@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, console_script, free_port
 from tests.engines import binary
-from tests.manifests import argo_install, console_script
+from tests.manifests import argo_install
 
 NAMESPACE = "distillery"
 ARGO_NAMESPACE = "argo"  # where the workflow-controller's ConfigMap lives, as Argo's own install puts it

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, console_script
 from workflows import rayjob
 
 TEMPLATE_FILE = ROOT / "infra/argo/distill-workflowtemplate.yaml"
@@ -126,19 +126,6 @@ def argo_expression(expr: str, env: dict) -> object:
         assert expr.endswith("}}"), expr
         expr = expr[3:-2]
     return eval(_python(expr), {"__builtins__": {"int": int}}, {k: _map(v) for k, v in env.items()})
-
-
-def console_script(name: str) -> str:
-    """A command the dev extra installs into this virtual environment (kubectl, kubernetes-validate), else one on PATH;
-    a clear failure when neither exists."""
-    import shutil
-    import sys
-    from pathlib import Path
-
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    assert found, f"{name} not found: install the dev extra (pip install -c constraints.txt -e '.[dev]')"
-    return found
 
 
 def kubernetes_validate(files: list, version: str = "1.33.0") -> dict:

@@ -40,10 +40,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, console_script
 from tests.controlplane import NAMESPACE, ApiError, ControlPlane, write_kubeconfig
 from tests.engines import binary
-from tests.manifests import console_script
 
 NODE = "standin-node"
 ARGO_POD_IP = "10.244.0.10"  # Argo's step pods: nobody connects to them

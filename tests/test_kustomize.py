@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tests.argo_pods import EXECUTOR_SETTINGS
-from tests.conftest import ROOT
-from tests.manifests import argo_install, console_script, kubernetes_validate
+from tests.conftest import ROOT, console_script
+from tests.manifests import argo_install, kubernetes_validate
 from workflows import serving
 
 # Argo's own ConfigMap as an Argo install ships it (manifests/base/workflow-controller/...), with a key of the user's.

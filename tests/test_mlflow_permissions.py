@@ -13,9 +13,7 @@ Needs MLflow's auth app (`mlflow[auth]`: Flask-WTF, in the dev extra); without i
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import requests
 
 from steps.core.registry import MODEL_NAME
 from steps.register import RegisterConfig
-from tests.conftest import free_port, stop, wait_http
+from tests.conftest import console_script, free_port, stop, wait_http
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +57,7 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "MLFLOW_FLASK_SERVER_SECRET_KEY": "a-key-for-the-tests-csrf",
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
-    exe = shutil.which("mlflow") or str(Path(sys.executable).parent / "mlflow")
+    exe = console_script("mlflow")
     with log.open("w") as f:
         proc = subprocess.Popen(
             [

@@ -27,6 +27,7 @@ from steps.pipeline import PARAMS
 from tests.conftest import (
     AWS_ENV,
     ROOT,
+    console_script,
     free_port,
     make_bucket,
     running_mlflow,
@@ -36,7 +37,6 @@ from tests.conftest import (
     wait_http,
 )
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
-from tests.manifests import console_script
 from tests.node import BASE_IMAGE, IMAGE_CACHE, HubMirror, Node, StepImage, argoexec_image_name, start_hub_mirror
 from tests.test_controlplane import WF_API, argo
 from workflows import security

@@ -232,6 +232,21 @@ def s3_env(endpoint: str) -> dict[str, str]:
     return {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "MLFLOW_S3_ENDPOINT_URL": endpoint}
 
 
+def adapter_weights(adapter: Path) -> dict:
+    """The LoRA tensors of a trained adapter folder, by name."""
+    from safetensors.torch import load_file
+
+    return load_file(adapter / "adapter_model.safetensors")
+
+
+def assert_same_adapter(a: Path, b: Path, atol: float) -> None:
+    """The two adapters have the same tensors, each element within `atol`."""
+    wa, wb = adapter_weights(a), adapter_weights(b)
+    assert wa.keys() == wb.keys()
+    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert worst <= atol, f"adapters differ by up to {worst:.2e}"
+
+
 def console_script(name: str) -> str:
     """A command the dev extra installs into this virtual environment (kubectl, moto_server, mlflow), else one on PATH;
     a clear failure when neither exists. This environment's first: its versions are the pinned ones (constraints.txt).

@@ -27,6 +27,7 @@ from steps.pipeline import PARAMS
 from tests.conftest import (
     AWS_ENV,
     ROOT,
+    assert_same_adapter,
     console_script,
     free_port,
     make_bucket,
@@ -523,24 +524,120 @@ def registered_decision(mlflow_url: str, workflow: dict) -> str:
     return tags[verdict.DECISION_TAG]
 
 
-def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(
+@pytest.fixture(scope="module")
+def cpu_distill(
     real_node: Node,
     node_s3: tuple[str, str],
     dataset_git: tuple[str, str],
     hub_mirror: HubMirror,
     node_mlflow: str,
     tmp_path_factory: pytest.TempPathFactory,
-):
-    """`train-backend=cpu`: every step in its own pod on the real kubelet, outputs passed by Argo's executor through
-    S3, the base downloaded from the hub mirror, the dataset cloned over the pod network, MLflow on the bridge. It
-    Succeeds; the candidate is registered with the gate's signed decision."""
+) -> dict:
+    """`train-backend=cpu` run once on the node, uninterrupted: its own test checks it, the reclaim test compares its
+    adapter with the resumed one's."""
     keys = tmp_path_factory.getbasetemp() / "verdict-keys"
     wf, steps, _ = submit_distill(real_node, "node-distill", dataset_git, hub_mirror, node_mlflow, keys,
                                   "-p", "train-backend=cpu")  # fmt: skip
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
-    ran = {name for name, _, _ in steps}
+    return wf
+
+
+def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(cpu_distill: dict, node_mlflow: str):
+    """`train-backend=cpu`: every step in its own pod on the real kubelet, outputs passed by Argo's executor through
+    S3, the base downloaded from the hub mirror, the dataset cloned over the pod network, MLflow on the bridge. It
+    Succeeds; the candidate is registered with the gate's signed decision."""
+    ran = {n["templateName"] for n in cpu_distill["status"]["nodes"].values() if n["type"] == "Pod"}
     assert ran >= COMMON_STEPS | {"train-cpu"}, ran
-    print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+    print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, cpu_distill)}")
+
+
+def step_pods(wf: dict, template: str) -> list[dict]:
+    """The workflow's pod nodes of `template`, oldest first (a retried step has one per attempt)."""
+    pods = [n for n in wf["status"]["nodes"].values() if n["type"] == "Pod" and n["templateName"] == template]
+    return sorted(pods, key=lambda n: n["startedAt"])
+
+
+def fetch_output(endpoint: str, bucket: str, pod: dict, name: str, into: Path) -> Path:
+    """Output artifact `name` of a finished pod node, fetched from the node's S3 as Argo's `wait` stored it (a .tgz
+    unpacked into `into`, else the one object) and returned as the folder/file it was in the pod."""
+    import tarfile
+
+    (art,) = [a for a in pod["outputs"]["artifacts"] if a["name"] == name]
+    key = art["s3"]["key"]
+    into.mkdir(parents=True, exist_ok=True)
+    local = into / Path(key).name
+    s3_client(endpoint).download_file(bucket, key, str(local))
+    if key.endswith(".tgz"):
+        with tarfile.open(local) as tar:
+            tar.extractall(into, filter="data")
+        local.unlink()
+        (only,) = list(into.iterdir())
+        return only
+    return local
+
+
+RECLAIM_RUN = "node-distill-reclaim"
+RECLAIM_EVERY = 3  # checkpoint-every: 96 rows at batch 8 = 12 steps, sealed checkpoints at 3, 6, 9
+
+
+def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    cpu_distill: dict,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """The spot reclaim, on the cpu backend: once train-cpu has sealed a checkpoint in S3 its pod is deleted with no
+    grace (`kubectl delete --force --grace-period=0`, as when its node is gone); Argo retries the step (its retry
+    strategy), the new pod finds the run's checkpoints under `runs/<uid>/checkpoints/` and resumes there, the workflow
+    Succeeds, and the adapter equals the uninterrupted run's (`cpu_distill`) within the local resume test's 1e-6."""
+    plane = real_node.plane
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    reclaimed: dict[str, Any] = {}
+    done = threading.Event()
+
+    def reclaim() -> None:  # bounded: the workflow's own wait below ends the test first
+        deadline = time.monotonic() + 2400
+        while not done.wait(1) and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                uid = plane.get(f"{WF_API}/{RECLAIM_RUN}")["metadata"]["uid"]
+                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/checkpoints/").get("Contents", [])
+                sealed = sorted(o["Key"] for o in listed if o["Key"].endswith("/COMPLETE.json"))
+                pods = plane.get(f"{PODS}?labelSelector=workflows.argoproj.io/workflow={RECLAIM_RUN}")["items"]
+                running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+                training = [name for name in running if "train-cpu" in name]
+                if sealed and training:
+                    plane.kubectl("delete", "pod", training[0], "--force", "--grace-period=0")
+                    reclaimed.update(pod=training[0], sealed=sealed, at=time.monotonic())
+                    return
+
+    killer = threading.Thread(target=reclaim, daemon=True)
+    killer.start()
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    try:
+        wf, steps, _ = submit_distill(real_node, RECLAIM_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                      "-p", "train-backend=cpu", "-p", f"checkpoint-every={RECLAIM_EVERY}")  # fmt: skip
+    finally:
+        done.set()
+        killer.join(10)
+    print(f"reclaimed: {reclaimed}")
+    assert reclaimed, "train-cpu never sealed a checkpoint while its pod ran: nothing was reclaimed"
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    attempts = step_pods(wf, "train-cpu")
+    print(f"train-cpu attempts: {[(a['phase'], a.get('message')) for a in attempts]}")
+    assert len(attempts) == 2 and attempts[0]["phase"] in ("Failed", "Error"), attempts
+    work = tmp_path_factory.mktemp("reclaim")
+    log = fetch_output(endpoint, bucket, attempts[1], "main-logs", work / "log").read_text()
+    first = min(int(k.rsplit("/", 2)[-2].removeprefix("step-")) for k in reclaimed["sealed"])
+    resumed = re.search(r"resuming at step (\d+)/(\d+)", log)
+    assert resumed and int(resumed[1]) >= first, log[-3000:]
+    print(f"resumed at step {resumed[1]}/{resumed[2]} (first sealed: {first})")
+    (whole,) = step_pods(cpu_distill, "train-cpu")
+    assert_same_adapter(fetch_output(endpoint, bucket, attempts[1], "adapter", work / "resumed"),
+                        fetch_output(endpoint, bucket, whole, "adapter", work / "whole"), atol=1e-6)  # fmt: skip
 
 
 def _ray_requests_fit_one_node(rendered: dict) -> None:

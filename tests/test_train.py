@@ -19,7 +19,7 @@ import pytest
 from steps import train
 from steps.core.sealed import COMPLETE
 from steps.train import DirCheckpoints, TrainConfig
-from tests.conftest import ROOT, make_bucket
+from tests.conftest import ROOT, adapter_weights, assert_same_adapter, make_bucket
 
 # --- fast ---------------------------------------------------------------------------------------------------------
 
@@ -425,19 +425,6 @@ def _cli(args: list[str], dataset: Path, model: Path, out: Path) -> list[str]:
             "--out", str(out), *args]  # fmt: skip
 
 
-def _weights(adapter: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(adapter / "adapter_model.safetensors")
-
-
-def _assert_same_adapter(a: Path, b: Path, atol: float) -> None:
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys()
-    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-    assert worst <= atol, f"adapters differ by up to {worst:.2e}"
-
-
 def _losses(adapter: Path) -> list[float]:
     return [float(line.split(",")[1]) for line in (adapter / "loss.csv").read_text().splitlines()[1:]]
 
@@ -476,7 +463,7 @@ def test_sigterm_flushes_a_checkpoint_and_the_rerun_matches_an_uninterrupted_run
     rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
     assert f"resuming at step {int(saved[0].split('-')[1])}/48" in rerun.stdout
     assert json.loads((out / "result.json").read_text())["resumed_from_step"] == int(saved[0].split("-")[1])
-    _assert_same_adapter(out, uninterrupted, atol=1e-6)
+    assert_same_adapter(out, uninterrupted, atol=1e-6)
     assert _losses(out) == pytest.approx(_losses(uninterrupted), abs=1e-5)
     assert not (tmp_path / "adapter.checkpoints").exists()  # cleared once the adapter is out
 
@@ -516,7 +503,7 @@ def test_sigkill_resumes_from_the_last_periodic_checkpoint(
     assert newest in (10, 15)  # killed after step 13: the checkpoint of step 10, or 15 if it ran on meanwhile
     rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
     assert f"resuming at step {newest}/48" in rerun.stdout
-    _assert_same_adapter(out, uninterrupted, atol=1e-6)
+    assert_same_adapter(out, uninterrupted, atol=1e-6)
 
 
 @pytest.mark.integration
@@ -553,7 +540,7 @@ def test_checkpoints_and_outputs_on_s3(
     local = tmp_path / "from-s3"
     fs.get("runs/uid-1/adapter/", f"{local}/", recursive=True)
     assert (local / "result.json").is_file() and (local / "_outputs/final-loss").is_file()
-    _assert_same_adapter(local, uninterrupted, atol=1e-6)
+    assert_same_adapter(local, uninterrupted, atol=1e-6)
     # The run's checkpoints stay on S3: a pod lost after training but before Argo uploaded its output is retried and
     # resumes at the end, with the same adapter, instead of training again from step 0.
     assert fs.exists("runs/uid-1/checkpoints")
@@ -562,7 +549,7 @@ def test_checkpoints_and_outputs_on_s3(
     fs.invalidate_cache()
     again = tmp_path / "again"
     fs.get("runs/uid-1/adapter/", f"{again}/", recursive=True)
-    _assert_same_adapter(again, uninterrupted, atol=1e-6)
+    assert_same_adapter(again, uninterrupted, atol=1e-6)
     total = json.loads((again / "result.json").read_text())["steps"]
     assert f"resuming at step {total}/{total}" in retried.stdout, retried.stdout[-2000:]
 
@@ -754,7 +741,7 @@ def test_two_ray_workers_compute_the_same_steps_as_one_process(dataset: Path, ti
     assert "2 CPU workers x 1 threads" in json.loads((ray / "result.json").read_text())["device"]
     assert len(_losses(ray)) == len(_losses(single)) == 12
     assert _losses(ray) == pytest.approx(_losses(single), abs=1e-4)
-    _assert_same_adapter(ray, single, atol=1e-4)
+    assert_same_adapter(ray, single, atol=1e-4)
 
 
 def _ray_workers() -> list[int]:
@@ -822,6 +809,6 @@ def test_gpu_launcher_trains_and_resumes(dataset: Path, tiny_model_dir: Path, tm
     result = json.loads((out / "result.json").read_text())
     assert result["resumed_from_step"] >= 9 and result["steps"] == 48 and "cpu" not in result["device"]
     assert result["peak_gpu_memory_gib"] > 0
-    weights = _weights(out)
+    weights = adapter_weights(out)
     assert all(bool(w.isfinite().all()) for w in weights.values())
     assert any(float(w.abs().sum()) > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero

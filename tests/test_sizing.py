@@ -190,12 +190,8 @@ def test_the_plan_exports_every_contract_output():
     assert all(isinstance(v, int) for k, v in outputs.items() if k.endswith("-workers-per-pod"))
 
 
-def test_quantities_round_up():
-    assert (sizing.cluster.quantity(2.0), sizing.cluster.quantity(2.01), sizing.cluster.quantity(0.2)) == (
-        "2Gi",
-        "3Gi",
-        "1Gi",
-    )
+def test_whole_gibibytes_round_up_to_at_least_one():
+    assert [sizing.cluster.whole_gib(g) for g in (2.0, 2.01, 0.2)] == [2, 3, 1]
 
 
 # --- Ray's node groups ------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors 
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of
 its output folder (see ARGO_OUTPUT_COPIES).
 
-The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `seeds`
+The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, whole GiB), `seeds`
 (the seed list's bases as shapes), `forecast` (training's wall time and cost), `exports`
 (preflight's output parameter names), `shape` (the base's shape from its config, the run's `Knobs`), `memory` and
 `disk` (each step's terms), `planning` (`plan`, the podSpecPatches and outputs, `check`: what cannot run, and what to

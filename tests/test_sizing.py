@@ -179,7 +179,7 @@ def test_with_the_run_s_threads_set_the_cpu_steps_request_that_many_cpus():
     threaded = replace(p, threads=2)
     for step in sizing.POD_PATCH_STEPS:
         assert "cpu" not in requests(p, step)
-        assert requests(threaded, step).get("cpu") == ("2" if step in sizing.THREADED_STEPS else None), step
+        assert requests(threaded, step).get("cpu") == ("2" if step in sizing.exports.THREADED_STEPS else None), step
         limits = json.loads(threaded.pod_patch(step))["containers"][0]["resources"]["limits"]
         assert "cpu" not in limits  # no CPU limit: a step is never throttled below what it asked for
 

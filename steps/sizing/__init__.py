@@ -34,8 +34,9 @@ The package, by what each file holds: `cluster` (the CPU node groups, the GPU ca
 (the seed list's bases as shapes), `forecast` (training's wall time and cost), `exports`
 (preflight's output parameter names), `shape` (the base's shape from its config, the run's `Knobs`), `memory` and
 `disk` (each step's terms), `planning` (`plan`, the podSpecPatches and outputs, `check`: what cannot run, and what to
-do), `transfer` (bytes moved per run). What the stages and workflows/ use is re-exported here (`sizing.plan(...)`,
-`sizing.RAY_NODE_GROUPS`); the terms behind it stay in their modules (`sizing.memory.gguf_bytes`).
+do), `transfer` (bytes moved per run). What the stages, workflows/, benchmarks/ and scripts/ use is re-exported
+here (`sizing.plan(...)`, `sizing.RAY_NODE_GROUPS`); the terms behind it, and what only tests read, stay in their
+modules (`sizing.memory.gguf_bytes`; tests/test_layout.py holds the list to its users).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from steps.sizing.exports import (
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
-    THREADED_STEPS,
     preflight_exports,
     ray_cpus_output,
     ray_disk_output,
@@ -129,7 +129,6 @@ __all__ = [
     "RAY_THREADS_OUTPUT",
     "SIZED_VOLUMES",
     "TAIL_TOKENS",
-    "THREADED_STEPS",
     "TRAIN_CPU_CPUS",
     "Knobs",
     "Micro",

@@ -48,7 +48,6 @@ from steps.sizing.cluster import (
     TRAIN_CPU_CPUS,
 )
 from steps.sizing.disk import (
-    FIXED_DISK_GIB,
     RAY_HEAD_DISK_GIB,
 )
 from steps.sizing.exports import (
@@ -115,7 +114,6 @@ __all__ = [
     "CPU_MICRO_TOKENS",
     "DEADLINE_S",
     "DISK_INPUT",
-    "FIXED_DISK_GIB",
     "GIB",
     "GPU_OVER_INPUT",
     "MEMORY_INPUT",

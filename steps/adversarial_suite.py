@@ -60,7 +60,7 @@ from steps.adversarial import FAMILIES, carriers, long_document, robustness
 from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.core import gate_stats
-from steps.core.cli import parse_config
+from steps.core.cli import parse_config, refuse
 from steps.core.dataset import DatasetError, parse_split
 
 CANARY_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -280,8 +280,7 @@ def config_problems(cfg: SuiteConfig) -> list[str]:
 
 
 def build(cfg: SuiteConfig) -> list[dict]:
-    if problems := config_problems(cfg):
-        raise DatasetError("invalid adversarial-suite settings:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "adversarial-suite", DatasetError)
     kept = []
     if cfg.keep:
         kept, problems = parse_split(Path(cfg.keep).read_bytes(), cfg.keep, "adversarial")

@@ -46,7 +46,7 @@ from typing import Any
 from steps.contract import serving_config
 from steps.contract.prompting import MAX_DOCUMENT_CHARS, messages
 from steps.core.base_model import base_model_problems
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.curation import text_key
 from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
@@ -380,8 +380,7 @@ def _slug(uri: str) -> str:
 
 @timed
 def run(cfg: IngestConfig) -> IngestResult:
-    if problems := base_model_problems(cfg.base_model):  # the chunks are sized by its tokenizer
-        raise IngestError("\n".join(problems))
+    refuse(base_model_problems(cfg.base_model), "ingest", IngestError)  # the chunks are sized by its tokenizer
     budget = tokenizer_budget(cfg.base_model, cfg.base_revision)
     rows: list[dict] = []
     skipped: list[dict] = []

@@ -40,7 +40,7 @@ from steps import sizing
 from steps.contract.prompting import messages
 from steps.contract.threads import cpu_threads
 from steps.core.base_model import base_model_problems
-from steps.core.cli import number_table, parse_config, timed, write_result
+from steps.core.cli import number_table, parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
 from steps.core.io import atomic_dir, write_json
@@ -175,11 +175,10 @@ def config_problems(cfg: PreflightConfig) -> list[str]:
 
 
 def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
-    """Run every check; returns (problems, facts). No problem → the base can be trained and converted."""
+    """Run every check on a config `run` accepted; returns (problems, facts). No problem → the base can be trained
+    and converted."""
     from transformers import AutoConfig, AutoTokenizer
 
-    if problems := config_problems(cfg) + base_model_problems(cfg.base_model):
-        return problems, {"base_model": cfg.base_model, "base_revision": cfg.base_revision}
     converter = Path(cfg.converter_dir)
     if not (converter / "convert_hf_to_gguf.py").is_file():
         raise FileNotFoundError(
@@ -314,6 +313,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
 
 @timed
 def run(cfg: PreflightConfig) -> PreflightResult:
+    refuse(config_problems(cfg) + base_model_problems(cfg.base_model), "preflight", PreflightError)
     problems, facts = check(cfg)
     if problems:
         raise PreflightError(

@@ -50,7 +50,7 @@ from typing import Any
 from steps.contract import serving_config
 from steps.contract.prompting import messages
 from steps.contract.threads import llama_server_threads, threads_problems
-from steps.core.cli import parse_config, timed, write_result
+from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.curation import attach
 from steps.core.io import atomic_dir, is_uri, read_jsonl, sha256_file, write_json, write_jsonl
 from steps.core.terms import TeacherError, TermsError, allowed_entry, resolve_gguf
@@ -288,8 +288,7 @@ def config_problems(cfg: TeacherConfig) -> list[str]:
 
 @timed
 def run(cfg: TeacherConfig) -> TeacherResult:
-    if problems := config_problems(cfg):
-        raise TeacherError("invalid teacher config:\n  " + "\n  ".join(problems))
+    refuse(config_problems(cfg), "teacher", TeacherError)
     entry = gate(cfg)  # before anything is sent, a server started or a document read
     documents = read_jsonl(cfg.chunks / "documents.jsonl")
     attached = attach(read_jsonl(cfg.curated / "curated.jsonl"), documents)

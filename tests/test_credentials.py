@@ -327,6 +327,26 @@ def test_preflight_s_patch_sizes_both_empty_dirs_of_a_sized_step(pods):
     assert sizes == {"out": disk, "scratch": disk}
 
 
+def test_every_step_pod_caps_both_empty_dirs_at_its_disk(pods):
+    """A step pod's disk is one number: its ephemeral-storage request and limit and each emptyDir's sizeLimit — a
+    light step's from its row (workflows/deploy.py `fixed_resources`), a sized step's from preflight's patch (applied
+    here as Argo does)."""
+    from steps import sizing
+
+    checked = []
+    for key, pod in pods.items():
+        steps_main = [c for c in user_containers(pod) if c["name"] == MAIN]
+        if key.startswith(("train-ray/", "serve/")) or not steps_main:
+            continue  # the Ray and serving pods; resource templates (argoexec runs them)
+        resources = steps_main[0]["resources"]
+        disk = resources["limits"]["ephemeral-storage"]
+        sizes = {v["name"]: v["emptyDir"].get("sizeLimit") for v in pod["spec"]["volumes"] if "emptyDir" in v}
+        assert {name: sizes.get(name) for name in sizing.exports.SIZED_VOLUMES} == {"out": disk, "scratch": disk}, key
+        assert resources["requests"]["ephemeral-storage"] == disk, key
+        checked.append(key)
+    assert {"check-parameters", "fetch-dataset", "publish", "check-triggers", "promote", "convert-gguf"} <= set(checked)
+
+
 def test_the_teacher_key_is_a_mounted_file_not_a_variable(pods, tmp_path, monkeypatch):
     """The teacher step gets the key as a file and its path in TEACHER_API_KEY_FILE; no variable holds the key, so
     llama.cpp's server (its child for a local teacher) inherits nothing."""

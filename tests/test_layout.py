@@ -9,6 +9,7 @@ imports `steps.pipeline`, the shared packages and the stages' `*Config` types, n
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,29 @@ def test_workflows_import_the_pipeline_shared_packages_and_config_types_only(pat
             continue
         bad.append(f"{path.relative_to(ROOT)}:{line} imports steps.{imported} {list(names) or ''}")
     assert bad == [], "workflows/ reads a stage's *Config type only; what a template needs lives in a shared package"
+
+
+def _names_taken_from_sizing(path: Path) -> set[str]:
+    """The names `path` takes from steps.sizing itself: `from steps.sizing import X` and `sizing.X` (in code, or in a
+    comment or docstring that points a reader there, or a child script's text)."""
+    text = path.read_text()
+    found = set(re.findall(r"\bsizing\.(\w+)", text))
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "steps.sizing" and node.level == 0:
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_sizing_re_exports_only_what_code_outside_it_reads():
+    """steps/sizing/__init__.py hands on the names the stages, workflows/, benchmarks/ and scripts/ read as
+    `sizing.X`; the rest (and what only tests read) stays in its module, so the list does not grow past its users."""
+    from steps import sizing
+
+    users = [
+        p
+        for folder in ("steps", "workflows", "benchmarks", "scripts")
+        for p in (ROOT / folder).rglob("*.py")
+        if not p.is_relative_to(STEPS / "sizing")
+    ]
+    read = set().union(*(_names_taken_from_sizing(p) for p in users))
+    assert sorted(set(sizing.__all__) - read) == [], "re-exported but read by no code outside steps/sizing"

@@ -179,7 +179,7 @@ def test_with_the_run_s_threads_set_the_cpu_steps_request_that_many_cpus():
     threaded = replace(p, threads=2)
     for step in sizing.POD_PATCH_STEPS:
         assert "cpu" not in requests(p, step)
-        assert requests(threaded, step).get("cpu") == ("2" if step in sizing.THREADED_STEPS else None), step
+        assert requests(threaded, step).get("cpu") == ("2" if step in sizing.exports.THREADED_STEPS else None), step
         limits = json.loads(threaded.pod_patch(step))["containers"][0]["resources"]["limits"]
         assert "cpu" not in limits  # no CPU limit: a step is never throttled below what it asked for
 
@@ -190,12 +190,8 @@ def test_the_plan_exports_every_contract_output():
     assert all(isinstance(v, int) for k, v in outputs.items() if k.endswith("-workers-per-pod"))
 
 
-def test_quantities_round_up():
-    assert (sizing.cluster.quantity(2.0), sizing.cluster.quantity(2.01), sizing.cluster.quantity(0.2)) == (
-        "2Gi",
-        "3Gi",
-        "1Gi",
-    )
+def test_whole_gibibytes_round_up_to_at_least_one():
+    assert [sizing.cluster.whole_gib(g) for g in (2.0, 2.01, 0.2)] == [2, 3, 1]
 
 
 # --- Ray's node groups ------------------------------------------------------------------------------------------

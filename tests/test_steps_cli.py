@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 
 import pytest
 
+from steps.core.cli import refuse
 from steps.core.io import atomic_dir
 from steps.pipeline import BUILD_STAGES, STAGES
 from tests.conftest import ROOT
@@ -62,3 +65,41 @@ def test_help_names_the_command_a_user_types():
         proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"usage: python -m {module} "), proc.stdout[:80]
+
+
+def _config_refusals_outside_refuse(source: str) -> list[str]:
+    """String literals that start a config refusal's message ("invalid <step> config…", "…settings") themselves."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.match(r"invalid [\w-]+ (config|settings)\b", node.value)
+    ]
+
+
+def test_a_step_refuses_its_config_only_through_cli_refuse():
+    """One way to refuse a config (`steps.core.cli.refuse`: every problem, one a line, under the step's name), not a
+    message of each step's own making."""
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted((ROOT / "steps").rglob("*.py"))
+        if path != ROOT / "steps/core/cli.py" and (hits := _config_refusals_outside_refuse(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_refusal_check_finds_a_message_of_a_steps_own_making():
+    own = 'raise TeacherError("invalid teacher config:\\n  " + "\\n  ".join(problems))'
+    assert _config_refusals_outside_refuse(own) == ["invalid teacher config:\n  "]
+    assert _config_refusals_outside_refuse('refuse(config_problems(cfg), "teacher", TeacherError)') == []
+
+
+def test_refuse_raises_every_problem_under_the_steps_name_in_its_own_error():
+    class StepError(ValueError):
+        pass
+
+    refuse([], "step", StepError)  # nothing wrong: nothing raised
+    with pytest.raises(StepError) as e:
+        refuse(["--a 0: use 1", "--b x: a number"], "step", StepError)
+    assert str(e.value) == "invalid step config:\n  --a 0: use 1\n  --b x: a number"

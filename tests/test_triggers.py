@@ -22,10 +22,9 @@ import yaml
 
 from steps import check_triggers
 from steps.check_triggers import TriggerError, TriggersConfig
-from steps.core.cli import config_flags
 from steps.pipeline import PARAMS
 from tests.conftest import ROOT, free_port, make_bucket, prune_closed_log_handlers
-from tests.test_workflows import strict_validator
+from tests.test_workflows import config_flags, strict_validator
 
 integration = pytest.mark.integration
 CRON_FILE = ROOT / "infra/argo/retrain-cronworkflow.yaml"

@@ -7,14 +7,13 @@ import copy
 import json
 import re
 import shlex
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from steps.core import verdict
-from steps.core.cli import config_flags
 from steps.pipeline import (
     BUILD_DATASET,
     CLUSTER_ONLY_PARAMS,
@@ -91,6 +90,11 @@ CLUSTER_ONLY_TRAIN_FLAGS = {"checkpoint-dir", "ray-address", "ray-workers", "ray
 
 # What each stage's Deploy row adds on the cluster: where it keeps state across runs in S3 (locally the steps'
 # defaults, folders under .cache, do the same) and its mounted Secrets' files (locally $GITEA_TOKEN, or no key).
+def config_flags(config_cls: type) -> set[str]:
+    """The parameter names a step accepts (its config's fields as flags, without the leading dashes)."""
+    return {f.name.replace("_", "-") for f in fields(config_cls)}
+
+
 def cluster_only_flags(row: Deploy) -> set[str]:
     flags = {flag[2:] for flag in (*(row.shared_cache or ())[:1], *row.secret_args[::2])}
     if row.kind == "backends":

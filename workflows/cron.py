@@ -18,6 +18,7 @@ from workflows.pods import (
     DEFAULT_RETRY,
     OUT_DIR,
     POD_SECURITY,
+    fixed_disk,
     step_env,
     volume_mounts,
     volumes,
@@ -119,7 +120,7 @@ def step_container(
         security_context=CONTAINER_SECURITY,
         env=step_env(step),
         labels=security.pod_labels(step),
-        volumes=volumes(step, sized=False),
+        volumes=volumes(step, fixed_disk(resources)),
         volume_mounts=volume_mounts(step),
         node_selector=AMD64,  # the cpu image is amd64 only
         retry_strategy=DEFAULT_RETRY,

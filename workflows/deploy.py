@@ -44,7 +44,7 @@ Kind = Literal["container", "backends", "fanned-out"]
 class Deploy:
     # What each of its templates needs from a node at least, by template name. The heavy ones (sizing.POD_PATCH_STEPS)
     # get their memory and disk from preflight for the run's base model (a podSpecPatch): these are their floors and
-    # CPU; the light ones take their disk from sizing.FIXED_DISK_GIB.
+    # CPU; the light ones ask for fixed sizes, disk included (`fixed_resources`: small, whatever the base model).
     resources: dict[str, m.ResourceRequirements]
     kind: Kind = "container"
     # Its output at a fixed key of the run (`distill.run_key(output)`), whichever template wrote it: the Ray job reads
@@ -66,13 +66,14 @@ class Deploy:
 
 DEPLOY: dict[str, Deploy] = {
     # distill
-    "fetch-dataset": Deploy({"fetch-dataset": fixed_resources("fetch-dataset", "250m", "512Mi", "1Gi")}, keyed=True),
-    "preflight": Deploy({"preflight": fixed_resources("preflight", "500m", "1Gi", "2Gi")}),
+    # Disk: the dataset's JSONL files (text) and the git clone DVC reads them through.
+    "fetch-dataset": Deploy({"fetch-dataset": fixed_resources("250m", "512Mi", "1Gi", disk_gib=4)}, keyed=True),
+    # Disk: the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe.
+    "preflight": Deploy({"preflight": fixed_resources("500m", "1Gi", "2Gi", disk_gib=2)}),
     # The default teacher (135M) in llama.cpp with every position's logits: well under 1 GiB; a larger teacher of the
     # student's family (a 1.7B at Q8_0: ~2 GiB mapped) fits the limit. Not sized by preflight, which knows no teacher.
-    "kd-targets": Deploy(
-        {"kd-targets": fixed_resources("kd-targets", "2", "4Gi", "6Gi")}, keyed=True, read_by_key=True
-    ),
+    # Disk: the train split, the base's tokenizer, the sidecar; the default teacher's GGUF is in the image.
+    "kd-targets": Deploy({"kd-targets": fixed_resources("2", "4Gi", "6Gi", disk_gib=4)}, keyed=True, read_by_key=True),
     "train": Deploy(
         {
             "train-cpu": m.ResourceRequirements(
@@ -120,23 +121,29 @@ DEPLOY: dict[str, Deploy] = {
         gguf_reads=("candidate-gguf",),
         secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
     ),
-    "propose": Deploy(
-        {"propose": fixed_resources("propose", "250m", "512Mi", "1Gi")},
+    "propose": Deploy(  # disk: MLflow answers only
+        {"propose": fixed_resources("250m", "512Mi", "1Gi", disk_gib=1)},
         secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
     ),
+    # Disk: the adapter's files (LoRA: tens to hundreds of MB), a one-branch depth-1 clone, the card.
     "push-adapter": Deploy(
-        {"push-adapter": fixed_resources("push-adapter", "250m", "512Mi", "1Gi")},
+        {"push-adapter": fixed_resources("250m", "512Mi", "1Gi", disk_gib=4)},
         secret_args=("--token-file", security.GITEA_TOKEN_FILE),
     ),
     # build-dataset
-    "ingest": Deploy({"ingest": fixed_resources("ingest", "1", "2Gi", "4Gi")}),
-    "feedback": Deploy({"feedback": fixed_resources("feedback", "250m", "512Mi", "1Gi")}),
+    # Disk: the documents downloaded from the S3 prefix (PDFs) and their extracted text.
+    "ingest": Deploy({"ingest": fixed_resources("1", "2Gi", "4Gi", disk_gib=8)}),
+    # Disk: the feedback file and its merged rows.
+    "feedback": Deploy({"feedback": fixed_resources("250m", "512Mi", "1Gi", disk_gib=1)}),
     # A local open-weights teacher runs in this pod (llama.cpp's server); a remote one needs little. Its answers are
-    # kept across runs by document, teacher and prompt (a rebuild with one new document sends one request).
+    # kept across runs by document, teacher and prompt (a rebuild with one new document sends one request). Disk: the
+    # chunks, the answers and the cache's copies; the open-weights teacher's GGUF is in the image.
     "teacher": Deploy(
-        {"teacher": fixed_resources("teacher", "4", "4Gi", "8Gi")},
+        {"teacher": fixed_resources("4", "4Gi", "8Gi", disk_gib=4)},
         shared_cache=("--cache", f"s3://{BUCKET}/cache/teacher"),
     ),
-    "filter-split": Deploy({"filter-split": fixed_resources("filter-split", "500m", "1Gi", "2Gi")}),
-    "publish": Deploy({"publish": fixed_resources("publish", "500m", "1Gi", "2Gi")}),
+    # Disk: the rows, twice (kept and dropped).
+    "filter-split": Deploy({"filter-split": fixed_resources("500m", "1Gi", "2Gi", disk_gib=2)}),
+    # Disk: a clone of the dataset repository, the split files and DVC's cache of them.
+    "publish": Deploy({"publish": fixed_resources("500m", "1Gi", "2Gi", disk_gib=4)}),
 }

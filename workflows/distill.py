@@ -126,6 +126,7 @@ from workflows.pods import (
     POD_SECURITY,
     SUBMITTER,
     UNARCHIVED,
+    fixed_disk,
     fixed_resources,
     step_env,
     volume_mounts,
@@ -182,8 +183,8 @@ GPU_LAYERS = ("--gpu-layers", "-1")  # every layer on the GPU (EvaluateConfig.gp
 
 # What the two light templates that are no pipeline stage ask a node for (the stages': their `deploy.DEPLOY` rows).
 LIGHT_RESOURCES = {
-    CHECK_TASK: fixed_resources(CHECK_TASK, "100m", "256Mi", "512Mi"),
-    FANOUT_TASK: fixed_resources(FANOUT_TASK, "100m", "256Mi", "512Mi"),
+    CHECK_TASK: fixed_resources("100m", "256Mi", "512Mi", disk_gib=1),  # reads parameters only
+    FANOUT_TASK: fixed_resources("100m", "256Mi", "512Mi", disk_gib=1),  # writes the list of evaluate's shards
 }
 # The EKS spot GPU pool (infra/karpenter): tainted so only pods that ask for a GPU land there.
 GPU_NODE_SELECTOR = {"karpenter.sh/nodepool": "gpu-spot", "karpenter.sh/capacity-type": "spot", **AMD64}
@@ -287,7 +288,7 @@ def _template(
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
         labels=security.pod_labels(name),
-        volumes=volumes(name, sized is not None),
+        volumes=volumes(name, None if sized else fixed_disk(deploy.resources[name])),
         volume_mounts=volume_mounts(name),
         retry_strategy=extra.pop("retry_strategy", DEFAULT_RETRY),
         pod_spec_patch=pod_spec_patch(sized, deploy.resources[name].requests["cpu"].root) if sized else None,
@@ -312,7 +313,7 @@ def _light_template(
         security_context=CONTAINER_SECURITY,
         env=step_env(name),
         labels=security.pod_labels(name),
-        volumes=volumes(name, sized=False),
+        volumes=volumes(name, fixed_disk(LIGHT_RESOURCES[name])),
         volume_mounts=volume_mounts(name),
         node_selector=AMD64,
         retry_strategy=DEFAULT_RETRY,

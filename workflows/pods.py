@@ -7,7 +7,6 @@ from __future__ import annotations
 from hera.workflows import NoneArchiveStrategy, RetryStrategy
 from hera.workflows import models as m
 
-from steps import sizing
 from steps.contract.threads import CPUS_ENV as CPUS_ENV_NAME
 from workflows import security
 
@@ -15,15 +14,18 @@ IN_DIR = "/work/in"
 OUT_DIR = "/work/out"
 
 
-def _disk(step: str) -> str:
-    return f"{sizing.FIXED_DISK_GIB[step]}Gi"
-
-
-def fixed_resources(step: str, cpu: str, memory: str, limit: str) -> m.ResourceRequirements:
+def fixed_resources(cpu: str, memory: str, limit: str, disk_gib: int) -> m.ResourceRequirements:
+    """What a pod preflight does not size asks for: `cpu` and `memory` (`limit` at most), and `disk_gib` of ephemeral
+    storage (requests = limits), which also caps each of its emptyDirs (`volumes`)."""
     return m.ResourceRequirements(
-        requests={"cpu": cpu, "memory": memory, "ephemeral-storage": _disk(step)},
-        limits={"memory": limit, "ephemeral-storage": _disk(step)},
+        requests={"cpu": cpu, "memory": memory, "ephemeral-storage": f"{disk_gib}Gi"},
+        limits={"memory": limit, "ephemeral-storage": f"{disk_gib}Gi"},
     )
+
+
+def fixed_disk(resources: m.ResourceRequirements) -> str:
+    """The ephemeral storage `fixed_resources` gave a pod (a quantity)."""
+    return resources.limits["ephemeral-storage"].root
 
 
 # The output folder on an emptyDir: Argo's wait container mirrors the volume and uploads an unarchived output from it
@@ -35,15 +37,15 @@ OUTPUT_VOLUME = m.Volume(name="out", empty_dir=m.EmptyDirVolumeSource())
 SCRATCH_VOLUME = m.Volume(name=security.SCRATCH_VOLUME, empty_dir=m.EmptyDirVolumeSource())
 
 
-def volumes(step: str, sized: bool) -> list[m.Volume]:
-    """The pod's emptyDirs (a fixed-size step's capped at its disk, sizing.FIXED_DISK_GIB) and its credential
-    files (optional secret volumes)."""
+def volumes(step: str, disk: str | None) -> list[m.Volume]:
+    """The pod's emptyDirs, each capped at its fixed `disk` (`fixed_disk`; None: sized by preflight's patch), and its
+    credential files (optional secret volumes)."""
     files = [m.Volume.model_validate(v) for v in security.secret_volumes(step)[0]]
-    if sized:
+    if disk is None:
         return [OUTPUT_VOLUME, SCRATCH_VOLUME, *files]
     return [
         *(
-            m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=_disk(step)))
+            m.Volume(name=v.name, empty_dir=m.EmptyDirVolumeSource(size_limit=disk))
             for v in (OUTPUT_VOLUME, SCRATCH_VOLUME)
         ),
         *files,

@@ -21,14 +21,13 @@ templating happens.
 from __future__ import annotations
 
 from hera.workflows import DAG, CronWorkflow, Parameter, Task, WorkflowTemplate
-from hera.workflows import models as m
 
-from steps import sizing
 from steps.pipeline import param
 from steps.promote import PromoteConfig
 from workflows import cron as crons
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
+from workflows.pods import fixed_resources
 
 SCHEDULE = "41 5 * * *"  # daily, before the working day (UTC), off the hour
 STEP = "promote"
@@ -40,11 +39,7 @@ PROMOTE_DEFAULTS = {
     "model-name": param("model-name").cluster,
     **crons.flag_defaults(PromoteConfig, ("action", "hold-days", "min-samples", "margin", "confidence", "reason")),
 }
-DISK = f"{sizing.FIXED_DISK_GIB[STEP]}Gi"
-RESOURCES = m.ResourceRequirements(
-    requests={"cpu": "100m", "memory": "256Mi", "ephemeral-storage": DISK},
-    limits={"memory": "512Mi", "ephemeral-storage": DISK},
-)
+RESOURCES = fixed_resources("100m", "256Mi", "512Mi", disk_gib=1)  # disk: MLflow answers only
 
 
 NAME = "distill-promote"

@@ -24,13 +24,12 @@ import yaml
 from hera.workflows import DAG, CronWorkflow, Parameter, Resource, Task, WorkflowTemplate
 from hera.workflows import models as m
 
-from steps import sizing
 from steps.check_triggers import TriggersConfig
 from steps.pipeline import param
 from workflows import cron as crons
 from workflows.images import DEFAULT as DEFAULT_IMAGES
 from workflows.images import Images
-from workflows.pods import SUBMITTER
+from workflows.pods import SUBMITTER, fixed_resources
 
 SCHEDULE = "17 */6 * * *"  # every 6 hours, off the hour
 TEMPLATE_REF = "distill"
@@ -64,11 +63,7 @@ FROM_CHECK = ("dataset-repo", "dataset-rev")
 FROM_CRON = ("base-model", "base-revision", "model-name", "tracking-uri")
 
 CHECK = "check-triggers"
-DISK = f"{sizing.FIXED_DISK_GIB[CHECK]}Gi"
-RESOURCES = m.ResourceRequirements(
-    requests={"cpu": "250m", "memory": "512Mi", "ephemeral-storage": DISK},
-    limits={"memory": "1Gi", "ephemeral-storage": DISK},
-)
+RESOURCES = fixed_resources("250m", "512Mi", "1Gi", disk_gib=2)  # disk: a clone of the dataset repository, its feedback
 
 
 def retrain_manifest() -> str:

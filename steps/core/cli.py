@@ -162,11 +162,6 @@ def timed(run: Callable[[C], R]) -> Callable[[C], R]:
     return timed_run
 
 
-def config_flags(config_cls: type) -> set[str]:
-    """The parameter names a step accepts (its flags without the leading dashes)."""
-    return {flag(f.name)[2:] for f in dataclasses.fields(config_cls)}
-
-
 def write_result(out_dir: Path, result: Any) -> None:
     """Write `result.json`, and each scalar field as `_outputs/<name>` for Argo's output parameters."""
     data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from steps.core.cli import refuse
 from steps.pipeline import LANES_FILE, fanout_problems, shard_lanes
 
 
@@ -25,9 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallelism", required=True, help="shards running at once (lanes)")
     parser.add_argument("--out", type=Path, required=True, help=f"folder to write {LANES_FILE} into")
     args = parser.parse_args(argv)
-    problems = fanout_problems(args.shards, args.parallelism)
-    if problems:
-        print("evaluate-fanout: " + "; ".join(problems), file=sys.stderr)
+    try:
+        refuse(fanout_problems(args.shards, args.parallelism), "evaluate-fanout")
+    except ValueError as e:
+        print(f"evaluate-fanout: {e}", file=sys.stderr)
         return 1
     lanes = shard_lanes(int(args.shards), int(args.parallelism))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -30,12 +30,13 @@ Disk (ephemeral storage) per pod: the base downloaded from the hub (safetensors 
 step writes (float32 checkpoints for conversion, GGUFs, training checkpoints), its input artifacts, and Argo's copies of
 its output folder (see ARGO_OUTPUT_COPIES).
 
-The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, Kubernetes quantities), `seeds`
+The package, by what each file holds: `cluster` (the CPU node groups, the GPU cards, whole GiB), `seeds`
 (the seed list's bases as shapes), `forecast` (training's wall time and cost), `exports`
 (preflight's output parameter names), `shape` (the base's shape from its config, the run's `Knobs`), `memory` and
 `disk` (each step's terms), `planning` (`plan`, the podSpecPatches and outputs, `check`: what cannot run, and what to
-do), `transfer` (bytes moved per run). What the stages and workflows/ use is re-exported here (`sizing.plan(...)`,
-`sizing.RAY_NODE_GROUPS`); the terms behind it stay in their modules (`sizing.memory.gguf_bytes`).
+do), `transfer` (bytes moved per run). What the stages, workflows/, benchmarks/ and scripts/ use is re-exported
+here (`sizing.plan(...)`, `sizing.RAY_NODE_GROUPS`); the terms behind it, and what only tests read, stay in their
+modules (`sizing.memory.gguf_bytes`; tests/test_layout.py holds the list to its users).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from steps.sizing.cluster import (
     TRAIN_CPU_CPUS,
 )
 from steps.sizing.disk import (
-    FIXED_DISK_GIB,
     RAY_HEAD_DISK_GIB,
 )
 from steps.sizing.exports import (
@@ -58,7 +58,6 @@ from steps.sizing.exports import (
     POD_PATCH_STEPS,
     RAY_THREADS_OUTPUT,
     SIZED_VOLUMES,
-    THREADED_STEPS,
     preflight_exports,
     ray_cpus_output,
     ray_disk_output,
@@ -115,7 +114,6 @@ __all__ = [
     "CPU_MICRO_TOKENS",
     "DEADLINE_S",
     "DISK_INPUT",
-    "FIXED_DISK_GIB",
     "GIB",
     "GPU_OVER_INPUT",
     "MEMORY_INPUT",
@@ -129,7 +127,6 @@ __all__ = [
     "RAY_THREADS_OUTPUT",
     "SIZED_VOLUMES",
     "TAIL_TOKENS",
-    "THREADED_STEPS",
     "TRAIN_CPU_CPUS",
     "Knobs",
     "Micro",

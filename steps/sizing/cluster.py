@@ -84,11 +84,6 @@ def whole_gib(gib: float) -> int:
     return max(1, math.ceil(gib - 1e-9))
 
 
-def quantity(gib: float) -> str:
-    """A Kubernetes quantity in whole GiB, rounded up."""
-    return f"{whole_gib(gib)}Gi"
-
-
 def gpu_over_mib(card_gib: float) -> int:
     """The MiB a GPU card's memory must exceed to hold `card_gib` (Karpenter's label is in MiB; the rule is Gt)."""
     return math.ceil(card_gib * 1024) - 1

@@ -1,5 +1,5 @@
-"""Disk (ephemeral storage): what each step's pod downloads and writes, and Argo's copies of its output; the fixed
-disk of the pods preflight does not size."""
+"""Disk (ephemeral storage): what each sized step's pod downloads and writes, and Argo's copies of its output. The
+pods preflight does not size ask for a fixed disk beside their CPU and memory (workflows/deploy.py)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,6 @@ from steps.sizing.cluster import GIB
 from steps.sizing.memory import gguf_bytes
 from steps.sizing.shape import Knobs, Shape
 
-# Disk of the pods preflight does not size (GiB, requests = limits): small, whatever the base model.
-FIXED_DISK_GIB = {
-    "check-parameters": 1,  # reads parameters only
-    "evaluate-fanout": 1,  # writes the list of evaluate's shards
-    "preflight": 2,  # the base's config and tokenizer, a vocabulary-only GGUF for the tokenizer probe
-    "fetch-dataset": 4,  # the dataset's JSONL files (text) and the git clone DVC reads them through
-    "propose": 1,  # MLflow answers only
-    "kd-targets": 4,  # the train split, the base's tokenizer, the sidecar; the default teacher's GGUF is in the image
-    "push-adapter": 4,  # the adapter's files (LoRA: tens to hundreds of MB), a one-branch depth-1 clone, the card
-    "check-triggers": 2,  # a clone of the dataset repository and its feedback file
-    # build-dataset's steps
-    "ingest": 8,  # the documents downloaded from the S3 prefix (PDFs) and their extracted text
-    "feedback": 1,  # the feedback file and its merged rows
-    "teacher": 4,  # the chunks, the answers and the cache's copies; the open-weights teacher's GGUF is in the image
-    "filter-split": 2,  # the rows, twice (kept and dropped)
-    "publish": 4,  # a clone of the dataset repository, the split files and DVC's cache of them
-    "promote": 1,  # MLflow answers only
-}
 # The Ray head: the driver (tokenizer, the run's dataset) and Ray's session folder; no model, no checkpoints.
 RAY_HEAD_DISK_GIB = 4
 # Ephemeral storage besides the model files: logs, Python caches, the tokenizer, the dataset, small outputs.

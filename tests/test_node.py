@@ -558,15 +558,23 @@ def step_pods(wf: dict, template: str) -> list[dict]:
 
 
 def fetch_output(endpoint: str, bucket: str, pod: dict, name: str, into: Path) -> Path:
-    """Output artifact `name` of a finished pod node, fetched from the node's S3 as Argo's `wait` stored it (a .tgz
-    unpacked into `into`, else the one object) and returned as the folder/file it was in the pod."""
+    """Output artifact `name` of a finished pod node, fetched from the node's S3 as Argo's `wait` stored it — an
+    unarchived folder (one object per file under its key), a .tgz (unpacked) or one object — and returned as the
+    folder or file it was in the pod, under `into`."""
     import tarfile
 
     (art,) = [a for a in pod["outputs"]["artifacts"] if a["name"] == name]
     key = art["s3"]["key"]
+    s3 = s3_client(endpoint)
     into.mkdir(parents=True, exist_ok=True)
     local = into / Path(key).name
-    s3_client(endpoint).download_file(bucket, key, str(local))
+    files = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{key}/").get("Contents", [])]
+    for k in files:
+        (local / k[len(key) + 1 :]).parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, k, str(local / k[len(key) + 1 :]))
+    if files:
+        return local
+    s3.download_file(bucket, key, str(local))
     if key.endswith(".tgz"):
         with tarfile.open(local) as tar:
             tar.extractall(into, filter="data")
@@ -590,9 +598,14 @@ def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
     tmp_path_factory: pytest.TempPathFactory,
 ):
     """The spot reclaim, on the cpu backend: once train-cpu has sealed a checkpoint in S3 its pod is deleted with no
-    grace (`kubectl delete --force --grace-period=0`, as when its node is gone); Argo retries the step (its retry
-    strategy), the new pod finds the run's checkpoints under `runs/<uid>/checkpoints/` and resumes there, the workflow
-    Succeeds, and the adapter equals the uninterrupted run's (`cpu_distill`) within the local resume test's 1e-6."""
+    grace (`kubectl delete --force --grace-period=0`, as when its node is gone); Argo runs the step again, the new pod
+    finds the run's checkpoints under `runs/<uid>/checkpoints/` and resumes there, the workflow Succeeds, and the
+    adapter equals the uninterrupted run's (`cpu_distill`) within the local resume test's 1e-6.
+
+    How Argo v4.0.5 runs it again, seen on the node: the controller marks the node Error ("pod deleted") and then
+    creates the pod again under the same node and pod name (`train-cpu(0)`), which ends Succeeded: no second attempt
+    node. So the test reads the re-run from the step's own log (archived to S3 by the executor), not from the
+    attempts' count."""
     plane = real_node.plane
     endpoint, bucket = node_s3
     s3 = s3_client(endpoint)
@@ -627,16 +640,19 @@ def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
     assert reclaimed, "train-cpu never sealed a checkpoint while its pod ran: nothing was reclaimed"
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
     attempts = step_pods(wf, "train-cpu")
-    print(f"train-cpu attempts: {[(a['phase'], a.get('message')) for a in attempts]}")
-    assert len(attempts) == 2 and attempts[0]["phase"] in ("Failed", "Error"), attempts
+    print(f"train-cpu attempts: {[(a['name'], a['phase'], a.get('message')) for a in attempts]}")
+    assert attempts[-1]["phase"] == "Succeeded", attempts
+    marks = ('msg="marking node as error"', 'error="pod deleted"', f"nodeName={RECLAIM_RUN}.train-cpu")
+    controller = plane.log_tail("workflow-controller", 10**8).splitlines()  # its fields come in any order
+    assert any(all(m in line for m in marks) for line in controller), "the controller never saw train-cpu's pod go"
     work = tmp_path_factory.mktemp("reclaim")
-    log = fetch_output(endpoint, bucket, attempts[1], "main-logs", work / "log").read_text()
+    log = fetch_output(endpoint, bucket, attempts[-1], "main-logs", work / "log").read_text()
     first = min(int(k.rsplit("/", 2)[-2].removeprefix("step-")) for k in reclaimed["sealed"])
     resumed = re.search(r"resuming at step (\d+)/(\d+)", log)
     assert resumed and int(resumed[1]) >= first, log[-3000:]
     print(f"resumed at step {resumed[1]}/{resumed[2]} (first sealed: {first})")
     (whole,) = step_pods(cpu_distill, "train-cpu")
-    assert_same_adapter(fetch_output(endpoint, bucket, attempts[1], "adapter", work / "resumed"),
+    assert_same_adapter(fetch_output(endpoint, bucket, attempts[-1], "adapter", work / "resumed"),
                         fetch_output(endpoint, bucket, whole, "adapter", work / "whole"), atol=1e-6)  # fmt: skip
 
 

@@ -26,6 +26,10 @@ Each shard signs its answers with a key of its own (`SHARD`: the Secret `distill
 pods only), and the gather verifies every shard with its public half before reading a line of it, and signs no
 decision over answers it could not verify. A separate key, because a shard runs llama.cpp on GGUFs other roles write:
 what takes over a shard can sign answers, never a decision. See docs/security.md ("Threat model").
+
+Bound to the run: a record signed in an earlier run verifies as well as this run's. Shards and decision carry the run
+they were made in (`RUN`, evaluate's `--run-id`: on Argo the workflow uid, which the template writes), and every
+reader holds it to its own (`check_run`).
 """
 
 from __future__ import annotations
@@ -208,6 +212,26 @@ def checked(record: dict[str, Any], public_key_file: str, where: str, signer: Si
     else:
         print(f"{where}: {signer.what} is not authenticated (no {signer.verify_flag}: a local run)")
     return record
+
+
+RUN = "run"  # in shard.json and decision.json: the Argo workflow uid they were made in ('' in a local run)
+
+
+def check_run(record: dict[str, Any], run_id: str, where: str, required: bool) -> None:
+    """Refuse a record (a shard's answers, a decision) made in another run than `run_id`, the workflow uid the
+    template gave this step, which no other step can rewrite: a record signed in an earlier run verifies as well as
+    this run's, and the run's prefix is written by every step (issue 37: a replayed set). `required` (the record was
+    authenticated): one that names no run (written by an older evaluate) is refused too. No `run_id`: a local run,
+    nothing to bind to."""
+    got = str(record.get(RUN) or "")
+    if not run_id or got == run_id or (not got and not required):
+        return
+    made_in = f"run {got}" if got else "no run (an older evaluate)"
+    raise VerdictError(
+        f"{where}: made in {made_in}, but this is run {run_id}: a record replayed from another run verifies as well "
+        "as this run's own. Refusing it; find what writes to the run's prefix, then run the pipeline again from "
+        "evaluate"
+    )
 
 
 def candidate_sha256(decision: dict[str, Any], where: str) -> str:

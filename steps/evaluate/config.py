@@ -144,6 +144,14 @@ class EvaluateConfig:
             "whatever this says); empty and none mounted: the shards' answers are not authenticated (a local run)"
         },
     )
+    run_id: str = field(
+        default="",
+        metadata={
+            "help": "the run this evaluation belongs to (on Argo the workflow uid, which no step can rewrite): a shard "
+            "signs it into shard.json, the gather refuses a shard of another run and writes it into decision.json, "
+            "where register and propose hold it to their own; empty: a local run, nothing to bind to"
+        },
+    )
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={

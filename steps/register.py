@@ -20,13 +20,15 @@ The hash chain (steps/core/chain.py): the step refuses a decision evaluate did n
 of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not the one
 that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what the gate
 judged, and the version's `eval.decision` is the signed verdict's; a signed decision made in another run (its `run`,
-evaluate's `--run-id`, is not this step's: one replayed into the run's prefix) is refused too. The base the gate judged
-is pinned: a candidate judged against another base GGUF than earlier versions on the same base model, revision and
-quantization is refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the
-version). After the upload it reads the logged model back from the artifact store, checks that every file is the one it
-uploaded (the GGUF, the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that nothing was
-added (a planted `.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`): serve, the
-pyfunc loader (`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
+evaluate's `--run-id`, is not this step's: one replayed into the run's prefix) is refused too, and so is an evaluation
+folder whose files (the scores tagged, the metrics and reports logged) are not the ones the decision records. The base
+the gate judged is pinned: a candidate judged against another base GGUF than earlier versions on the same base model,
+revision and quantization is refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded
+on the version). After the upload it reads the logged model back from the artifact store, checks that every file is the
+one it uploaded (the GGUF, the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that
+nothing was added (a planted `.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`):
+serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer
+hash to it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -558,7 +560,10 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     # Read once, verified, then used for every check and tag: the file lies in a prefix other roles write.
     where = f"{cfg.evaluation}/decision.json"
     decision = verdict.checked(read_json(Path(where)), cfg.verify_key, where)
-    verdict.check_run(decision, cfg.run_id, where, required=bool(verdict.verify_key_in_use(cfg.verify_key)))
+    authenticated = bool(verdict.verify_key_in_use(cfg.verify_key))
+    verdict.check_run(decision, cfg.run_id, where, required=authenticated)
+    # The scores tagged and the reports logged below are read from beside it: only as evaluate wrote them.
+    verdict.check_outputs(decision, Path(cfg.evaluation), where, required=authenticated)
     check_measured_serving(cfg, decision)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]

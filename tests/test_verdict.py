@@ -255,6 +255,32 @@ def test_a_decision_replayed_from_another_run_is_not_registered_or_proposed(tmp_
     assert proposal(earlier, tmp_path / "earlier/reg", uri, public, "wf-earlier").proposed
 
 
+def test_scores_rewritten_beside_a_signed_decision_are_not_recorded(tmp_path, monkeypatch, uri, keys):
+    # register tags the version's scores from evaluate's result.json and logs metrics.json and the reports, all beside
+    # the signed decision in the run's prefix: rewritten there, they went onto the version as evaluate's (check-triggers
+    # takes the champion's eval.rougeL as its baseline). The decision records every file beside it (`outputs`).
+    from mlflow import MlflowClient
+
+    private, public = keys
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private, "wf-scores")
+    assert verdict.OUTPUTS in decision_of(outputs) and "result.json" in decision_of(outputs)[verdict.OUTPUTS]
+    evaluation = outputs["evaluation"]
+    honest = read_json(evaluation / "result.json")
+    write_json(evaluation / "result.json", {**honest, "rouge_l_candidate": 0.99, "hijack_rate_candidate": 0.0})
+    with pytest.raises(verdict.VerdictError, match=r"result\.json: sha256 .*changed after evaluate signed") as e:
+        registered(outputs, tmp_path, uri, "wf-scores", public)
+    assert f"{evaluation}: not the files evaluate wrote" in str(e.value)
+    assert not (tmp_path / "reg").exists()
+    write_json(evaluation / "result.json", honest)
+    (evaluation / "notes.html").write_text("<script>planted beside the reports</script>")
+    with pytest.raises(verdict.VerdictError, match=r"notes\.html: not in the recorded manifest \(added\)"):
+        registered(outputs, tmp_path, uri, "wf-scores", public)
+    (evaluation / "notes.html").unlink()
+    reg = registered(outputs, tmp_path, uri, "wf-scores", public)
+    tags = MlflowClient(tracking_uri=uri).get_model_version("verdict-model", reg.model_version).tags
+    assert tags["eval.rougeL"] == str(honest["rouge_l_candidate"]) != "0.99"
+
+
 def test_the_honest_run_is_registered_and_proposed(tmp_path, monkeypatch, uri, keys):
     from mlflow import MlflowClient
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from steps.core.chain import JUDGED, SHA256_TAG, ChainError
+from steps.core.chain import JUDGED, SHA256_TAG, ChainError, manifest, manifest_problems
 
 SIGNATURE = "signature"  # the signed record's field holding the signature
 ALGORITHM = "ed25519"
@@ -232,6 +232,37 @@ def check_run(record: dict[str, Any], run_id: str, where: str, required: bool) -
         "as this run's own. Refusing it; find what writes to the run's prefix, then run the pipeline again from "
         "evaluate"
     )
+
+
+DECISION_FILE = "decision.json"
+OUTPUTS = "outputs"  # in decision.json: every other file evaluate wrote beside it, with its sha256 (chain.manifest)
+
+
+def outputs_record(folder: Path) -> dict[str, str]:
+    """What a decision records of the folder it is written into: every file but itself, with its sha256."""
+    return {path: sha for path, sha in manifest(folder).items() if path != DECISION_FILE}
+
+
+def check_outputs(decision: dict[str, Any], folder: Path, where: str, required: bool) -> None:
+    """Refuse an evaluation folder whose files are not the ones the decision records (`OUTPUTS`): the scores register
+    tags on the version (result.json), the metrics it logs (metrics.json) and the reports travel beside the signed
+    decision through a prefix every step writes. `required` (the decision was authenticated): a decision that records
+    none (an older evaluate's) is refused too; otherwise there is nothing to check against."""
+    recorded = decision.get(OUTPUTS)
+    if recorded is None:
+        if required:
+            raise VerdictError(
+                f"{where} records no {OUTPUTS} (written by an older evaluate): the scores and reports beside it cannot "
+                "be told from rewritten ones. Refusing it; run evaluate again"
+            )
+        return
+    problems = manifest_problems(recorded, outputs_record(folder))
+    if problems:
+        raise VerdictError(
+            f"{folder}: not the files evaluate wrote beside {where} ({'; '.join(problems)}): the scores, metrics or "
+            "reports were changed after evaluate signed the decision. Refusing it; find what writes to the run's "
+            "prefix, then run the pipeline again from evaluate"
+        )
 
 
 def candidate_sha256(decision: dict[str, Any], where: str) -> str:

@@ -273,8 +273,6 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         decision = decision_record(passed, checks, champion, parity, characteristics)
         decision[chain.JUDGED] = judged_files  # what the verdict is about, byte for byte (steps/core/chain.py)
         decision[verdict.RUN] = cfg.run_id  # and in which run: register and propose refuse another run's decision
-        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
-            decision = verdict.sign(decision, cfg.signing_key)
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",
@@ -290,11 +288,15 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         )
         shutil.rmtree(out / "_champion", ignore_errors=True)
         write_json(out / "metrics.json", {"aggregate": metrics, "per_example": scored, "adversarial": judged})
-        write_json(out / "decision.json", decision)
         (out / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations))
         write_plots(out, scored, judged, metrics)
         (out / "report.md").write_text(report_markdown(metrics, passed, checks, champion.note, characteristics))
         write_result(out, result)
+        # Last, over every file beside it: register tags the scores and logs the reports only as written here.
+        decision[verdict.OUTPUTS] = verdict.outputs_record(out)
+        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
+            decision = verdict.sign(decision, cfg.signing_key)
+        write_json(out / verdict.DECISION_FILE, decision)
     return result
 
 

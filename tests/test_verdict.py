@@ -321,6 +321,46 @@ def test_a_candidate_judged_against_another_base_gguf_is_not_registered(tmp_path
     assert tags[register.BASE_ACCEPTED_TAG] == "test: llama.cpp's converter upgraded"
 
 
+def cached_base(outputs: dict[str, Path], location: str) -> None:
+    """convert-gguf's parity.json as it writes it when the base's conversion came from `location` (a cache hit)."""
+    parity = read_json(outputs["gguf"] / "parity.json")
+    write_json(outputs["gguf"] / "parity.json",
+               {**parity, "base": {"cache": {"hit": True, "key": "k1", "location": location}}})  # fmt: skip
+
+
+def test_the_first_pin_of_a_base_is_not_taken_from_the_shared_cache(tmp_path, monkeypatch, uri, keys):
+    # The pin above trusts its first use: a weaker base GGUF put into cache/base-gguf (the steps role's, keyed by
+    # public facts: the base's files, llama.cpp's version) before the first run on a base revision was pinned as the
+    # base. The first pin must now come from a conversion made in its run, from the hub at base-revision.
+    from mlflow import MlflowClient
+
+    private, public = keys
+    shared = "s3://distillery-artifacts/cache/base-gguf"
+    first = evaluated(tmp_path / "first", monkeypatch, BETTER, private, "wf-first")
+    cached_base(first, shared)
+    with pytest.raises(chain.ChainError, match="took this run's from the shared cache s3://") as refused:
+        registered(first, tmp_path / "first", uri, "wf-first", public)
+    assert f"{shared}/k1" in str(refused.value) and "base_model.revision=" in str(refused.value)
+    client = MlflowClient(tracking_uri=uri)
+    assert client.search_model_versions("name = 'verdict-model'") == []
+    # A cache of this machine's own (a local run's folder) is no other role's: the first pin may come from it.
+    cached_base(first, str(tmp_path / ".cache/base-gguf"))
+    pinned = registered(first, tmp_path / "first", uri, "wf-first", public)
+    # Once pinned, the shared cache may serve the same base: the pin holds it to these bytes.
+    later = evaluated(tmp_path / "later", monkeypatch, BETTER, private, "wf-later")
+    cached_base(later, shared)
+    assert registered(later, tmp_path / "later", uri, "wf-later", public).model_version != pinned.model_version
+    # On another revision the first pin is again a first use; a person may accept the cached file, recorded.
+    other = evaluated(tmp_path / "other", monkeypatch, BETTER, private, "wf-other")
+    cached_base(other, shared)
+    with pytest.raises(chain.ChainError, match="took this run's from the shared cache"):
+        registered(other, tmp_path / "other", uri, "wf-other", public, base_revision="e" * 40)
+    accepted = registered(other, tmp_path / "other", uri, "wf-other", public, base_revision="e" * 40,
+                          accept_new_base="test: cache checked by hand")  # fmt: skip
+    tags = client.get_model_version("verdict-model", accepted.model_version).tags
+    assert tags[register.BASE_ACCEPTED_TAG] == "test: cache checked by hand"
+
+
 def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only():
     # The templates, rendered: the gather signs, register and propose verify; no other step gets either key.
     import yaml

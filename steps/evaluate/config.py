@@ -10,7 +10,7 @@ from pathlib import Path
 from steps.contract.prompting import MAX_SUMMARY_WORDS
 from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.cli import flag
-from steps.core.io import is_uri
+from steps.core.io import is_shared_store
 from steps.core.registry import MODEL_NAME
 
 
@@ -228,7 +228,7 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard-verify-key without --gather: only the gather step reads shards' answers")
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
-    if cfg.generation_cache and is_uri(cfg.generation_cache) and not cfg.generation_cache.startswith("file://"):
+    if cfg.generation_cache and is_shared_store(cfg.generation_cache):
         problems.append(
             f"--generation-cache {cfg.generation_cache}: a shared store is written by roles other than evaluate, and "
             "kept generations decide the comparison (weak pre-written answers for a rival, strong ones for the "

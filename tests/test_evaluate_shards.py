@@ -87,8 +87,12 @@ def test_a_shared_generation_cache_is_refused(world, tmp_path: Path, monkeypatch
 # --- the shards' answers, signed: the gather decides only on what the shards wrote ----------------------------------
 
 
+RUN = "wf-this-run"  # the workflow uid the cluster gives the shards and the gather alike
+
+
 def signed_shards(world, root: Path, monkeypatch: pytest.MonkeyPatch, shard_key: str, k: int = 3,
                   **cfg) -> list[Path]:  # fmt: skip
+    cfg.setdefault("run_id", RUN)
     dataset, gguf = world
     shards = [root / f"shard-{i}" for i in range(k)]
     for i, folder in enumerate(shards):
@@ -99,6 +103,7 @@ def signed_shards(world, root: Path, monkeypatch: pytest.MonkeyPatch, shard_key:
 
 
 def gather(world, out: Path, monkeypatch: pytest.MonkeyPatch, shards: list[Path], **cfg) -> evaluate.EvaluateResult:
+    cfg.setdefault("run_id", RUN)
     dataset, gguf = world
     return evaluate_canned(monkeypatch, dataset, gguf, out, ANSWERS, accept_inconclusive_safety=OVERRIDE,
                            gather=",".join(str(s) for s in shards), **cfg)  # fmt: skip
@@ -170,6 +175,23 @@ def test_a_shard_set_replayed_from_another_run_is_refused_by_the_gather(world, t
     assert decision[verdict.RUN] == "wf-now"
 
 
+def test_a_signed_record_names_its_run_and_an_authenticated_one_needs_a_run_to_be_held_to(
+    world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The run binding above holds only where every signer and verifier is given the run: a template that lost its
+    # --run-id would sign records any later run accepts, and verify any earlier run's. Both stop at once instead.
+    dataset, gguf = world
+    for signing in ({"shard": "0/2", "shard_signing_key": "/k"}, {"signing_key": "/k"}):
+        flag = next(iter(k for k in signing if k.endswith("key"))).replace("_", "-")
+        with pytest.raises(ValueError, match=f"--{flag} without --run-id"):
+            evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **signing)
+    (private, public) = make_keys(tmp_path / "k")
+    shards = signed_shards(world, tmp_path, monkeypatch, private, k=2)
+    with pytest.raises(verdict.VerdictError, match="authenticated, but this step was given no --run-id"):
+        gather(world, tmp_path / "g", monkeypatch, shards, shard_verify_key=public, run_id="")
+    assert not (tmp_path / "g").exists()
+
+
 def test_the_gather_signs_no_decision_over_shards_it_cannot_verify(world, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch):  # fmt: skip
     private, _ = make_keys(tmp_path / "k")
@@ -196,7 +218,7 @@ def test_the_shard_keys_belong_to_the_shards_and_the_gather(world, tmp_path: Pat
         with pytest.raises(ValueError, match=match):
             evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **bad)
     with pytest.raises(verdict.VerdictError, match="distillery-shard-key"):  # a missing key stops the shard at once
-        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2",
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2", run_id=RUN,
                         shard_signing_key=str(tmp_path / "absent"))  # fmt: skip
 
 

@@ -252,6 +252,9 @@ def test_a_decision_replayed_from_another_run_is_not_registered_or_proposed(tmp_
     write_json(now["evaluation"] / "decision.json", verdict.sign(no_run, private))
     with pytest.raises(verdict.VerdictError, match="made in no run"):
         proposal(now, tmp_path / "now/reg", uri, public, "wf-now")
+    # And a step that verifies but was given no run to hold the decision to refuses it, whatever run it names.
+    with pytest.raises(verdict.VerdictError, match="authenticated, but this step was given no --run-id"):
+        proposal(earlier, tmp_path / "earlier/reg", uri, public, "")
     assert proposal(earlier, tmp_path / "earlier/reg", uri, public, "wf-earlier").proposed
 
 

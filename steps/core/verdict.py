@@ -221,9 +221,14 @@ def check_run(record: dict[str, Any], run_id: str, where: str, required: bool) -
     """Refuse a record (a shard's answers, a decision) made in another run than `run_id`, the workflow uid the
     template gave this step, which no other step can rewrite: a record signed in an earlier run verifies as well as
     this run's, and the run's prefix is written by every step (issue 37: a replayed set). `required` (the record was
-    authenticated): one that names no run (written by an older evaluate) is refused too. No `run_id`: a local run,
-    nothing to bind to."""
+    authenticated): one that names no run (written by an older evaluate) is refused too, and so is any when this step
+    has no `run_id` to hold it to. Not authenticated and no `run_id`: a local run, nothing to bind to."""
     got = str(record.get(RUN) or "")
+    if required and not run_id:
+        raise VerdictError(
+            f"{where}: authenticated, but this step was given no --run-id: it cannot tell this run's record from an "
+            "earlier run's copy. Refusing it; give the run's id (on Argo: --run-id {{workflow.uid}})"
+        )
     if not run_id or got == run_id or (not got and not required):
         return
     made_in = f"run {got}" if got else "no run (an older evaluate)"

@@ -226,6 +226,12 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard-signing-key without --shard: only a shard signs its answers with the shard key")
     if cfg.shard_verify_key and not cfg.gather:
         problems.append("--shard-verify-key without --gather: only the gather step reads shards' answers")
+    for name in ("signing_key", "shard_signing_key"):
+        if getattr(cfg, name) and not cfg.run_id:
+            problems.append(
+                f"{flag(name)} without --run-id: a signed record names the run it was made in, or a copy signed in "
+                "an earlier run verifies as this run's (on Argo: --run-id {{workflow.uid}})"
+            )
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
     if cfg.generation_cache and is_shared_store(cfg.generation_cache):

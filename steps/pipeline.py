@@ -337,6 +337,7 @@ STAGES: tuple[Stage, ...] = (
         inputs=("dataset", "gguf"),
         exports=("decision",),
         after=("preflight",),  # sized by its plan
+        run_id=True,  # the shards and the gather bind their signed records to the run (steps/core/verdict.py RUN)
         help="base, champion and candidate GGUF on eval + adversarial sets; the gate",
     ),
     Stage(
@@ -367,6 +368,7 @@ STAGES: tuple[Stage, ...] = (
         params=("tracking-uri",),
         inputs=("registration", "evaluation"),
         exports=("proposed",),
+        run_id=True,  # refuses a decision from another run
         help="set the challenger alias iff the gate passed",
     ),
     Stage(

@@ -7,10 +7,11 @@ Whether the candidate beats the base and the champion is decided in one place, e
 for ROUGE-L and the Holm-corrected paired exact tests with margins of its safety gate); this step only acts on that
 decision (`decision.json`), and only when it is evaluate's own (signed: `--verify-key`, steps/core/verdict.py) and about
 this version (the candidate it judged hashes to the version's `gguf.sha256`, and the version's `eval.decision`, which
-register recorded from the verified decision, agrees). It proposes when the gate passed and the champion the gate
-compared against (`champion_version`, null when there was none) is still the registry's `champion`. When the champion
-has moved since the evaluation (promoted, replaced or removed), or the evaluation ran without the registry's champion,
-the decision is about another rival: not proposed, and the reasons say "re-evaluate".
+register recorded from the verified decision, agrees) and from this run (`--run-id`, the workflow uid: another run's
+decision and result.json replayed into the run's prefix are refused). It proposes when the gate passed and the champion
+the gate compared against (`champion_version`, null when there was none) is still the registry's `champion`. When the
+champion has moved since the evaluation (promoted, replaced or removed), or the evaluation ran without the registry's
+champion, the decision is about another rival: not proposed, and the reasons say "re-evaluate".
 
 When it proposes, it tags the version `challenger.since` (UTC, RFC 3339): promote's hold counts from it. A retry that
 finds the alias already on this version keeps the first time.
@@ -51,6 +52,13 @@ class ProposeConfig(MlflowSettings):
         metadata={
             "help": "Ed25519 public key (PEM) evaluate's decision.json must be signed with (steps/core/verdict.py; on "
             "the cluster the Secret distillery-verdict-public); empty: unauthenticated, for a local run"
+        },
+    )
+    run_id: str = field(
+        default="",
+        metadata={
+            "help": "the run this proposal belongs to (on Argo the workflow uid): a decision made in another run is "
+            "refused (one replayed into the run's prefix with its result.json); empty: a local run"
         },
     )
 
@@ -114,6 +122,7 @@ def _propose(cfg: ProposeConfig) -> ProposeResult:
     reg = read_json(Path(cfg.registration) / "result.json")
     where = f"{cfg.evaluation}/decision.json"
     decision = verdicts.checked(read_json(Path(where)), cfg.verify_key, where)
+    verdicts.check_run(decision, cfg.run_id, where, required=bool(verdicts.verify_key_in_use(cfg.verify_key)))
     client = MlflowClient(tracking_uri=uri)
     name, version = reg["model_name"], str(reg["model_version"])
     # Both files lie in a prefix other roles write: the version register's result.json names is believed only when

@@ -18,7 +18,9 @@ backend and device, git sha, quantisation, the GGUF's sha256: the version's tags
 them), the offline scores (ROUGE-L against the base, hijack
 rate, the gate's decision), GGUF parity, and where the dataset's data card is (`<dataset path>/card.md` at the
 dataset commit, written by build-dataset's publish step). Every file is a function of those inputs, with nothing
-time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed.
+time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed. The card's
+decision, scores and dataset are read from the run's folders, which every step's role writes: the step refuses to push
+when one differs from the tag register recorded it under on the version (`check_card_facts`).
 
 The token: the file `--token-file` names (on Argo the optional Secret `distillery-gitea`, key `token`, mounted
 read-only: workflows/security.py), else `GITEA_TOKEN`; sent as HTTP basic auth (`GITEA_USERNAME`, default
@@ -220,6 +222,31 @@ def recorded_lineage(cfg: PushConfig, reg: dict) -> dict[str, str]:
     return {k: v for k, v in sorted(version.tags.items()) if not k.startswith(("serving.", "promotion.", "online."))}
 
 
+# The card's facts read from the run's folders, each beside the version tag register recorded it under.
+CARD_FACTS = {
+    "eval.decision": lambda result, decision, lineage: "pass" if decision.get("passed") is True else "fail",
+    "eval.rougeL": lambda result, decision, lineage: str(result.get("rouge_l_candidate")),
+    "eval.rougeL_base": lambda result, decision, lineage: str(result.get("rouge_l_base")),
+    "eval.hijack_rate": lambda result, decision, lineage: str(result.get("hijack_rate_candidate")),
+    **{f"dataset.{k}": (lambda result, decision, lineage, k=k: str(lineage.get(f"dataset_{k}")))
+       for k in ("repo", "rev", "commit", "path", "hash")},
+}  # fmt: skip
+
+
+def check_card_facts(reg: dict, result: dict, decision: dict, lineage: dict) -> None:
+    """Refuse a card whose decision, scores or dataset (read from the run's folders, which every step's role writes)
+    differ from what register recorded on the version (its tags, in the registry), naming each."""
+    tags = reg["lineage"]
+    differ = [f"{tag}: folder {fact(result, decision, lineage)!r}, registry {tags.get(tag)!r}"
+              for tag, fact in CARD_FACTS.items() if fact(result, decision, lineage) != tags.get(tag)]  # fmt: skip
+    if differ:
+        raise PushError(
+            f"the run's folders say other things than register recorded on models:/{reg['model_name']}/"
+            f"{reg['model_version']} ({'; '.join(differ)}): they were changed after register. Refusing to push a card "
+            "that disagrees with the registry; run the pipeline again from evaluate"
+        )
+
+
 @timed
 def run(cfg: PushConfig) -> PushResult:
     if not PUSH_ON.holds(cfg.adapter_repo):  # the local run without a repository: nothing to push, and it says so
@@ -234,13 +261,10 @@ def run(cfg: PushConfig) -> PushResult:
     with environment(cfg.http_env()):
         reg["lineage"] = recorded_lineage(cfg, reg)
     lineage = read_json(Path(cfg.dataset) / "lineage.json")
-    card = model_card(
-        reg,
-        lineage,
-        read_json(Path(cfg.evaluation) / "result.json"),
-        read_json(Path(cfg.evaluation) / "decision.json"),
-        read_json(Path(cfg.gguf) / "parity.json"),
-    )
+    result = read_json(Path(cfg.evaluation) / "result.json")
+    decision = read_json(Path(cfg.evaluation) / "decision.json")
+    check_card_facts(reg, result, decision, lineage)
+    card = model_card(reg, lineage, result, decision, read_json(Path(cfg.gguf) / "parity.json"))
     folder = f"{reg['model_name']}/v{reg['model_version']}"
     token = read_token(cfg.token_file)
     env = auth_env(cfg.adapter_repo, token)

@@ -16,16 +16,20 @@ Write-once: files logged straight to S3 (`s3://` artifact URIs) are created with
 (steps/core/write_once.py): nothing already in MLflow's artifact store is ever replaced, and the bucket refuses any
 write there without the header. Each attempt logs into a new MLflow run, so a retry never writes an existing key.
 
-The hash chain (steps/core/chain.py): the step refuses a decision evaluate did not sign (`--verify-key`, the public
-half of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not
-the one that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what
-the gate judged, and the version's `eval.decision` is the signed verdict's. The base the gate judged is pinned: a
-candidate judged against another base GGUF than earlier versions on the same base model, revision and quantization is
-refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded on the version). After the
-upload it reads the logged model back from the artifact store, checks that every file is the one it uploaded (the GGUF,
-the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that nothing was added (a planted
-`.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`): serve, the pyfunc loader
-(`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer hash to it.
+The hash chain (steps/core/chain.py): the step refuses a decision evaluate did not sign (`--verify-key`, the public half
+of the key only evaluate's deciding step holds: steps/core/verdict.py) and a candidate GGUF whose sha256 is not the one
+that decision records for the candidate it judged (`files.candidate.sha256`), so what is registered is what the gate
+judged, and the version's `eval.decision` is the signed verdict's; a signed decision made in another run (its `run`,
+evaluate's `--run-id`, is not this step's: one replayed into the run's prefix) is refused too, and so is an evaluation
+folder whose files (the scores tagged, the metrics and reports logged) are not the ones the decision records. The base
+the gate judged is pinned: a candidate judged against another base GGUF than earlier versions on the same base model,
+revision and quantization is refused (`check_base_pin`; `--accept-new-base` for a deliberate conversion change, recorded
+on the version), and the first pin on a base is never a file convert-gguf took from the shared cache
+(`check_first_base`). After the upload it reads the logged model back from the artifact store, checks that every file is
+the one it uploaded (the GGUF, the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that
+nothing was added (a planted `.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`):
+serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer
+hash to it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -58,7 +62,7 @@ from steps.core import chain, verdict, write_once
 from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, refuse, timed, write_result
 from steps.core.defaults import BASE_MODEL, BASE_REVISION
-from steps.core.io import atomic_dir, environment, git_sha, read_json, sha256_file
+from steps.core.io import atomic_dir, environment, git_sha, is_shared_store, read_json, sha256_file
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
     MlflowSettings,
@@ -262,21 +266,52 @@ def check_base_pin(client: Any, cfg: RegisterConfig, tags: dict[str, str]) -> No
         print(f"register: {cfg.evaluation}/decision.json records no base it judged; the base pin is not checked")
         return
     pin = {k: tags[k] for k in BASE_PIN_TAGS}
-    for v in sorted(client.search_model_versions(f"name = '{cfg.model_name}'"), key=lambda v: int(v.version)):
-        earlier = v.tags.get(BASE_SHA256_TAG)
-        if not earlier or earlier == judged or any(v.tags.get(k) != pin[k] for k in pin):
+    versions = sorted(client.search_model_versions(f"name = '{cfg.model_name}'"), key=lambda v: int(v.version))
+    pinned = [v for v in versions if v.tags.get(BASE_SHA256_TAG) and all(v.tags.get(k) == pin[k] for k in pin)]
+    if not pinned:
+        check_first_base(cfg, pin)
+    for v in pinned:
+        earlier = v.tags[BASE_SHA256_TAG]
+        if earlier == judged:
             continue
-        if cfg.accept_new_base:
-            print(f"register: base GGUF {judged} differs from version {v.version}'s {earlier} on {pin}; accepted: "
-                  f"{cfg.accept_new_base}")  # fmt: skip
-            return
-        raise chain.ChainError(
+        _accept_or_refuse(
+            cfg,
+            f"base GGUF {judged} differs from version {v.version}'s {earlier} on {pin}",
             f"the gate judged the candidate against a base GGUF with sha256 {judged}, but version {v.version} of "
             f"{cfg.model_name}, on the same base ({', '.join(f'{k}={x}' for k, x in pin.items())}), was judged "
             f"against {earlier}: the base's file changed (its cache or convert-gguf's folder are written by the "
             "steps role). Refusing it: clear cache/base-gguf and run the pipeline again from convert-gguf; if the "
-            "conversion changed on purpose (a new llama.cpp converter), pass --accept-new-base '<who>: <why>'"
+            "conversion changed on purpose (a new llama.cpp converter), pass --accept-new-base '<who>: <why>'",
         )
+        return
+
+
+def _accept_or_refuse(cfg: RegisterConfig, change: str, refusal: str) -> None:
+    """A change of the pinned base: let through, said, when a person accepted it (`--accept-new-base`), else refused."""
+    if not cfg.accept_new_base:
+        raise chain.ChainError(refusal)
+    print(f"register: {change}; accepted: {cfg.accept_new_base}")
+
+
+def check_first_base(cfg: RegisterConfig, pin: dict[str, str]) -> None:
+    """The first version on a base model, revision and quantization pins the base's GGUF: refuse to pin one that
+    convert-gguf took from a shared cache (its parity.json's `base.cache`), where any step of any earlier run may have
+    put a weaker file under the key long before. Converted in this run, it is the hub's files at `base-revision`,
+    checked against them (convert-gguf's parity); later runs may reuse the cache, as the pin then holds it.
+    `--accept-new-base '<who>: <why>'` pins it anyway, recorded on the version."""
+    cache = (read_json(Path(cfg.gguf) / "parity.json").get("base") or {}).get("cache") or {}
+    if not (cache.get("hit") and is_shared_store(str(cache.get("location") or ""))):
+        return
+    where = f"{cache['location']}/{cache.get('key')}"
+    on = ", ".join(f"{k}={x}" for k, x in pin.items())
+    _accept_or_refuse(
+        cfg,
+        f"the first base GGUF on {on} came from the shared cache {where}",
+        f"no earlier version of {cfg.model_name} pins the base GGUF on {on}, and convert-gguf took this run's from "
+        f"the shared cache {where}, which every step's role may write: the first pin must be a conversion made in "
+        "its run from the hub at base-revision. Refusing it: delete that cache entry and run the pipeline again from "
+        "convert-gguf, or pass --accept-new-base '<who>: <why>'",
+    )
 
 
 def check_measured_serving(cfg: RegisterConfig, decision: dict[str, Any]) -> None:
@@ -557,6 +592,10 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     # Read once, verified, then used for every check and tag: the file lies in a prefix other roles write.
     where = f"{cfg.evaluation}/decision.json"
     decision = verdict.checked(read_json(Path(where)), cfg.verify_key, where)
+    authenticated = bool(verdict.verify_key_in_use(cfg.verify_key))
+    verdict.check_run(decision, cfg.run_id, where, required=authenticated)
+    # The scores tagged and the reports logged below are read from beside it: only as evaluate wrote them.
+    verdict.check_outputs(decision, Path(cfg.evaluation), where, required=authenticated)
     check_measured_serving(cfg, decision)
     gguf_result = read_json(Path(cfg.gguf) / "result.json")
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]

@@ -87,16 +87,23 @@ def test_a_shared_generation_cache_is_refused(world, tmp_path: Path, monkeypatch
 # --- the shards' answers, signed: the gather decides only on what the shards wrote ----------------------------------
 
 
-def signed_shards(world, root: Path, monkeypatch: pytest.MonkeyPatch, shard_key: str, k: int = 3) -> list[Path]:
+RUN = "wf-this-run"  # the workflow uid the cluster gives the shards and the gather alike
+
+
+def signed_shards(world, root: Path, monkeypatch: pytest.MonkeyPatch, shard_key: str, k: int = 3,
+                  **cfg) -> list[Path]:  # fmt: skip
+    cfg.setdefault("run_id", RUN)
     dataset, gguf = world
     shards = [root / f"shard-{i}" for i in range(k)]
     for i, folder in enumerate(shards):
-        evaluate_canned(monkeypatch, dataset, gguf, folder, ANSWERS, shard=f"{i}/{k}", shard_signing_key=shard_key)
+        evaluate_canned(monkeypatch, dataset, gguf, folder, ANSWERS, shard=f"{i}/{k}", shard_signing_key=shard_key,
+                        **cfg)  # fmt: skip
         assert read(folder, "shard.json")[verdict.SIGNATURE]["key"]
     return shards
 
 
 def gather(world, out: Path, monkeypatch: pytest.MonkeyPatch, shards: list[Path], **cfg) -> evaluate.EvaluateResult:
+    cfg.setdefault("run_id", RUN)
     dataset, gguf = world
     return evaluate_canned(monkeypatch, dataset, gguf, out, ANSWERS, accept_inconclusive_safety=OVERRIDE,
                            gather=",".join(str(s) for s in shards), **cfg)  # fmt: skip
@@ -131,6 +138,60 @@ def test_a_rewritten_shard_answer_is_refused_by_the_gather(world, tmp_path: Path
         assert not out.exists(), case  # no decision, signed or not
 
 
+def test_a_shard_set_replayed_from_another_run_is_refused_by_the_gather(world, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    # A whole set of shards an earlier run signed verifies with the shards' key as well as this run's: copied into
+    # this run's prefix (which every step's role writes), the gather would decide on answers about other files or other
+    # documents. Each shard signs the run it was made in (the workflow uid, from the template) and the digest of the
+    # documents it answered; the gather holds both to its own.
+    (private, public), (decision_key, decision_public) = make_keys(tmp_path / "k"), make_keys(tmp_path / "d")
+    keys = {"signing_key": decision_key, "shard_verify_key": public}
+    earlier = signed_shards(world, tmp_path / "earlier", monkeypatch, private, run_id="wf-earlier")
+    out = tmp_path / "replayed"
+    with pytest.raises(verdict.VerdictError, match="made in run wf-earlier, but this is run wf-now") as e:
+        gather(world, out, monkeypatch, earlier, run_id="wf-now", **keys)
+    assert f"{earlier[0] / 'shard.json'} (shard 0/3)" in str(e.value)
+    assert not out.exists()
+    # One replayed shard among this run's own is refused as well.
+    mixed = signed_shards(world, tmp_path / "now", monkeypatch, private, run_id="wf-now")
+    with pytest.raises(verdict.VerdictError, match=r"\(shard 1/3\): made in run wf-earlier"):
+        gather(world, tmp_path / "mixed", monkeypatch, [mixed[0], earlier[1], mixed[2]], run_id="wf-now", **keys)
+
+    # Shards of this run, signed, but answering other documents under the same ids (a dataset changed between the
+    # shards and the gather): not the documents the gather scores against its references.
+    _, gguf = world
+    other = write_splits(tmp_path / "other-dataset")
+    rows = [json.loads(line) for line in (other / "eval.jsonl").read_text().splitlines()]
+    rows[0]["document"] += " A sentence the gather's copy of the dataset does not have."
+    (other / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elsewhere = signed_shards((other, gguf), tmp_path / "elsewhere", monkeypatch, private, run_id="wf-now")
+    with pytest.raises(verdict.VerdictError, match="not the documents this gather scores"):
+        gather(world, tmp_path / "elsewhere-out", monkeypatch, elsewhere, run_id="wf-now", **keys)
+
+    # This run's own shards: decided, and the signed decision names the run (register and propose hold it to theirs).
+    assert gather(world, tmp_path / "honest", monkeypatch, mixed, run_id="wf-now", **keys).passed is True
+    decision = read(tmp_path / "honest", "decision.json")
+    verdict.verify(decision, decision_public, "decision.json")
+    assert decision[verdict.RUN] == "wf-now"
+
+
+def test_a_signed_record_names_its_run_and_an_authenticated_one_needs_a_run_to_be_held_to(
+    world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The run binding above holds only where every signer and verifier is given the run: a template that lost its
+    # --run-id would sign records any later run accepts, and verify any earlier run's. Both stop at once instead.
+    dataset, gguf = world
+    for signing in ({"shard": "0/2", "shard_signing_key": "/k"}, {"signing_key": "/k"}):
+        flag = next(iter(k for k in signing if k.endswith("key"))).replace("_", "-")
+        with pytest.raises(ValueError, match=f"--{flag} without --run-id"):
+            evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **signing)
+    (private, public) = make_keys(tmp_path / "k")
+    shards = signed_shards(world, tmp_path, monkeypatch, private, k=2)
+    with pytest.raises(verdict.VerdictError, match="authenticated, but this step was given no --run-id"):
+        gather(world, tmp_path / "g", monkeypatch, shards, shard_verify_key=public, run_id="")
+    assert not (tmp_path / "g").exists()
+
+
 def test_the_gather_signs_no_decision_over_shards_it_cannot_verify(world, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch):  # fmt: skip
     private, _ = make_keys(tmp_path / "k")
@@ -157,7 +218,7 @@ def test_the_shard_keys_belong_to_the_shards_and_the_gather(world, tmp_path: Pat
         with pytest.raises(ValueError, match=match):
             evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, **bad)
     with pytest.raises(verdict.VerdictError, match="distillery-shard-key"):  # a missing key stops the shard at once
-        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2",
+        evaluate_canned(monkeypatch, dataset, gguf, tmp_path / "o", ANSWERS, shard="0/2", run_id=RUN,
                         shard_signing_key=str(tmp_path / "absent"))  # fmt: skip
 
 

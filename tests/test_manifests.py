@@ -146,7 +146,8 @@ def test_register_refuses_a_store_that_differs_from_what_it_uploaded(
     from mlflow import MlflowClient
 
     private, public = keys
-    outputs = evaluated(tmp_path, monkeypatch, BETTER, private)
+    run_id = f"wf-{plant.replace(' ', '-')}"
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private, run_id)
     log_model = register._log_model
 
     def then_tampered(*args: object, **kwargs: object) -> object:
@@ -157,7 +158,7 @@ def test_register_refuses_a_store_that_differs_from_what_it_uploaded(
 
     monkeypatch.setattr(register, "_log_model", then_tampered)
     with pytest.raises(chain.ChainError, match="not what this step uploaded") as refused:
-        registered(outputs, tmp_path, uri, f"wf-{plant.replace(' ', '-')}", public)
+        registered(outputs, tmp_path, uri, run_id, public)
     shown = {"sourceless pyc": "code/steps/contract/planted.pyc", "MLmodel": "MLmodel: sha256",
              "requirements": "requirements.txt"}  # fmt: skip
     assert shown[plant] in str(refused.value)
@@ -170,7 +171,7 @@ def test_register_records_every_file_it_uploaded_and_a_retry_checks_against_it(
     from mlflow import MlflowClient
 
     private, public = keys
-    outputs = evaluated(tmp_path, monkeypatch, BETTER, private)
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private, "wf-retry")
     # The first attempt uploads everything and dies before the version exists; the bucket is then tampered with.
     monkeypatch.setattr(register, "uploaded_manifest", lambda *a, **k: (_ for _ in ()).throw(SystemExit("killed")))
     with pytest.raises(SystemExit):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import re
 import shutil
 
 import pytest
@@ -108,6 +109,23 @@ def test_only_the_steps_with_a_public_host_reach_the_internet(policies, steps):
     assert allowed(policies, convert, S3, 443)
     unlabelled = Endpoint(NAMESPACE, {k: v for k, v in convert.labels.items() if k != security.EGRESS_LABEL})
     assert not allowed(policies, unlabelled, S3, 443) and allowed(policies, unlabelled, PRIVATE_ENDPOINT, 443)
+
+
+def documented_templates(phrase: str) -> set[str]:
+    """The templates docs/security.md names, as code spans, in the parenthesis right after `phrase`."""
+    text = " ".join((ROOT / "docs/security.md").read_text().split())
+    found = re.search(re.escape(phrase) + r" \(([^()]*)\)", text)
+    assert found, f"docs/security.md no longer says '{phrase} (…)'"
+    return set(re.findall(r"`([^`]+)`", found.group(1)))
+
+
+def test_the_security_page_names_exactly_the_steps_with_and_without_a_public_host(policies, steps):
+    # The page's lists were written by hand beside PUBLIC_HOST_STEPS; a step added to (or taken from) the internet
+    # rule, or a new template, must show on the page a reader trusts: it is held to the policies' own answer.
+    public = {name.split("/")[1] for name, pod in steps.items() if allowed(policies, pod, S3, 443)}
+    every = {name.split("/")[1] for name in steps}
+    assert documented_templates("the steps that reach a public host") == public
+    assert documented_templates("the pods without a public host to reach") == every - public
 
 
 def test_the_private_endpoints_range_is_no_cluster_range_and_not_the_metadata_address():

@@ -221,3 +221,29 @@ def test_a_refused_token_fails_clearly_and_pushes_nothing(mlflow_server: str, gi
     assert "git ls-remote" in str(e.value) and "the server refused the credentials" in str(e.value)
     assert "wrong-token" not in str(e.value)
     assert commits(git_server.root / "ml/adapters.git") == []
+
+
+@integration
+def test_a_card_whose_scores_or_decision_differ_from_the_registry_is_not_pushed(
+    mlflow_server: str, git_server: GitServer, tmp_path: Path
+):
+    # The card's decision and scores come from evaluate's files in the run's prefix, which every step's role writes:
+    # rewritten after register, they went to the adapters' repository as the version's (issue 37). The registry's
+    # tags are what register recorded from the verified decision.
+    inputs(tmp_path, mlflow_server)
+    url = f"{git_server.url}/ml/adapters.git"
+    evaluation = tmp_path / "p/evaluation"
+    honest = {name: json.loads((evaluation / name).read_text()) for name in ("result.json", "decision.json")}
+    forgeries = {
+        "eval.rougeL": ("result.json", {**honest["result.json"], "rouge_l_candidate": 0.99}),
+        "eval.decision": ("decision.json", {**honest["decision.json"], "passed": False}),
+    }
+    for tag, (name, forged) in forgeries.items():
+        (evaluation / name).write_text(json.dumps(forged))
+        with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(push_adapter.PushError) as e:
+            push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+        assert f"{tag}: folder" in str(e.value) and "models:/pushed-adapter/1" in str(e.value), tag
+        assert commits(git_server.root / "ml/adapters.git") == [], tag
+        (evaluation / name).write_text(json.dumps(honest[name]))
+    with environment({push_adapter.TOKEN_ENV: TOKEN}):
+        assert push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server)).pushed

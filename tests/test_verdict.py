@@ -59,10 +59,11 @@ def uri(tmp_path: Path) -> Iterator[str]:
 
 
 def evaluated(
-    root: Path, monkeypatch: pytest.MonkeyPatch, candidate: Answers, signing_key: str,
+    root: Path, monkeypatch: pytest.MonkeyPatch, candidate: Answers, signing_key: str, run_id: str,
     base: bytes = b"GGUF stand-in: the base model",
 ) -> dict[str, Path]:  # fmt: skip
-    """The folders register reads, around stand-in GGUFs, the evaluation evaluate's own (signed with `signing_key`)."""
+    """The folders register reads, around stand-in GGUFs, the evaluation evaluate's own (signed with `signing_key`, in
+    run `run_id`: the workflow uid the cluster gives evaluate, register and propose alike)."""
     gguf = root / "src" / "candidate.gguf"
     gguf.parent.mkdir(parents=True)
     gguf.write_bytes(f"GGUF stand-in: candidate {root.name}".encode())
@@ -73,7 +74,7 @@ def evaluated(
     shutil.rmtree(outputs["evaluation"])
     evaluate_canned(monkeypatch, outputs["dataset"], outputs["gguf"], outputs["evaluation"],
                     {"base": BASE, "candidate": candidate}, accept_inconclusive_safety=OVERRIDE,
-                    signing_key=signing_key)  # fmt: skip
+                    signing_key=signing_key, run_id=run_id)  # fmt: skip
     return outputs
 
 
@@ -101,10 +102,12 @@ def registered(
                                    artifact_location=str(artifacts), **cfg))  # fmt: skip
 
 
-def proposal(outputs: dict[str, Path], registration: Path, uri: str, public_key: str) -> propose.ProposeResult:
+def proposal(
+    outputs: dict[str, Path], registration: Path, uri: str, public_key: str, run_id: str
+) -> propose.ProposeResult:
     return propose.run(propose.ProposeConfig(registration=registration, evaluation=outputs["evaluation"],
                                              out=registration.parent / "prop", tracking_uri=uri,
-                                             verify_key=public_key))  # fmt: skip
+                                             verify_key=public_key, run_id=run_id))  # fmt: skip
 
 
 def aliases(uri: str) -> dict[str, str]:
@@ -168,7 +171,7 @@ def test_a_swapped_gguf_with_a_rewritten_decision_is_not_registered(tmp_path, mo
     # The base model's GGUF put under the candidate's name, the decision's `passed` and candidate sha256 rewritten to
     # match: before the signature, register registered it with eval.decision=pass and a manifest vouching for it.
     private, public = keys
-    outputs = evaluated(tmp_path, monkeypatch, BASE, private)  # the candidate is no better than the base: FAIL
+    outputs = evaluated(tmp_path, monkeypatch, BASE, private, "wf-swap")  # no better than the base: FAIL
     genuine = decision_of(outputs)
     assert genuine["passed"] is False
     candidate = outputs["gguf"] / "candidate.gguf"
@@ -187,15 +190,15 @@ def test_a_swapped_gguf_with_a_rewritten_decision_is_not_registered(tmp_path, mo
 def test_a_flipped_verdict_is_not_proposed(tmp_path, monkeypatch, uri, keys):
     # A candidate the gate failed, registered honestly (eval.decision=fail); then `passed` flipped in decision.json.
     private, public = keys
-    outputs = evaluated(tmp_path, monkeypatch, BASE, private)
+    outputs = evaluated(tmp_path, monkeypatch, BASE, private, "wf-flip")
     reg = registered(outputs, tmp_path, uri, "wf-flip", public)
     rewrite(outputs, passed=True)
 
     with pytest.raises(verdict.VerdictError, match="changed after evaluate signed it"):
-        proposal(outputs, tmp_path / "reg", uri, public)
+        proposal(outputs, tmp_path / "reg", uri, public, "wf-flip")
     # Even a propose given no key (a local run) refuses it: the version's own eval.decision says fail.
     with pytest.raises(verdict.VerdictError, match=f"records {verdict.DECISION_TAG}=fail"):
-        proposal(outputs, tmp_path / "reg", uri, "")
+        proposal(outputs, tmp_path / "reg", uri, "", "")
     assert "challenger" not in aliases(uri)
     assert reg.model_version == "1"
 
@@ -204,29 +207,93 @@ def test_a_registration_pointing_at_a_failed_version_is_not_proposed(tmp_path, m
     # Two runs: one whose candidate failed the gate, one whose candidate passed. The passing run's result.json is
     # rewritten to name the failed version, next to the passing run's genuine, signed decision.
     private, public = keys
-    failed = evaluated(tmp_path / "failed", monkeypatch, BASE, private)
+    failed = evaluated(tmp_path / "failed", monkeypatch, BASE, private, "wf-failed")
     failed_reg = registered(failed, tmp_path / "failed", uri, "wf-failed", public)
-    passed = evaluated(tmp_path / "passed", monkeypatch, BETTER, private)
+    passed = evaluated(tmp_path / "passed", monkeypatch, BETTER, private, "wf-passed")
     assert decision_of(passed)["passed"] is True
     registered(passed, tmp_path / "passed", uri, "wf-passed", public)
     result = read_json(tmp_path / "passed/reg/result.json")
     write_json(tmp_path / "passed/reg/result.json", {**result, "model_version": failed_reg.model_version})
 
     with pytest.raises(verdict.VerdictError, match="the decision is not about this version"):
-        proposal(passed, tmp_path / "passed/reg", uri, public)
+        proposal(passed, tmp_path / "passed/reg", uri, public, "wf-passed")
     assert "challenger" not in aliases(uri)
+
+
+def test_a_decision_replayed_from_another_run_is_not_registered_or_proposed(tmp_path, monkeypatch, uri, keys):
+    # An earlier run's decision is signed as well as this run's: copied into this run's prefix with the bytes it
+    # judged, it verified, and register registered those bytes under this run's lineage; copied with that run's
+    # result.json, propose put `challenger` on the earlier version (say, one an operator had taken the alias off). The
+    # decision names the run it was made in (evaluate's --run-id, the workflow uid); register and propose hold it to
+    # their own.
+    from mlflow import MlflowClient
+
+    private, public = keys
+    earlier = evaluated(tmp_path / "earlier", monkeypatch, BETTER, private, "wf-earlier")
+    assert decision_of(earlier)["passed"] is True and decision_of(earlier)[verdict.RUN] == "wf-earlier"
+    first = registered(earlier, tmp_path / "earlier", uri, "wf-earlier", public)
+    now = evaluated(tmp_path / "now", monkeypatch, BASE, private, "wf-now")  # this run's candidate fails the gate
+    assert decision_of(now)["passed"] is False
+    shutil.copy(earlier["evaluation"] / "decision.json", now["evaluation"] / "decision.json")
+    shutil.copy(earlier["gguf"] / "candidate.gguf", now["gguf"] / "candidate.gguf")
+    with pytest.raises(verdict.VerdictError, match="made in run wf-earlier, but this is run wf-now"):
+        registered(now, tmp_path / "now", uri, "wf-now", public)
+    client = MlflowClient(tracking_uri=uri)
+    assert [str(v.version) for v in client.search_model_versions("name = 'verdict-model'")] == [first.model_version]
+
+    # With the earlier run's result.json too (naming its version), at propose.
+    shutil.copytree(tmp_path / "earlier/reg", tmp_path / "now/reg")
+    with pytest.raises(verdict.VerdictError, match="made in run wf-earlier, but this is run wf-now"):
+        proposal(now, tmp_path / "now/reg", uri, public, "wf-now")
+    assert "challenger" not in aliases(uri)
+    # A signed decision that names no run (an older evaluate's) is refused where a run is given; the earlier run's own
+    # propose still proposes its version.
+    no_run = {k: v for k, v in decision_of(earlier).items() if k not in (verdict.RUN, verdict.SIGNATURE)}
+    write_json(now["evaluation"] / "decision.json", verdict.sign(no_run, private))
+    with pytest.raises(verdict.VerdictError, match="made in no run"):
+        proposal(now, tmp_path / "now/reg", uri, public, "wf-now")
+    # And a step that verifies but was given no run to hold the decision to refuses it, whatever run it names.
+    with pytest.raises(verdict.VerdictError, match="authenticated, but this step was given no --run-id"):
+        proposal(earlier, tmp_path / "earlier/reg", uri, public, "")
+    assert proposal(earlier, tmp_path / "earlier/reg", uri, public, "wf-earlier").proposed
+
+
+def test_scores_rewritten_beside_a_signed_decision_are_not_recorded(tmp_path, monkeypatch, uri, keys):
+    # register tags the version's scores from evaluate's result.json and logs metrics.json and the reports, all beside
+    # the signed decision in the run's prefix: rewritten there, they went onto the version as evaluate's (check-triggers
+    # takes the champion's eval.rougeL as its baseline). The decision records every file beside it (`outputs`).
+    from mlflow import MlflowClient
+
+    private, public = keys
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private, "wf-scores")
+    assert verdict.OUTPUTS in decision_of(outputs) and "result.json" in decision_of(outputs)[verdict.OUTPUTS]
+    evaluation = outputs["evaluation"]
+    honest = read_json(evaluation / "result.json")
+    write_json(evaluation / "result.json", {**honest, "rouge_l_candidate": 0.99, "hijack_rate_candidate": 0.0})
+    with pytest.raises(verdict.VerdictError, match=r"result\.json: sha256 .*changed after evaluate signed") as e:
+        registered(outputs, tmp_path, uri, "wf-scores", public)
+    assert f"{evaluation}: not the files evaluate wrote" in str(e.value)
+    assert not (tmp_path / "reg").exists()
+    write_json(evaluation / "result.json", honest)
+    (evaluation / "notes.html").write_text("<script>planted beside the reports</script>")
+    with pytest.raises(verdict.VerdictError, match=r"notes\.html: not in the recorded manifest \(added\)"):
+        registered(outputs, tmp_path, uri, "wf-scores", public)
+    (evaluation / "notes.html").unlink()
+    reg = registered(outputs, tmp_path, uri, "wf-scores", public)
+    tags = MlflowClient(tracking_uri=uri).get_model_version("verdict-model", reg.model_version).tags
+    assert tags["eval.rougeL"] == str(honest["rouge_l_candidate"]) != "0.99"
 
 
 def test_the_honest_run_is_registered_and_proposed(tmp_path, monkeypatch, uri, keys):
     from mlflow import MlflowClient
 
     private, public = keys
-    outputs = evaluated(tmp_path, monkeypatch, BETTER, private)
+    outputs = evaluated(tmp_path, monkeypatch, BETTER, private, "wf-honest")
     reg = registered(outputs, tmp_path, uri, "wf-honest", public)
     tags = MlflowClient(tracking_uri=uri).get_model_version("verdict-model", reg.model_version).tags
     assert tags[verdict.DECISION_TAG] == verdict.PASS
     assert tags[chain.SHA256_TAG] == decision_of(outputs)[chain.JUDGED]["candidate"]["sha256"]
-    assert proposal(outputs, tmp_path / "reg", uri, public).proposed
+    assert proposal(outputs, tmp_path / "reg", uri, public, "wf-honest").proposed
     assert aliases(uri)["challenger"] == reg.model_version
 
 
@@ -237,9 +304,9 @@ def test_a_candidate_judged_against_another_base_gguf_is_not_registered(tmp_path
     from mlflow import MlflowClient
 
     private, public = keys
-    first = evaluated(tmp_path / "first", monkeypatch, BETTER, private)
+    first = evaluated(tmp_path / "first", monkeypatch, BETTER, private, "wf-first")
     registered(first, tmp_path / "first", uri, "wf-first", public)
-    weak = evaluated(tmp_path / "weak", monkeypatch, BETTER, private, base=b"GGUF stand-in: a weaker base")
+    weak = evaluated(tmp_path / "weak", monkeypatch, BETTER, private, "wf-weak", base=b"GGUF stand-in: a weaker base")
     assert decision_of(weak)[chain.JUDGED]["base"]["sha256"] != decision_of(first)[chain.JUDGED]["base"]["sha256"]
     with pytest.raises(chain.ChainError, match="the base's file changed") as refused:
         registered(weak, tmp_path / "weak", uri, "wf-weak", public)
@@ -249,10 +316,52 @@ def test_a_candidate_judged_against_another_base_gguf_is_not_registered(tmp_path
     # Another revision of the base is another pin; a deliberate change passes when a person says so, recorded.
     other = registered(weak, tmp_path / "weak", uri, "wf-weak", public, base_revision="f" * 40)
     assert client.get_model_version("verdict-model", other.model_version).tags["base_model.revision"] == "f" * 40
-    accepted = registered(weak, tmp_path / "accepted", uri, "wf-accepted", public,
+    again = evaluated(tmp_path / "again", monkeypatch, BETTER, private, "wf-accepted",
+                      base=b"GGUF stand-in: a weaker base")  # fmt: skip
+    accepted = registered(again, tmp_path / "again", uri, "wf-accepted", public,
                           accept_new_base="test: llama.cpp's converter upgraded")  # fmt: skip
     tags = client.get_model_version("verdict-model", accepted.model_version).tags
     assert tags[register.BASE_ACCEPTED_TAG] == "test: llama.cpp's converter upgraded"
+
+
+def cached_base(outputs: dict[str, Path], location: str) -> None:
+    """convert-gguf's parity.json as it writes it when the base's conversion came from `location` (a cache hit)."""
+    parity = read_json(outputs["gguf"] / "parity.json")
+    write_json(outputs["gguf"] / "parity.json",
+               {**parity, "base": {"cache": {"hit": True, "key": "k1", "location": location}}})  # fmt: skip
+
+
+def test_the_first_pin_of_a_base_is_not_taken_from_the_shared_cache(tmp_path, monkeypatch, uri, keys):
+    # The pin above trusts its first use: a weaker base GGUF put into cache/base-gguf (the steps role's, keyed by
+    # public facts: the base's files, llama.cpp's version) before the first run on a base revision was pinned as the
+    # base. The first pin must now come from a conversion made in its run, from the hub at base-revision.
+    from mlflow import MlflowClient
+
+    private, public = keys
+    shared = "s3://distillery-artifacts/cache/base-gguf"
+    first = evaluated(tmp_path / "first", monkeypatch, BETTER, private, "wf-first")
+    cached_base(first, shared)
+    with pytest.raises(chain.ChainError, match="took this run's from the shared cache s3://") as refused:
+        registered(first, tmp_path / "first", uri, "wf-first", public)
+    assert f"{shared}/k1" in str(refused.value) and "base_model.revision=" in str(refused.value)
+    client = MlflowClient(tracking_uri=uri)
+    assert client.search_model_versions("name = 'verdict-model'") == []
+    # A cache of this machine's own (a local run's folder) is no other role's: the first pin may come from it.
+    cached_base(first, str(tmp_path / ".cache/base-gguf"))
+    pinned = registered(first, tmp_path / "first", uri, "wf-first", public)
+    # Once pinned, the shared cache may serve the same base: the pin holds it to these bytes.
+    later = evaluated(tmp_path / "later", monkeypatch, BETTER, private, "wf-later")
+    cached_base(later, shared)
+    assert registered(later, tmp_path / "later", uri, "wf-later", public).model_version != pinned.model_version
+    # On another revision the first pin is again a first use; a person may accept the cached file, recorded.
+    other = evaluated(tmp_path / "other", monkeypatch, BETTER, private, "wf-other")
+    cached_base(other, shared)
+    with pytest.raises(chain.ChainError, match="took this run's from the shared cache"):
+        registered(other, tmp_path / "other", uri, "wf-other", public, base_revision="e" * 40)
+    accepted = registered(other, tmp_path / "other", uri, "wf-other", public, base_revision="e" * 40,
+                          accept_new_base="test: cache checked by hand")  # fmt: skip
+    tags = client.get_model_version("verdict-model", accepted.model_version).tags
+    assert tags[register.BASE_ACCEPTED_TAG] == "test: cache checked by hand"
 
 
 def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only():

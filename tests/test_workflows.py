@@ -514,10 +514,11 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
     for shard in shard_templates().values():
         args = shard["container"]["args"]
         assert args[args.index("--shard") + 1] == "{{inputs.parameters.shard}}"
-        cluster_only = {"out", "shard", "generation-cache", "gpu-layers", "shard-signing-key"}
+        cluster_only = {"out", "shard", "generation-cache", "gpu-layers", "shard-signing-key", "run-id"}
         assert {a[2:] for a in args if a.startswith("--")} - cluster_only == local
-        # Signed with the shards' key, which the gather verifies (steps/core/verdict.py SHARD).
+        # Signed with the shards' key, which the gather verifies (steps/core/verdict.py SHARD), and bound to the run.
         assert args[args.index("--shard-signing-key") + 1] == verdict.SHARD.private_file
+        assert args[args.index("--run-id") + 1] == "{{workflow.uid}}"
         # No kept generations: a shared prefix of them is the steps role's to write, and they decide the comparison.
         assert args[args.index("--generation-cache") + 1] == ""
         (output,) = shard["outputs"]["artifacts"]
@@ -529,6 +530,10 @@ def test_each_shard_runs_the_local_evaluate_on_its_slice_and_the_gather_reads_th
     assert shards["s3"]["key"] == prefix  # every shard's folder, one artifact
     assert "--shard" not in args and "--generation-cache" not in args  # it generates nothing
     assert args[args.index("--shard-verify-key") + 1] == verdict.SHARD.public_file
+    # The gather refuses shards of another run, and register and propose a decision of another run: one workflow uid.
+    for name in ("evaluate", "register", "propose"):
+        held = templates[name]["container"]["args"]
+        assert held[held.index("--run-id") + 1] == "{{workflow.uid}}", name
     assert f"{SHARDS_TASK}.Succeeded" in tasks["evaluate"]["depends"]
     # What downstream reads is the gather's, under the names it always had.
     assert [p["name"] for p in gather["outputs"]["parameters"]] == ["decision"]

@@ -35,6 +35,12 @@ def is_uri(location: str) -> bool:
     return "://" in location
 
 
+def is_shared_store(location: str) -> bool:
+    """A store other roles write (an s3:// prefix), not a folder of this machine's own (a path, file://): what is kept
+    there is only as trustworthy as its every writer (issue 37)."""
+    return is_uri(location) and not location.startswith("file://")
+
+
 @contextmanager
 def local_folder(location: str) -> Iterator[Path]:
     """`location` as a local folder: itself, or a download of the s3:// prefix into a temp folder."""

@@ -26,6 +26,10 @@ Each shard signs its answers with a key of its own (`SHARD`: the Secret `distill
 pods only), and the gather verifies every shard with its public half before reading a line of it, and signs no
 decision over answers it could not verify. A separate key, because a shard runs llama.cpp on GGUFs other roles write:
 what takes over a shard can sign answers, never a decision. See docs/security.md ("Threat model").
+
+Bound to the run: a record signed in an earlier run verifies as well as this run's. Shards and decision carry the run
+they were made in (`RUN`, evaluate's `--run-id`: on Argo the workflow uid, which the template writes), and every
+reader holds it to its own (`check_run`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from steps.core.chain import JUDGED, SHA256_TAG, ChainError
+from steps.core.chain import JUDGED, SHA256_TAG, ChainError, manifest, manifest_problems
 
 SIGNATURE = "signature"  # the signed record's field holding the signature
 ALGORITHM = "ed25519"
@@ -208,6 +212,62 @@ def checked(record: dict[str, Any], public_key_file: str, where: str, signer: Si
     else:
         print(f"{where}: {signer.what} is not authenticated (no {signer.verify_flag}: a local run)")
     return record
+
+
+RUN = "run"  # in shard.json and decision.json: the Argo workflow uid they were made in ('' in a local run)
+
+
+def check_run(record: dict[str, Any], run_id: str, where: str, required: bool) -> None:
+    """Refuse a record (a shard's answers, a decision) made in another run than `run_id`, the workflow uid the
+    template gave this step, which no other step can rewrite: a record signed in an earlier run verifies as well as
+    this run's, and the run's prefix is written by every step (issue 37: a replayed set). `required` (the record was
+    authenticated): one that names no run (written by an older evaluate) is refused too, and so is any when this step
+    has no `run_id` to hold it to. Not authenticated and no `run_id`: a local run, nothing to bind to."""
+    got = str(record.get(RUN) or "")
+    if required and not run_id:
+        raise VerdictError(
+            f"{where}: authenticated, but this step was given no --run-id: it cannot tell this run's record from an "
+            "earlier run's copy. Refusing it; give the run's id (on Argo: --run-id {{workflow.uid}})"
+        )
+    if not run_id or got == run_id or (not got and not required):
+        return
+    made_in = f"run {got}" if got else "no run (an older evaluate)"
+    raise VerdictError(
+        f"{where}: made in {made_in}, but this is run {run_id}: a record replayed from another run verifies as well "
+        "as this run's own. Refusing it; find what writes to the run's prefix, then run the pipeline again from "
+        "evaluate"
+    )
+
+
+DECISION_FILE = "decision.json"
+OUTPUTS = "outputs"  # in decision.json: every other file evaluate wrote beside it, with its sha256 (chain.manifest)
+
+
+def outputs_record(folder: Path) -> dict[str, str]:
+    """What a decision records of the folder it is written into: every file but itself, with its sha256."""
+    return {path: sha for path, sha in manifest(folder).items() if path != DECISION_FILE}
+
+
+def check_outputs(decision: dict[str, Any], folder: Path, where: str, required: bool) -> None:
+    """Refuse an evaluation folder whose files are not the ones the decision records (`OUTPUTS`): the scores register
+    tags on the version (result.json), the metrics it logs (metrics.json) and the reports travel beside the signed
+    decision through a prefix every step writes. `required` (the decision was authenticated): a decision that records
+    none (an older evaluate's) is refused too; otherwise there is nothing to check against."""
+    recorded = decision.get(OUTPUTS)
+    if recorded is None:
+        if required:
+            raise VerdictError(
+                f"{where} records no {OUTPUTS} (written by an older evaluate): the scores and reports beside it cannot "
+                "be told from rewritten ones. Refusing it; run evaluate again"
+            )
+        return
+    problems = manifest_problems(recorded, outputs_record(folder))
+    if problems:
+        raise VerdictError(
+            f"{folder}: not the files evaluate wrote beside {where} ({'; '.join(problems)}): the scores, metrics or "
+            "reports were changed after evaluate signed the decision. Refusing it; find what writes to the run's "
+            "prefix, then run the pipeline again from evaluate"
+        )
 
 
 def candidate_sha256(decision: dict[str, Any], where: str) -> str:

@@ -66,6 +66,7 @@ bootstrap, the aggregate metrics), `gate` (`decide`, its paired comparisons, its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -130,13 +131,21 @@ def _shard_folders(folders: list[Path]) -> list[Path]:
     return found
 
 
+def suite_digest(ids: list[str], documents: list[str]) -> str:
+    """sha256 of the documents every contender answers (eval, then adversarial), with their ids: a shard signs it, the
+    gather recomputes it from the dataset it scores against, so answers to other documents are not judged as these."""
+    return hashlib.sha256(json.dumps(list(zip(ids, documents, strict=True))).encode()).hexdigest()
+
+
 def gather_shards(
-    folders: list[Path], ids: list[str], verify_key: str = ""
+    folders: list[Path], ids: list[str], verify_key: str = "", run_id: str = "", suite: str = ""
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """The shards' answers reassembled in document order, and what every shard must agree on (its champion, the
     documents): ValueError naming the folder when one is missing, repeated, or from another evaluation. With
     `verify_key` (the shards' public key), every shard.json must carry its shard's valid signature first
-    (VerdictError naming the shard and the file): the files travel through a prefix every step may write."""
+    (VerdictError naming the shard and the file): the files travel through a prefix every step may write. Then each
+    must be bound to what this gather decides (VerdictError): made in this run (`run_id`, the workflow uid; a signed
+    shard set replayed from an earlier run verifies too) and on these documents (`suite`, `suite_digest`)."""
     folders = _shard_folders(folders)
     shards = []
     for folder in folders:
@@ -146,8 +155,16 @@ def gather_shards(
         shard = read_json(path)
         if not isinstance(shard, dict):
             raise ValueError(f"{path}: not a shard's record (a JSON object); run `evaluate --shard i/k` again")
+        where = f"{path} (shard {shard.get('i')}/{shard.get('k')})"
         if verify_key:
-            verdict.verify(shard, verify_key, f"{path} (shard {shard.get('i')}/{shard.get('k')})", verdict.SHARD)
+            verdict.verify(shard, verify_key, where, verdict.SHARD)
+        verdict.check_run(shard, run_id, where, required=bool(verify_key))
+        if suite and shard.get("suite", "") != suite and (verify_key or "suite" in shard):
+            raise verdict.VerdictError(
+                f"{where}: answers documents with digest {shard.get('suite') or 'none (an older evaluate)'}, but this "
+                f"dataset's eval and adversarial documents have {suite}: they are not the documents this gather "
+                "scores. Refusing it; run the shards again on this dataset"
+            )
         shards.append((folder, shard))
     k = {s["k"] for _, s in shards}
     if len(k) != 1 or sorted(s["i"] for _, s in shards) != list(range(k.pop())):
@@ -199,7 +216,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
             if not shard_key:
                 print(f"evaluate: {verdict.SHARD.what} are not authenticated (no {verdict.SHARD.verify_flag}: a local "
                       "run)")  # fmt: skip
-            answers, common = gather_shards(folders, ids, shard_key)
+            answers, common = gather_shards(folders, ids, shard_key, cfg.run_id, suite_digest(ids, documents))
             champion = Champion(None, common["champion"]["version"], common["champion"]["note"])
             contenders = dict.fromkeys(common["contenders"])
             judged_files = common["files"]
@@ -216,7 +233,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
                 shard = {
                     "i": i, "k": k, "picked": picked, "ids": [ids[j] for j in picked], "answers": answers,
                     "contenders": list(contenders), "champion": {"version": champion.version, "note": champion.note},
-                    "files": judged_files,
+                    "files": judged_files, verdict.RUN: cfg.run_id, "suite": suite_digest(ids, documents),
                 }  # fmt: skip
                 if cfg.shard_signing_key:  # the gather believes only a signed shard (steps/core/verdict.py SHARD)
                     shard = verdict.sign(shard, cfg.shard_signing_key, verdict.SHARD)
@@ -255,8 +272,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         characteristics = operating_characteristics(judged, cfg)
         decision = decision_record(passed, checks, champion, parity, characteristics)
         decision[chain.JUDGED] = judged_files  # what the verdict is about, byte for byte (steps/core/chain.py)
-        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
-            decision = verdict.sign(decision, cfg.signing_key)
+        decision[verdict.RUN] = cfg.run_id  # and in which run: register and propose refuse another run's decision
         base_boot = metrics["bootstrap"]["base"]
         result = EvaluateResult(
             decision="pass" if passed else "fail",
@@ -272,11 +288,15 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
         )
         shutil.rmtree(out / "_champion", ignore_errors=True)
         write_json(out / "metrics.json", {"aggregate": metrics, "per_example": scored, "adversarial": judged})
-        write_json(out / "decision.json", decision)
         (out / "generations.jsonl").write_text("".join(json.dumps(g) + "\n" for g in generations))
         write_plots(out, scored, judged, metrics)
         (out / "report.md").write_text(report_markdown(metrics, passed, checks, champion.note, characteristics))
         write_result(out, result)
+        # Last, over every file beside it: register tags the scores and logs the reports only as written here.
+        decision[verdict.OUTPUTS] = verdict.outputs_record(out)
+        if cfg.signing_key:  # register and propose believe only a signed decision (steps/core/verdict.py)
+            decision = verdict.sign(decision, cfg.signing_key)
+        write_json(out / verdict.DECISION_FILE, decision)
     return result
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from steps.contract.prompting import MAX_SUMMARY_WORDS
 from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.cli import flag
-from steps.core.io import is_uri
+from steps.core.io import is_shared_store
 from steps.core.registry import MODEL_NAME
 
 
@@ -144,6 +144,14 @@ class EvaluateConfig:
             "whatever this says); empty and none mounted: the shards' answers are not authenticated (a local run)"
         },
     )
+    run_id: str = field(
+        default="",
+        metadata={
+            "help": "the run this evaluation belongs to (on Argo the workflow uid, which no step can rewrite): a shard "
+            "signs it into shard.json, the gather refuses a shard of another run and writes it into decision.json, "
+            "where register and propose hold it to their own; empty: a local run, nothing to bind to"
+        },
+    )
     generation_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_GENERATION_CACHE", ".cache/generations"),
         metadata={
@@ -218,9 +226,15 @@ def config_problems(cfg: EvaluateConfig) -> list[str]:
         problems.append("--shard-signing-key without --shard: only a shard signs its answers with the shard key")
     if cfg.shard_verify_key and not cfg.gather:
         problems.append("--shard-verify-key without --gather: only the gather step reads shards' answers")
+    for name in ("signing_key", "shard_signing_key"):
+        if getattr(cfg, name) and not cfg.run_id:
+            problems.append(
+                f"{flag(name)} without --run-id: a signed record names the run it was made in, or a copy signed in "
+                "an earlier run verifies as this run's (on Argo: --run-id {{workflow.uid}})"
+            )
     if cfg.shard and shard_of(cfg.shard) is None:
         problems.append(f"--shard {cfg.shard!r}: write i/k with 0 <= i < k (e.g. 0/8)")
-    if cfg.generation_cache and is_uri(cfg.generation_cache) and not cfg.generation_cache.startswith("file://"):
+    if cfg.generation_cache and is_shared_store(cfg.generation_cache):
         problems.append(
             f"--generation-cache {cfg.generation_cache}: a shared store is written by roles other than evaluate, and "
             "kept generations decide the comparison (weak pre-written answers for a rival, strong ones for the "

@@ -14,7 +14,7 @@
 #   scripts/engines.sh --cluster     # also the node (tests/node.py): kubelet, kube-scheduler, kube-proxy, Argo's
 #                                    # executor argoexec, and the hub mirror the pods download the base from (olah,
 #                                    # from PyPI into its own virtual environment; --path olah is its python),
-#                                    # and CoreDNS, the pods' cluster DNS
+#                                    # CoreDNS, the pods' cluster DNS, and kube-router, the NetworkPolicy enforcer
 #   scripts/engines.sh --node        # the node's binaries only
 #
 # The folder: ${DISTILLERY_ENGINES:-~/.cache/distillery/engines}/<name>-<version>/<binary>. The Go module cache
@@ -62,6 +62,14 @@ OLAH_VERSION=0.5.4
 # The node's cluster DNS: CoreDNS from its Go module, run on the pod bridge's address with its kubernetes plugin
 # (tests/node.py), so pods resolve Services by name (KubeRay's workers dial the Ray head's Service by its DNS name).
 COREDNS_VERSION=v1.15.0
+# The node's NetworkPolicy enforcer: the bridge CNI enforces none. kube-router's network policy controller alone
+# (no routing, no service proxy, no BGP: tests/node.py), iptables + ipset on the host, so the policies of infra/
+# really block on the node. Test-only, never shipped: the module proxy serves v2.1.0 alone and notes security flaws
+# reported for it; it runs on an isolated test node as root, reaching only the loopback API server and the pod
+# bridge. kube-network-policies (sigs.k8s.io, v0.7.0/v0.8.0 served) would be the lighter choice, but it sends each
+# new connection to user space with the nftables `queue` expression (pkg/networkpolicy/controller.go, expr.Queue),
+# and this machine's kernel has no CONFIG_NFT_QUEUE (docs/engines.md).
+KUBE_ROUTER_VERSION=v2.1.0
 tool_dir() { case "$1" in etcd) echo engines/etcd ;; *) echo engines/kubernetes ;; esac; }
 tool_module() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo k8s.io/kubernetes ;; esac; }
 tool_package() { case "$1" in etcd) echo go.etcd.io/etcd/server/v3 ;; *) echo "k8s.io/kubernetes/cmd/$1" ;; esac; }
@@ -84,9 +92,10 @@ if [ "${1:-}" = "--path" ]; then
     ray-operator) echo "$root/ray-operator-$KUBERAY_VERSION/ray-operator" ;;
     olah) echo "$root/olah-$OLAH_VERSION/bin/python" ;;
     coredns) echo "$root/coredns-$COREDNS_VERSION/coredns" ;;
+    kube-router) echo "$root/kube-router-$KUBE_ROUTER_VERSION/kube-router" ;;
     *)
       echo "engines.sh --path: name one of ${MODULES[*]}, argo-<version> (${ARGO_VERSIONS[*]}), ${TOOLS[*]}," \
-        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator, olah, coredns" >&2
+        "${NODE_TOOLS[*]}, workflow-controller, argoexec, ray-operator, olah, coredns, kube-router" >&2
       exit 2
       ;;
   esac
@@ -149,13 +158,15 @@ build_tool() {
   mv "$dest/$name.tmp" "$dest/$name"
 }
 
-build_main_module() {  # name module version: the module's root package, built once into $root/name-version/name
+# name module version [package [ldflags]]: the module's main package (its root unless named), built once into
+# $root/name-version/name
+build_main_module() {
   local name="$1" dest="$root/$1-$3" dir
   [ -x "$dest/$name" ] && return 0
   dir="$(go mod download -json "$2@$3" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   mkdir -p "$dest"
   echo "engines: building $name $3 from $2 (minutes, once)" >&2
-  (cd "$dir" && long_build -o "$dest/$name.tmp" .)
+  (cd "$dir" && long_build -ldflags "${5:-}" -o "$dest/$name.tmp" "${4:-.}")
   mv "$dest/$name.tmp" "$dest/$name"
 }
 
@@ -202,6 +213,8 @@ build_node() {
   build_argo_cmd "$CONTROLLER_ARGO" argoexec argoexec_build
   build_hub_mirror
   build_main_module coredns github.com/coredns/coredns "$COREDNS_VERSION"
+  build_main_module kube-router github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION" ./cmd/kube-router \
+    "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
 }
 
 build_module() {

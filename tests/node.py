@@ -1,7 +1,8 @@
 """A real node joined to the control plane of tests/controlplane.py (issue 35): containerd and runc from Debian's
 packages, a bridge + host-local CNI network on a pod subnet the test creates, and kubelet, kube-scheduler and
 kube-proxy (iptables mode) built from engines/kubernetes/ by `scripts/engines.sh --cluster`, and CoreDNS (the
-cluster DNS, from its module, on the bridge's address). Nothing is pulled:
+cluster DNS, from its module, on the bridge's address); kube-router's network policy controller when a test asks for
+NetworkPolicy enforcement (`Node.enforce_network_policies`). Nothing is pulled:
 every image the pods use is built here from files on this machine and imported into containerd (`images()`).
 
 The network rule (traffic only to 127.0.0.0/8 and to the pod network the test made) is kept by construction: the
@@ -42,7 +43,8 @@ IMAGES_SH = ENGINES_SH.parent / "images.sh"
 NODE_NAME = "distillery-node"
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CONTAINERD, RUNC = "/usr/bin/containerd", "/usr/sbin/runc"
-DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap"
+DEBIAN_PACKAGES = "containerd runc containernetworking-plugins umoci mmdebstrap ipset"
+IPSET = "/usr/sbin/ipset"  # kube-router's network policy controller runs it (pkg/utils/ipset.go: exec.LookPath)
 # Where scripts/images.sh puts the step images ($DISTILLERY_CACHE/images); this node's own images go to node/ in it.
 IMAGE_CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache/distillery")) / "images"
 # containerd's persistent store (root: content, snapshots, metadata), kept between sessions: importing and unpacking
@@ -69,6 +71,11 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
 KUBELET_CHAINS = (("mangle", "KUBE-IPTABLES-HINT"), ("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"),
                   ("filter", "KUBE-KUBELET-CANARY"), ("filter", "KUBE-FIREWALL"))  # fmt: skip
 KUBELET_JUMPS = (("filter", "INPUT", "KUBE-FIREWALL"), ("filter", "OUTPUT", "KUBE-FIREWALL"))
+# kube-router's network policy controller (v2.1.0, pkg/controllers/netpol/network_policy_controller.go, the constants at
+# its top): its chains in the filter table (KUBE-ROUTER-INPUT/FORWARD/OUTPUT jumped to from the built-in chains, a
+# chain per pod and per policy, KUBE-NWPLCY-DEFAULT) and its ipsets (a policy's sources and destinations).
+POLICY_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
+POLICY_IPSETS = ("KUBE-SRC-", "KUBE-DST-")
 
 
 def _run(*cmd: str, check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
@@ -82,7 +89,8 @@ def require_host() -> None:
     """Root and the Debian packages: the failure names what to install (never a skip)."""
     if os.geteuid() != 0:
         raise RuntimeError("tests/node.py: a real node needs root (containerd, runc, bridges, cgroups, iptables)")
-    missing = [p for p in (CONTAINERD, RUNC, str(CNI_BIN / "bridge"), "/usr/bin/umoci") if not Path(p).exists()]
+    needed = (CONTAINERD, RUNC, str(CNI_BIN / "bridge"), "/usr/bin/umoci", IPSET)
+    missing = [p for p in needed if not Path(p).exists()]
     if missing:
         raise RuntimeError(f"tests/node.py: {', '.join(missing)} missing; apt-get install {DEBIAN_PACKAGES}")
 
@@ -412,12 +420,45 @@ class Node:
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
         return ready and not node["spec"].get("taints")
 
+    def enforce_network_policies(self, timeout: float = 60) -> None:
+        """kube-router's network policy controller (scripts/engines.sh --node) on the host, as root, with the node's
+        kubeconfig: from now on the cluster's NetworkPolicies are enforced for this node's pods, in iptables (filter
+        table) and ipsets. Its firewall alone: no routing, no BGP, no service proxy (kube-proxy stays), no CNI
+        config, no health or metrics listener. Not part of `start`: the scenarios' pods reach S3, MLflow, git and the
+        hub on the bridge's address, which the shipped policies (rightly) do not allow; the policy scenario turns it
+        on and `stop_network_policies` off. Returns once its chains are hooked into INPUT, FORWARD and OUTPUT."""
+        kubeconfig = self.workdir / "node.kubeconfig"
+        proc = _spawn_into(self, "kube-router", [
+            str(binary("kube-router")), "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+            "--run-loadbalancer=false", "--enable-cni=false", "--enable-pod-egress=false", "--enable-ipv6=false",
+            f"--kubeconfig={kubeconfig}", f"--hostname-override={NODE_NAME}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--health-port=0", "--metrics-port=0", "--v=1",
+        ])  # fmt: skip
+
+        def hooked() -> bool:
+            rules = _run("iptables", "-t", "filter", "-S", check=False, timeout=30).stdout
+            return all(f"-j KUBE-ROUTER-{chain}" in rules for chain in ("INPUT", "FORWARD", "OUTPUT"))
+
+        _wait("kube-router", hooked, proc, self.workdir / "kube-router.log", timeout)
+
+    def policed(self, pod: str, namespace: str) -> bool:
+        """kube-router has given `pod` its firewall chain (its traffic now goes through the policies that select it,
+        and the default deny of a policy type when one selects it)."""
+        rules = _run("iptables", "-t", "filter", "-S", check=False, timeout=30).stdout
+        return f"traffic from POD name:{pod} namespace: {namespace} to chain" in rules
+
+    def stop_network_policies(self) -> None:
+        """kube-router stopped and its chains and ipsets removed (nothing when it never ran)."""
+        _stop(self.procs.pop("kube-router", None))
+        if (self.workdir / "kube-router.log").exists():
+            _remove_network_policy_rules()
+
     def stop(self) -> None:
-        """Kubelet, scheduler, kube-proxy and CoreDNS first, then every container of this containerd (through
-        containerd, so its persistent store keeps no container record; then runc kill and delete for whatever is left)
-        and its shims,
-        containerd, kube-proxy's rules (--cleanup), the mounts under the work folder, the pods' cgroups and the
-        sysctls the kubelet changed. Each wait bounded."""
+        """kube-router's network policy controller and its rules, then kubelet, scheduler, kube-proxy and CoreDNS, then
+        every container of this containerd (through containerd, so its persistent store keeps no container record; then
+        runc kill and delete for whatever is left) and its shims, containerd, kube-proxy's rules (--cleanup), the
+        mounts under the work folder, the pods' cgroups and the sysctls the kubelet changed. Each wait bounded."""
+        self.stop_network_policies()
         for name in ("kube-scheduler", "kubelet", "kube-proxy", "coredns"):
             _stop(self.procs.pop(name, None))
         containerd = self.procs.get("containerd")
@@ -466,13 +507,15 @@ class Node:
 
     def leftovers(self) -> list[str]:
         """What this node left on the host after `stop` (empty when the teardown was clean): mounts under its folder,
-        its processes and shims, the kubelet's cgroups, KUBE-/CNI- iptables chains, changed sysctls, log links."""
+        its processes and shims, the kubelet's cgroups, KUBE-/CNI- iptables chains (kube-router's among them) and
+        kube-router's ipsets, changed sysctls, log links."""
         found = [f"mount {m}" for folder in (self.workdir, STORE) for m in _mounts_under(folder)]
         found += [f"process {pid}: {cmd}" for pid, cmd in _processes_naming(self.workdir)]
         found += [f"cgroup {h}/kubepods" for h in Path("/sys/fs/cgroup").iterdir() if (h / "kubepods").is_dir()]
         for tool in ("iptables", "ip6tables"):
             rules = _run(f"{tool}-save", check=False).stdout.splitlines()
             found += [f"{tool}: {r}" for r in rules if r.startswith(":KUBE-") or r.startswith(":CNI-")]
+        found += [f"ipset {name}" for name in _policy_ipsets()]
         for key, value in self.sysctls.items():
             with contextlib.suppress(OSError):
                 if Path("/proc/sys", key).read_text() != value:
@@ -480,6 +523,33 @@ class Node:
         found += [f"log link {link}" for link in _log_links(self.workdir)]
         found += [f"shim socket {f}" for f in (SHIM_SOCKETS.iterdir() if SHIM_SOCKETS.is_dir() else ())]
         return found
+
+
+def _policy_ipsets() -> list[str]:
+    if not Path(IPSET).exists():
+        return []
+    return [n for n in _run(IPSET, "list", "-n", check=False).stdout.split() if n.startswith(POLICY_IPSETS)]
+
+
+def _remove_network_policy_rules() -> None:
+    """kube-router's jumps from the built-in chains, then its chains (flushed, then deleted: they jump to each other),
+    then its ipsets (no rule names them any more). Not `kube-router --cleanup-config`: in v2.1.0 that cleans the
+    policy controller through an empty NetworkPolicyController{} (pkg/cmd/kube-router.go CleanupConfigAndExit),
+    whose nil iptables and ipset handler maps make its Cleanup a no-op, and then runs the service proxy's and the
+    router's cleanups (IPVS, routes, interfaces), parts this node never started."""
+    import shlex
+
+    saved = _run("iptables-save", "-t", "filter", check=False, timeout=60).stdout.splitlines()
+    chains = [line[1:].split()[0] for line in saved if line.startswith(":") and line[1:].startswith(POLICY_CHAINS)]
+    for line in saved:
+        rule = shlex.split(line)
+        if rule[:1] == ["-A"] and rule[1] in ("INPUT", "FORWARD", "OUTPUT") and rule[-1].startswith(POLICY_CHAINS):
+            _run("iptables", "-t", "filter", "-D", *rule[1:], check=False)
+    for op in ("-F", "-X"):
+        for chain in chains:
+            _run("iptables", "-t", "filter", op, chain, check=False)
+    for name in _policy_ipsets():
+        _run(IPSET, "destroy", name, check=False)
 
 
 def _stop(proc: subprocess.Popen | None, grace: float = 10) -> None:

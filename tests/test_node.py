@@ -38,7 +38,16 @@ from tests.conftest import (
     wait_http,
 )
 from tests.controlplane import ARGO_NAMESPACE, NAMESPACE, ControlPlane
-from tests.node import BASE_IMAGE, IMAGE_CACHE, HubMirror, Node, StepImage, argoexec_image_name, start_hub_mirror
+from tests.node import (
+    BASE_IMAGE,
+    IMAGE_CACHE,
+    POLICY_CHAINS,
+    HubMirror,
+    Node,
+    StepImage,
+    argoexec_image_name,
+    start_hub_mirror,
+)
 from tests.test_controlplane import WF_API, argo
 from workflows import security
 
@@ -135,6 +144,120 @@ def test_a_pod_resolves_services_by_name_through_the_cluster_dns(real_node: Node
     resolved = [line.split() for line in log.splitlines() if line.startswith(cluster_ip)]
     assert {names[1] for names in resolved} == {"kubernetes.default.svc.cluster.local"}, log
     assert len(resolved) == 2 and "unresolved huggingface.co" in log, log
+
+
+# --- the shipped NetworkPolicies, enforced ----------------------------------------------------------------------------
+
+# The namespace infra/networkpolicy/steps.yaml opens to the steps on one port (an S3-compatible store at home, MinIO
+# on 9000): the probes' peer runs there, listening on that port and on one beside it.
+PEER_NAMESPACE, PEER_PORTS, STEP_PORT = "minio", (9000, 9001), 8080
+# A listener on the port given as the first argument, closing each connection it accepts (perl-base is in the test
+# pods' Debian; bash's /dev/tcp is the client).
+LISTEN = ("perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => $ARGV[0], Listen => 16, ReuseAddr => 1)"
+          " or die $!; while ($c = $s->accept) { close $c }'")  # fmt: skip
+PROBE = 'timeout 5 bash -c "exec 3<>/dev/tcp/$0/$1" 2>/dev/null; echo "probe exit $?"'
+
+
+def probe_pod(name: str, namespace: str, listens: tuple[int, ...], labels: dict[str, str] | None = None) -> dict:
+    """A pod that listens on `listens` and otherwise waits (at most 15 minutes) for the test to probe from it."""
+    script = "".join(f"{LISTEN} {port} & " for port in listens) + "exec sleep 900"
+    spec = pod(name, script)
+    spec["metadata"].update(namespace=namespace, labels=labels or {})
+    return spec
+
+
+def wait_running(plane: ControlPlane, name: str, namespace: str, timeout: float) -> str:
+    """The pod's address once it runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = plane.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["status"]
+        if status.get("phase") == "Running":
+            return status["podIP"]
+        assert time.monotonic() < deadline, f"{namespace}/{name} not Running after {timeout} s: {status}"
+        time.sleep(0.3)
+
+
+def connects(plane: ControlPlane, name: str, namespace: str, address: str, port: int) -> bool:
+    """A TCP connection from inside pod `name` to address:port (bash's /dev/tcp, 5 s at most): True when it was
+    accepted, False when refused (kube-router's REJECT) or timed out."""
+    done = plane.kubectl("exec", "-n", namespace, name, "--", "bash", "-c", PROBE, address, str(port), check=False)
+    found = re.search(r"probe exit (\d+)", done.stdout)
+    assert found, f"kubectl exec into {namespace}/{name} did not run the probe: {done.stdout}{done.stderr}"
+    return found.group(1) == "0"
+
+
+def test_the_shipped_network_policies_block_what_they_forbid(real_node: Node):
+    """infra/networkpolicy/ as applied (default-deny, steps, ray), enforced on the node by kube-router's network
+    policy controller (tests/node.py `enforce_network_policies`; the bridge CNI enforces none). From inside pods, by
+    real TCP connections to listeners that answer: a step pod (Argo's workflow label, the steps' account) reaches a
+    pod of namespace `minio` on 9000, which distillery-steps allows, and not the same pod on 9001, nor a port of the
+    node on the bridge's address; a pod of the namespace that no policy but the default deny selects reaches
+    nothing; nothing reaches the step pod (`ingress: []`). Each connection first succeeds with no enforcer (the
+    listeners answer, the bridge alone blocks nothing), and again once the enforcer is stopped and its rules are
+    removed (nothing of it left on the host)."""
+    import socket
+
+    plane, gateway = real_node.plane, real_node.net.gateway
+    host = socket.create_server((gateway, 0))  # an ephemeral port: outside kube-router's node-port range
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed at the end
+            while True:
+                host.accept()[0].close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    step_labels = {"workflows.argoproj.io/workflow": "policy-probe"}
+    pods = {
+        "probe-peer": probe_pod("probe-peer", PEER_NAMESPACE, PEER_PORTS),
+        "probe-step": probe_pod("probe-step", NAMESPACE, (STEP_PORT,), step_labels),
+        "probe-plain": probe_pod("probe-plain", NAMESPACE, ()),
+    }
+    pods["probe-step"]["spec"]["serviceAccountName"] = "distillery-steps"  # admission: a step pod runs as a step
+    plane.kubectl("create", "namespace", PEER_NAMESPACE)
+    try:
+        for spec in pods.values():
+            plane.api("POST", f"/api/v1/namespaces/{spec['metadata']['namespace']}/pods", spec)
+        ips = {name: wait_running(plane, name, spec["metadata"]["namespace"], 120) for name, spec in pods.items()}
+        port = host.getsockname()[1]
+        # (from, its namespace, to, port): allowed by the shipped policies?
+        cases = {
+            "step -> minio pod :9000": ("probe-step", NAMESPACE, ips["probe-peer"], 9000, True),
+            "step -> minio pod :9001": ("probe-step", NAMESPACE, ips["probe-peer"], 9001, False),
+            f"step -> node {gateway}:{port}": ("probe-step", NAMESPACE, gateway, port, False),
+            "unselected pod -> minio pod :9000": ("probe-plain", NAMESPACE, ips["probe-peer"], 9000, False),
+            f"minio pod -> step :{STEP_PORT}": ("probe-peer", PEER_NAMESPACE, ips["probe-step"], STEP_PORT, False),
+        }
+
+        def probe_all() -> dict[str, bool]:
+            return {case: connects(plane, *c[:4]) for case, c in cases.items()}
+
+        open_before = probe_all()
+        began = time.monotonic()
+        try:
+            real_node.enforce_network_policies()
+            deadline = time.monotonic() + 60
+            while not all(real_node.policed(n, NAMESPACE) for n in ("probe-step", "probe-plain")):
+                assert time.monotonic() < deadline, f"not policed after 60 s:\n{real_node.log_tail('kube-router')}"
+                time.sleep(0.5)
+            enforced_s = time.monotonic() - began
+            enforced = probe_all()
+        finally:
+            real_node.stop_network_policies()
+        open_after = probe_all()
+        left = [x for x in real_node.leftovers() if "ipset" in x or any(c in x for c in POLICY_CHAINS)]
+    finally:
+        for name, spec in pods.items():
+            ns = spec["metadata"]["namespace"]
+            plane.kubectl("delete", "pod", "-n", ns, name, "--grace-period=0", "--force", "--wait=false", check=False)
+        plane.kubectl("delete", "namespace", PEER_NAMESPACE, "--wait=false", check=False)
+        host.close()
+    print(f"kube-router policed the probe pods {enforced_s:.1f} s after it started; connected before/enforced/after:")
+    for case in cases:
+        print(f"  {case}: {open_before[case]} / {enforced[case]} / {open_after[case]}")
+    assert all(open_before.values()), open_before
+    assert enforced == {case: c[4] for case, c in cases.items()}, (enforced, real_node.log_tail("kube-router"))
+    assert all(open_after.values()), open_after
+    assert not left, left
 
 
 # --- Argo's real executor --------------------------------------------------------------------------------------------

@@ -221,14 +221,19 @@ def load_mapped_bytes(s: Shape, k: Knobs) -> float:
     return 0.0 if cpu_weight_bytes(k) == s.checkpoint_bytes else s.checkpoint_bytes * s.parameters
 
 
-def _cpu_process_gib(s: Shape, k: Knobs, terms: dict[str, float]) -> float:
-    """A CPU training process's peak: loading the base (its weights and the mapped checkpoint) or training (the fixed
-    parts and the frozen weights as they are, exact: every byte of them is resident once the first step has read
-    them, MARGIN on the estimated rest), whichever is larger."""
+def cpu_process_phases(s: Shape, k: Knobs, terms: dict[str, float]) -> dict[str, float]:
+    """A CPU training process's two peaks in GiB: `loading` the base (its weights and the mapped checkpoint) and
+    `training` (the fixed parts and the frozen weights as they are, exact: every byte of them is resident once the
+    first step has read them, MARGIN on the estimated rest). The process's peak is the larger."""
     estimated = sum(v for name, v in terms.items() if name != "weights")
-    training = PROCESS_GIB + CPU_RUNTIME_GIB + (terms["weights"] + MARGIN * estimated) / GIB
-    loading = PROCESS_GIB + (terms["weights"] + MARGIN * load_mapped_bytes(s, k)) / GIB
-    return max(training, loading)
+    return {
+        "training": PROCESS_GIB + CPU_RUNTIME_GIB + (terms["weights"] + MARGIN * estimated) / GIB,
+        "loading": PROCESS_GIB + (terms["weights"] + MARGIN * load_mapped_bytes(s, k)) / GIB,
+    }
+
+
+def _cpu_process_gib(s: Shape, k: Knobs, terms: dict[str, float]) -> float:
+    return max(cpu_process_phases(s, k, terms).values())
 
 
 def cpu_train_gib(s: Shape, k: Knobs, micro: Micro) -> float:

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -538,9 +538,10 @@ def cost(row: Row) -> float:
 
 
 def run_rows(rows: list[Row], bases: dict[str, Path], work: Path, *, cores: int, memory_gib: float,
-             deadline: float, first: list[Row]) -> None:  # fmt: skip
+             deadline: float, first: list[Row], on_finish: Callable[[], None] = lambda: None) -> None:  # fmt: skip
     """Run `rows` (those in `first` before the rest, then longest first), as many at a time as `cores` and
-    `memory_gib` hold; stop whatever still runs at `deadline` (time.monotonic). Fills each row's status and result."""
+    `memory_gib` hold; stop whatever still runs at `deadline` (time.monotonic). Fills each row's status and result,
+    calling `on_finish` as each row ends (the results so far survive a kill)."""
     queue = first + sorted((r for r in rows if r not in first), key=cost, reverse=True)
     running: list[Running] = []
     for i, row in enumerate(queue):
@@ -552,6 +553,7 @@ def run_rows(rows: list[Row], bases: dict[str, Path], work: Path, *, cores: int,
         for r in [r for r in running if r.proc.poll() is not None or now > deadline]:
             finish(r, stopped=r.proc.poll() is None)
             running.remove(r)
+            on_finish()
         if now > deadline:
             break
         for row in list(pending):
@@ -620,7 +622,8 @@ def start(row: Row, bases: dict[str, Path], work: Path, need: float) -> Running 
 def finish(r: Running, *, stopped: bool) -> None:
     row = r.row
     if stopped:
-        os.killpg(r.proc.pid, signal.SIGKILL)  # the row's own process group (start_new_session)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended since
+            os.killpg(r.proc.pid, signal.SIGKILL)  # the row's own process group (start_new_session)
     out, _ = r.proc.communicate()
     rc = r.proc.returncode
     lines = [line for line in out.splitlines() if line.startswith("{")]
@@ -857,7 +860,7 @@ def measure(args: argparse.Namespace) -> int:
         deadline = started + args.time_limit
         avail = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) / 2**20
         run_rows(rows + first, built, work, cores=cores, memory_gib=avail - args.reserve_gib, deadline=deadline,
-                 first=first)  # fmt: skip
+                 first=first, on_finish=lambda: write_outputs(args.out, report, rows + first))  # fmt: skip
         for row in first:
             twin = next((r for r in rows if (r.base, r.precision, r.checkpointing, r.micro) ==
                          (row.base, row.precision, row.checkpointing, row.micro)), None)  # fmt: skip

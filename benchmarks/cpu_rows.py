@@ -2,7 +2,8 @@
 and a check on the others, and one row inside a memory-limited cgroup at its planned limit.
 
     python -m benchmarks.cpu_rows --out DIR                          # 1B/3B x fp32/bf16 x checkpointing x micro 1/2
-    python -m benchmarks.cpu_rows --out DIR --shapes small --threads 1 --no-cgroup      # the same, tiny, in a minute
+    python -m benchmarks.cpu_rows --out DIR --shapes small --threads 1 --no-cgroup      # the same, tiny (~3 min)
+    python -m benchmarks.cpu_rows --out DIR --only base=Llama-3.2-3B,precision=bf16       # some of the grid's rows
     python -m benchmarks.cpu_rows --refit DIR/rows.json              # fit on the 1B rows, check on the 3B rows
     python -m benchmarks.cpu_rows --refit DIR/rows.json --fit-on micro=1                # another split
 
@@ -59,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = 1.15
 GIB = 2**30
 # Each base: a seed base's config (steps/sizing/seeds.py) with overrides; `small` keeps the code path and shrinks
-# every dimension so the whole grid runs on a laptop's cores in about a minute.
+# every dimension so the whole grid runs on 2 cores in a few minutes.
 REAL_BASES: dict[str, tuple[str, dict]] = {"Llama-3.2-1B": ("Llama-3.2-1B", {}), "Llama-3.2-3B": ("Llama-3.2-3B", {})}
 SMALL_BASES: dict[str, tuple[str, dict]] = {
     "tiny-a": ("Llama-3.2-1B", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -896,11 +897,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cgroup", action="store_true", help="no cgroup probe or row")
     parser.add_argument("--cgroup-row", default="", help="BASE:PRECISION:on|off:MICRO (default per --shapes)")
     parser.add_argument("--cgroup-limits", default="planned,pod", help="planned (the plan's GiB), pod (whole GiB)")
-    parser.add_argument("--refit", type=Path, help="a rows.json: re-fit on --fit-on's rows, check the rest")
+    parser.add_argument(
+        "--refit", type=Path, nargs="+", help="rows.json files: re-fit on --fit-on's rows, check the rest"
+    )
     parser.add_argument("--fit-on", default="base=Llama-3.2-1B", help="key=value[,key=value]: the fit rows")
     args = parser.parse_args(argv)
     if args.refit:
-        text, ok = refit_report(json.loads(args.refit.read_text())["rows"], args.fit_on)
+        rows = [r for f in args.refit for r in json.loads(f.read_text())["rows"]]
+        try:
+            text, ok = refit_report(rows, args.fit_on)
+        except ValueError as e:
+            parser.error(str(e))
+        except KeyError as e:
+            parser.error(f"--fit-on {args.fit_on!r}: rows have no field {e}")
         print(text)
         return 0 if ok else 1
     if not args.out:

@@ -830,6 +830,7 @@ def measure(args: argparse.Namespace) -> int:
     bases, seq, default_cg = SHAPES[args.shapes]
     seq = args.max_seq_len or seq
     cores = args.cores or os.cpu_count() or 1
+    args.threads = min(args.threads, cores)  # a row wider than the machine would never start
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="cpu-rows-", dir=args.work))
     report: dict = {"settings": {k: str(v) for k, v in vars(args).items()}}

@@ -4,6 +4,8 @@ on other rows, the split, what a stopped row reached, the cgroup row's verdict a
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,47 @@ def test_the_fit_reports_today_s_constants_beside_the_refitted_ones():
     assert f"CPU_RUNTIME_GIB {memory.CPU_RUNTIME_GIB} -> 0.30" in text
     assert f"CPU_ACTIVATION_FACTOR {memory.CPU_ACTIVATION_FACTOR} -> 1.30" in text
     assert isinstance(cpu_rows.refit(cpu_rows.split_rows(synthetic(0.3, 1.3), "base=tiny-a")[0]), Fit)
+
+
+def _schedule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, seconds: float, **limits) -> tuple[list[Row], int]:
+    """run_rows over six small rows of 2 threads whose processes sleep `seconds`; returns them and the most that ran
+    at once."""
+    active, most = set(), [0]
+
+    def start(row: Row, bases: dict, work: Path, need: float) -> cpu_rows.Running:
+        active.add(row.name)
+        most[0] = max(most[0], len(active))
+        proc = subprocess.Popen(["sleep", str(seconds)], start_new_session=True)
+        return cpu_rows.Running(row, proc, 0.0, tmp_path / "p", tmp_path / "e", None, need)
+
+    def finish(r: cpu_rows.Running, *, stopped: bool) -> None:
+        if stopped:
+            r.proc.kill()
+        r.proc.wait()
+        active.discard(r.row.name)
+        r.row.status = "stopped" if stopped else "ok"
+
+    monkeypatch.setattr(cpu_rows, "start", start)
+    monkeypatch.setattr(cpu_rows, "finish", finish)
+    rows = [Row("tiny-a", SMALL["tiny-a"], p, c, 1, 128, 2, 2) for p in ("fp32", "bf16") for c in (False, True)]
+    rows += [Row("tiny-b", SMALL["tiny-b"], "fp32", False, m, 128, 2, 2) for m in (1, 2)]
+    cpu_rows.run_rows(rows, {}, tmp_path, first=[], **{"deadline": time.monotonic() + 60, **limits})
+    return rows, most[0]
+
+
+def test_rows_run_as_many_at_a_time_as_the_cores_hold(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    rows, most = _schedule(monkeypatch, tmp_path, 0.2, cores=4, memory_gib=100.0)
+    assert most == 2 and all(r.status == "ok" for r in rows)
+
+
+def test_rows_wait_for_memory_their_plans_set_aside(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    need = cpu_rows.need_gib(Row("tiny-b", SMALL["tiny-b"], "fp32", False, 2, 128, 2, 2))
+    rows, most = _schedule(monkeypatch, tmp_path, 0.2, cores=16, memory_gib=1.5 * need)
+    assert most == 1 and all(r.status == "ok" for r in rows)
+
+
+def test_rows_still_running_at_the_deadline_stop_and_the_rest_never_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    rows, _ = _schedule(monkeypatch, tmp_path, 30, cores=4, memory_gib=100.0, deadline=time.monotonic() + 1.5)
+    assert sorted(r.status for r in rows) == ["not started"] * 4 + ["stopped"] * 2

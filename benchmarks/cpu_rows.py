@@ -23,14 +23,16 @@ The cgroup row (--cgroup-row, default the 3B bf16 + checkpointing row of issue 3
 and the whole GiB a pod of that plan is given (`pod`), without swap. The process first copies the base into its own
 folder, as a pod downloads it, so the checkpoint's page cache is charged to its cgroup. Before that a probe process
 touches twice a 256 MiB limit: a limit the kernel does not enforce (gVisor's cgroupfs takes the number and ignores it)
-is reported as such, not as "fine". Outcome: killed (the kernel's OOM killer), thrashing (steps over
-THRASH_SLOWDOWN times the unlimited row's, or over THRASH_MAJFLT major faults a step) or fine, with seconds per step.
+is reported as such, not as "fine". Outcome: killed (the kernel's OOM killer), thrashing (over THRASH_MAJFLT major
+faults a step, or limit hits with steps over THRASH_SLOWDOWN times those of a row that hit no limit under the same
+load: `verdict`) or fine, with seconds per step, limit hits and major faults.
 
 Written to --out: rows.json (the machine, the settings, every row with its plan, the cgroup rows, the probes) and
-rows.csv; a table of measured peak vs the plan is printed. `--refit` re-fits CPU_RUNTIME_GIB and
-CPU_ACTIVATION_FACTOR (steps/sizing/memory.py) on the fit rows (the smallest worst over-prediction with every fit row
-at or above its peak) and prints every check row's plan / peak with the re-fitted constants and with today's; the
-target is each check row within [1.0, 1.15].
+rows.csv; a table of measured peak vs the plan is printed. `--refit` re-fits CPU_RUNTIME_GIB, CPU_ACTIVATION_FACTOR
+and CPU_CHECKPOINT_LAYERS (steps/sizing/memory.py) on the fit rows (the smallest worst over-prediction with every fit
+row at or above its peak and the plan growing per example at least as the peaks do) and prints every check row's
+plan / peak with the re-fitted constants and with today's; the target is each check row within [1.0, 1.15]. The
+constants in force came from `--refit` on benchmarks/results/2026-12-04-xeon16-h200/'s two rows.json files.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = 1.15
 # The activation factors the re-fit tries (glibc's high-water mark over what autograd saves: 1.37-1.79 measured).
 FACTORS = tuple(f / 100 for f in range(50, 401))
+# The checkpointing layers it tries (CPU_CHECKPOINT_LAYERS: a checkpointed step's layers' worth of activations).
+CHECKPOINT_LAYERS = tuple(n / 10 for n in range(10, 101))
 GIB = 2**30
 # Each base: a seed base's config (steps/sizing/seeds.py) with overrides; `small` keeps the code path and shrinks
 # every dimension so the whole grid runs on 2 cores in a few minutes.
@@ -71,7 +75,8 @@ SMALL_BASES: dict[str, tuple[str, dict]] = {
                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=4096)),
 }  # fmt: skip
 SHAPES = {"real": (REAL_BASES, 512, "Llama-3.2-3B:bf16:on:1"), "small": (SMALL_BASES, 128, "tiny-b:bf16:on:1")}
-# A cgroup row is thrashing when its steps take this many times the unlimited row's, or fault this often a step.
+# A cgroup row is thrashing when it faults this often a step, or hits its limit and its steps take this many times
+# those of a row that hit none (`verdict`).
 THRASH_SLOWDOWN = 1.5
 THRASH_MAJFLT = 20_000
 PROBE_LIMIT = 256 * 2**20
@@ -127,17 +132,19 @@ def shape_of(seed: str, overrides: str) -> Any:
 
 
 @contextlib.contextmanager
-def constants(runtime_gib: float, activation_factor: float) -> Iterator[None]:
-    """steps/sizing/memory.py's CPU_RUNTIME_GIB and CPU_ACTIVATION_FACTOR set to these while the block runs: the plan
-    recomputed by its own code with other constants."""
+def constants(runtime_gib: float, activation_factor: float, checkpoint_layers: float | None = None) -> Iterator[None]:
+    """steps/sizing/memory.py's CPU_RUNTIME_GIB, CPU_ACTIVATION_FACTOR and CPU_CHECKPOINT_LAYERS (None: as it is) set
+    to these while the block runs: the plan recomputed by its own code with other constants."""
     from steps.sizing import memory
 
-    before = memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR
+    before = memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR, memory.CPU_CHECKPOINT_LAYERS
     memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR = runtime_gib, activation_factor
+    if checkpoint_layers is not None:
+        memory.CPU_CHECKPOINT_LAYERS = checkpoint_layers
     try:
         yield
     finally:
-        memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR = before
+        memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR, memory.CPU_CHECKPOINT_LAYERS = before
 
 
 def row_plan(r: dict) -> dict:
@@ -151,6 +158,7 @@ def row_plan(r: dict) -> dict:
 class Fit:
     runtime_gib: float
     activation_factor: float
+    checkpoint_layers: float
     worst_fit_ratio: float  # the largest plan / peak over the fit rows (each at least 1.0)
 
 
@@ -176,29 +184,72 @@ def split_rows(rows: list[dict], fit_on: str) -> tuple[list[dict], list[dict]]:
     return fit, check
 
 
-def refit(fit_rows: list[dict], factors: Iterator[float] | None = None) -> Fit:
-    """CPU_RUNTIME_GIB and CPU_ACTIVATION_FACTOR that put every fit row's plan at or above its measured peak with the
-    smallest worst over-prediction: for each activation factor on a grid the smallest runtime (>= 0, rounded up to
-    0.01 GiB) that covers every row whose loading phase does not already cover it, then the factor whose worst
-    plan / peak is lowest."""
+def refit(fit_rows: list[dict], factors: tuple[float, ...] = FACTORS,
+          layers: tuple[float, ...] = CHECKPOINT_LAYERS) -> Fit:  # fmt: skip
+    """CPU_RUNTIME_GIB, CPU_ACTIVATION_FACTOR and CPU_CHECKPOINT_LAYERS that put every fit row's plan at or above its
+    measured peak with the smallest worst over-prediction, the plan growing per example at least as the peaks do.
+
+    For each activation factor and checkpointing layers on a grid: the smallest runtime (>= 0, rounded up to 0.01 GiB)
+    that covers what each `trained` row's peak holds above its own imports (`imported_gib`) with what the plan counts
+    above PROCESS_GIB, the allowance for any machine's imports: the allowance's slack on the measuring machine is not
+    fitted into the runtime. Of the pairs under which every `slopes` pair's plan grows from the smaller micro-batch to
+    the larger at least as much as its peak did, the one whose worst plan / peak is lowest (ties: the smaller factor,
+    then the fewer layers). Without the slope condition a larger runtime covers a too-small activation term on the fit
+    rows, and a larger micro-batch or base then goes under. The plan counts CPU_CHECKPOINT_LAYERS layers, so it is
+    linear in it: two plans per factor give every value."""
+    from steps.sizing.memory import PROCESS_GIB
+
     best: Fit | None = None
-    for factor in factors or FACTORS:
-        with constants(0.0, factor):
-            plans = [row_plan(r) for r in fit_rows]
-        short = [r["peak_gib"] - p["planned_training_gib"] for r, p in zip(fit_rows, plans, strict=True)
-                 if p["planned_loading_gib"] < r["peak_gib"]]  # fmt: skip
-        runtime = math.ceil(max([0.0, *short]) * 100 - 1e-6) / 100
-        worst = max(max(p["planned_training_gib"] + runtime, p["planned_loading_gib"]) / r["peak_gib"]
-                    for r, p in zip(fit_rows, plans, strict=True))  # fmt: skip
-        if best is None or worst < best.worst_fit_ratio - 1e-9:
-            best = Fit(runtime, factor, worst)
-    assert best is not None
+    decided = [trained(r) for r in fit_rows]
+    pairs = slopes(fit_rows, decided)
+    imports = [r.get("imported_gib") or PROCESS_GIB for r in fit_rows]
+    for factor in factors:
+        with constants(0.0, factor, 0.0):
+            zero = [row_plan(r) for r in fit_rows]
+        with constants(0.0, factor, 1.0):
+            one = [row_plan(r) for r in fit_rows]
+        loading = [a["planned_loading_gib"] for a in zero]
+        for n in layers:
+            training = [a["planned_training_gib"] + n * (b["planned_training_gib"] - a["planned_training_gib"])
+                        for a, b in zip(zero, one, strict=True)]  # fmt: skip
+            if any(
+                training[j] - training[i] < fit_rows[j]["peak_gib"] - fit_rows[i]["peak_gib"] - 1e-6 for i, j in pairs
+            ):
+                continue
+            short = [r["peak_gib"] - imp - (t - PROCESS_GIB)
+                     for r, t, imp, d in zip(fit_rows, training, imports, decided, strict=True) if d]  # fmt: skip
+            runtime = math.ceil(max([0.0, *short]) * 100 - 1e-6) / 100
+            worst = max(max(t + runtime, ld) / r["peak_gib"] for r, t, ld in zip(fit_rows, training, loading,
+                                                                                 strict=True))  # fmt: skip
+            if best is None or worst < best.worst_fit_ratio - 1e-9:
+                best = Fit(runtime, factor, n, worst)
+    if best is None:
+        raise ValueError("no activation factor and checkpointing layers tried make the plan grow per example as "
+                         "fast as the fit rows' peaks do: widen FACTORS or CHECKPOINT_LAYERS, or look at the rows "
+                         "whose peak grows faster than the model counts")  # fmt: skip
     return best
+
+
+def trained(r: dict) -> bool:
+    """Whether training set the row's peak: it rose after loading (a row whose peak is its VmHWM after loading, a
+    float32 load beside the mapped bf16 checkpoint, says nothing about training's terms)."""
+    return r["peak_gib"] > (r.get("loaded_gib") or 0.0) + 0.005
+
+
+def slopes(rows: list[dict], decided: list[bool]) -> list[tuple[int, int]]:
+    """(i, j) for every two rows of the same base, precision, checkpointing and length at micro-batches i < j whose
+    peaks training set (`decided`): the pairs whose peaks measure what more examples cost."""
+
+    def key(r: dict) -> tuple:
+        return r["base"], json.dumps(r["config"], sort_keys=True), r["precision"], r["checkpointing"], r["seq"]
+
+    return [(i, j) for i, a in enumerate(rows) for j, b in enumerate(rows)
+            if decided[i] and decided[j] and key(a) == key(b) and a["micro"] < b["micro"]]  # fmt: skip
 
 
 def ratios(rows: list[dict], fit: Fit | None) -> list[float]:
     """plan / peak per row with `fit`'s constants (None: the ones in force)."""
-    with constants(fit.runtime_gib, fit.activation_factor) if fit else contextlib.nullcontext():
+    with constants(fit.runtime_gib, fit.activation_factor, fit.checkpoint_layers) if fit else contextlib.nullcontext():
         return [row_plan(r)["planned_gib"] / r["peak_gib"] for r in rows]
 
 
@@ -217,19 +268,22 @@ def refit_report(rows: list[dict], fit_on: str) -> tuple[str, bool]:
 
     fit_rows, check_rows = split_rows(rows, fit_on)
     fit = refit(fit_rows)
-    now = Fit(memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR, 0.0)
+    now = Fit(memory.CPU_RUNTIME_GIB, memory.CPU_ACTIVATION_FACTOR, memory.CPU_CHECKPOINT_LAYERS, 0.0)
+    edges = [name for name, value, grid in (("the factor", fit.activation_factor, FACTORS),
+                                            ("the checkpointing layers", fit.checkpoint_layers, CHECKPOINT_LAYERS))
+             if value in (grid[0], grid[-1])]  # fmt: skip
     lines = [f"fit rows ({fit_on}): {len(fit_rows)}; check rows: {len(check_rows)}",
              f"CPU_RUNTIME_GIB {now.runtime_gib} -> {fit.runtime_gib:.2f}; CPU_ACTIVATION_FACTOR "
-             f"{now.activation_factor} -> {fit.activation_factor:.2f} "
-             f"(worst fit plan / peak {fit.worst_fit_ratio:.3f})"
-             + (" - the factor is at the edge of those tried: the fit rows do not pin it"
-                if fit.activation_factor in (FACTORS[0], FACTORS[-1]) else ""), "",
+             f"{now.activation_factor} -> {fit.activation_factor:.2f}; CPU_CHECKPOINT_LAYERS "
+             f"{now.checkpoint_layers} -> {fit.checkpoint_layers:.1f} (worst fit plan / peak {fit.worst_fit_ratio:.3f})"
+             + (f" - {' and '.join(edges)} at the edge of those tried: the fit rows do not pin it" if edges else ""),
+             "",
              "| role | row | peak VmHWM GiB | loaded GiB | plan now | now / peak | plan re-fitted "
              "| re-fitted / peak |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     ok = True
     for role, group in (("fit", fit_rows), ("check", check_rows)):
         for r, a, b in zip(group, ratios(group, None), ratios(group, fit), strict=True):
-            mark = "" if within(b) else " **out**"
+            mark = "" if within(b) else " **out**" if role == "check" else " (a fit row: outside the check's range)"
             ok &= role == "fit" or within(b)
             lines.append(f"| {role} | {row_label(r)} | {r['peak_gib']:.2f} | {r['loaded_gib']:.2f} | "
                          f"{a * r['peak_gib']:.2f} | {a:.3f} | {b * r['peak_gib']:.2f} | {b:.3f}{mark} |")  # fmt: skip
@@ -400,18 +454,29 @@ def probe_enforcement(name: str) -> dict:
             + ([removed] if removed else [])}  # fmt: skip
 
 
-def verdict(row: Row, unlimited: Row | None) -> str:
-    """killed, thrashing or fine, for a cgroup row against the same row unlimited (None: not measured)."""
-    if row.status == "killed" or row.result.get("cgroup", {}).get("oom_kill", 0) > 0:
+def verdict(row: Row, unlimited: Row | None, peers: list[Row] | tuple = ()) -> str:
+    """killed, thrashing or fine, for a cgroup row. Thrashing takes memory pressure: over THRASH_MAJFLT major faults a
+    step, or a row that hit its limit (memory.events `max`, v1's failcnt) running its steps over THRASH_SLOWDOWN times
+    those of a row that did not: a cgroup row of `peers` (they start together, so they share the machine's load) with
+    no limit hit, else the `unlimited` row (None: not measured), which ran at another time beside other rows. A slow
+    row that never hit its limit wanted CPU, not memory: on 2026-12-04 both cgroup rows ran 1.5x the unlimited row's
+    steps, the one at 9 GiB without one limit hit, because the grid's rows and a GPU benchmark shared the CPUs."""
+    cgroup = row.result.get("cgroup", {})
+    if row.status == "killed" or cgroup.get("oom_kill", 0) > 0:
         return "killed"
     mine = row.result.get("step_seconds") or []
-    base = (unlimited.result.get("step_seconds") or []) if unlimited else []
-    if row.result.get("majflt", 0) / max(1, len(mine)) > THRASH_MAJFLT:
+    faults = max(row.result.get("majflt", 0), cgroup.get("pgmajfault", 0))
+    if faults / max(1, len(mine)) > THRASH_MAJFLT:
         return "thrashing"
-    if mine and base and statistics.median(mine) > THRASH_SLOWDOWN * statistics.median(base):
-        return "thrashing"
-    if not mine and base and row.result.get("train_elapsed", 0.0) > THRASH_SLOWDOWN * base[0]:
-        return "thrashing"  # not one step in the time the unlimited row took for several
+    calm = [p for p in peers if p is not row and p.result.get("step_seconds")
+            and p.result.get("cgroup", {}).get("limit_hits", 0) == 0]  # fmt: skip
+    reference = calm[0] if calm else unlimited
+    base = (reference.result.get("step_seconds") or []) if reference else []
+    if cgroup.get("limit_hits", 0) > 0 and base:
+        if mine and statistics.median(mine) > THRASH_SLOWDOWN * statistics.median(base):
+            return "thrashing"
+        if not mine and row.result.get("train_elapsed", 0.0) > THRASH_SLOWDOWN * base[0]:
+            return "thrashing"  # not one step in the time the reference took for several
     if row.status != "ok":
         return f"undecided ({row.status})"
     return "fine"
@@ -768,7 +833,8 @@ def table(rows: list[Row]) -> str:
         cgs = (
             (
                 f"limit {res['cgroup_limit_gib']:.2f}: {res.get('verdict', '')}, peak "
-                f"{(cg.get('peak_gib') or 0):.2f}, oom_kill {cg.get('oom_kill', 0)}"
+                f"{(cg.get('peak_gib') or 0):.2f}, oom_kill {cg.get('oom_kill', 0)}, limit hits "
+                f"{cg.get('limit_hits', 0)}, major faults {cg.get('pgmajfault', 0)}"
             )
             if row.cgroup_limit
             else ""
@@ -870,7 +936,7 @@ def measure(args: argparse.Namespace) -> int:
         for row in first:
             twin = next((r for r in rows if (r.base, r.precision, r.checkpointing, r.micro) ==
                          (row.base, row.precision, row.checkpointing, row.micro)), None)  # fmt: skip
-            row.result["verdict"] = verdict(row, twin)
+            row.result["verdict"] = verdict(row, twin, first)
         report["wall_seconds"] = time.monotonic() - started
         write_outputs(args.out, report, rows + first)
         print(table(rows + first))

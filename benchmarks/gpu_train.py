@@ -19,8 +19,9 @@ pinned to the plan's way for CARD (`sizing.gpu_micro`: micro-batch and checkpoin
 is held to what CARD would have left after the CUDA context (`torch.cuda.set_per_process_memory_fraction`, the
 context measured first), so a plan too small for the card fails with CUDA's out-of-memory as it would there. Printed
 beside the plan: the allocator's peak (what the modelled terms predict), its reserved peak, the context (the card's
-used memory outside the allocator), their sum (the card's peak) against `gpu_card_gib`, and the host's VmHWM against
-`gpu_host_gib`.
+used memory outside the allocator), their sum (the card's peak) against `gpu_card_gib`, the host's VmHWM against
+`gpu_host_gib`, and the run's speed at the plan's micro-batch (tokens/s as steps.train reports it, seconds per step
+after the first).
 """
 
 from __future__ import annotations
@@ -122,6 +123,20 @@ def long_dataset(out: Path, chars: int) -> Path:
     return out
 
 
+def train_speed(out: Path) -> dict:
+    """What a finished train run in `out` reports of its speed: tokens/s over every step as steps.train computes it
+    (result.json: real tokens, the first step's warm-up included) and the seconds of a step after the first
+    (loss.csv's cumulative seconds); {} when the run wrote neither."""
+    speed: dict = {}
+    if (out / "result.json").is_file():
+        speed["tokens_per_second"] = json.loads((out / "result.json").read_text())["tokens_per_second"]
+    if (out / "loss.csv").is_file():
+        seconds = [float(line.split(",")[3]) for line in (out / "loss.csv").read_text().splitlines()[1:]]
+        if len(seconds) > 1:
+            speed["seconds_per_step"] = round((seconds[-1] - seconds[0]) / (len(seconds) - 1), 2)
+    return speed
+
+
 def plan_check(args: argparse.Namespace) -> list[dict]:
     """One pinned train run per base of REAL_SHAPES on the plan's way for `args.plan_card`; prints and returns rows."""
     import torch
@@ -174,6 +189,7 @@ def plan_check(args: argparse.Namespace) -> list[dict]:
                 if done.returncode != 0 and not f.get("oom"):
                     print(done.stderr[-3000:], file=sys.stderr)
                 card_peak = (f.get("context", 0) + f.get("reserved", 0)) / gib
+                speed = train_speed(out)
                 row = {
                     "base": shape, "parameters": params, "card": card.name,
                     "card_gib": round(card.memory_mib / 1024, 2),
@@ -185,18 +201,19 @@ def plan_check(args: argparse.Namespace) -> list[dict]:
                     "reserved_gib": round(f.get("reserved", 0) / gib, 2),
                     "context_gib": round(f.get("context", 0) / gib, 2), "card_peak_gib": round(card_peak, 2),
                     "host_hwm_gib": round(f.get("host_hwm", 0) / gib, 2), "oom": f.get("oom"), "rc": done.returncode,
-                    "build_seconds": round(built, 1), "run_seconds": round(time.perf_counter() - t0, 1),
+                    "build_seconds": round(built, 1), "run_seconds": round(time.perf_counter() - t0, 1), **speed,
                 }  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             shutil.rmtree(base, ignore_errors=True)
     print(f"\n{'base':<12} {'card':<12} {'micro':<38} {'terms':>6} {'alloc':>6} {'resv':>6} {'ctx':>5} {'card':>6} "
-          f"{'plan':>6} {'of':>6} {'host':>5} {'plan':>5}")  # fmt: skip
+          f"{'plan':>6} {'of':>6} {'host':>5} {'plan':>5} {'tok/s':>6} {'s/step':>6}")  # fmt: skip
     for r in rows:
         state = "OOM" if r["oom"] else ("ok" if r["rc"] == 0 else f"rc {r['rc']}")
         print(f"{r['base']:<12} {r['card']:<12} {r['micro']:<38} {r['planned_terms_gib']:>6} {r['allocated_gib']:>6} "
               f"{r['reserved_gib']:>6} {r['context_gib']:>5} {r['card_peak_gib']:>6} {r['planned_card_gib']:>6} "
-              f"{r['card_gib']:>6} {r['host_hwm_gib']:>5} {r['planned_host_gib']:>5} {state}")  # fmt: skip
+              f"{r['card_gib']:>6} {r['host_hwm_gib']:>5} {r['planned_host_gib']:>5} "
+              f"{r.get('tokens_per_second', '-'):>6} {r.get('seconds_per_step', '-'):>6} {state}")  # fmt: skip
     return rows
 
 

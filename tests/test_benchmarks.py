@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 
@@ -111,3 +112,12 @@ def test_the_paths_sweep_runs_only_what_is_missing(tmp_path, monkeypatch):
         ("0/2", "base", "served"), ("0/2", "candidate", "batched"), ("0/2", "candidate", "served"),
         ("1/2", "base", "batched"), ("1/2", "base", "served"), ("1/2", "candidate", "batched"),
     ]  # fmt: skip
+
+
+def test_the_gpu_plan_check_reads_the_runs_speed_from_what_train_wrote(tmp_path):
+    from benchmarks.gpu_train import train_speed
+
+    assert train_speed(tmp_path) == {}
+    (tmp_path / "result.json").write_text(json.dumps({"tokens_per_second": 2586.4}))
+    (tmp_path / "loss.csv").write_text("step,loss,lr,seconds\n1,2.0,1e-4,9.00\n2,1.9,1e-4,11.50\n3,1.8,1e-4,14.00\n")
+    assert train_speed(tmp_path) == {"tokens_per_second": 2586.4, "seconds_per_step": 2.5}

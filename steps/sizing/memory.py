@@ -34,17 +34,28 @@ NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
 # on SmolLM2-135M's shape (batch 2 -> 4, 512 tokens, one step), 1.37x on hidden 1024 / 2 layers, 1.79x on hidden 256
 # / 4 layers: glibc keeps the heap's high-water mark (freed forward temporaries sit between live activations, and
 # backward adds gradients). The CUDA caching allocator reuses freed blocks, so the GPU gets one transient layer instead.
-CPU_ACTIVATION_FACTOR = 1.5
+# Fitted with CPU_CHECKPOINT_LAYERS and CPU_RUNTIME_GIB on the Llama-3.2-1B rows of `python -m benchmarks.cpu_rows`
+# (benchmarks/results/2026-12-04-xeon16-h200/, a 16-core Xeon with AMX, torch 2.11; `--refit` reproduces all three)
+# and checked on the Llama-3.2-3B rows (docs/sizing.md): 1.29 is the least that makes a bf16 row's plan grow from
+# micro-batch 1 to 2 as much as its peak did (2.48 GiB an example on 1B); float32 rows grow less (~1.0x), so they
+# are planned up to 1.15x.
+CPU_ACTIVATION_FACTOR = 1.29
+# Layers' worth of activations (each scaled by CPU_ACTIVATION_FACTOR) a CPU step with gradient checkpointing holds at
+# its peak besides every layer's input: the layer recomputed in backward, its gradients and what the heap keeps of
+# them. Fitted as above: the least that makes the 1B bf16 checkpointing rows' plan grow from micro-batch 1 to 2 as
+# their peak did (0.86 GiB an example; one layer, as counted before, gave 0.41 and the 3B rows went 3-8 % under).
+# Which tensors make up the other ~3 layers was not taken apart.
+CPU_CHECKPOINT_LAYERS = 4.1
 # Whatever the terms below miss (allocator variance, Python objects, the dataset, a few temporaries), on what scales.
 MARGIN = 1.1
 # Per process: Python + torch + transformers + peft + the tokenizer measured 0.44 GiB RSS here; a Ray worker with
 # ray.train too 0.52 GiB; the steps import more (fsspec, matplotlib, mlflow, llama_cpp).
 PROCESS_GIB = 0.75
 # A training process once it computes: oneDNN's and the BLAS's kernels and scratch buffers, allocated at the first
-# forward/backward, not at import. Measured on Llama-3.2-3B's shape (benchmarks/memory_calibration.py, a bf16 worker
-# with gradient checkpointing, whose activations are small): the peak was 0.40 GiB above the imports plus every term
-# counted here. Not scaled by MARGIN: it does not grow with the model.
-CPU_RUNTIME_GIB = 0.4
+# forward/backward, not at import. Fitted with the two above (the 1B rows): the most a row's peak held above its own
+# imports (0.48 GiB there) and every term counted here, so PROCESS_GIB's slack on that machine is not fitted in. Not
+# scaled by MARGIN: it is taken not to grow with the model (the 3B check rows agree within their 3 % of room).
+CPU_RUNTIME_GIB = 0.37
 # A Ray worker pod besides its training workers: raylet, dashboard and runtime-env agents, log monitor (~0.35 GiB
 # measured), idle worker processes (~80 MiB each) and the object store's few objects (the training rows).
 RAY_POD_GIB = 1.0
@@ -129,17 +140,16 @@ def _mask_bytes(examples: int, seq: int, width: int) -> float:
     return examples * seq * seq * width  # the 4D padding mask transformers builds for SDPA, shared by the layers
 
 
-def _activations(s: Shape, k: Knobs, micro: Micro, *, width: int, mask: int, factor: float, extra_layers: int) -> float:
+def _activations(
+    s: Shape, k: Knobs, micro: Micro, *, width: int, mask: int, factor: float, extra_layers: int, held: float
+) -> float:
     """What the micro-batch's forward keeps for backward. Without checkpointing: every layer's activations (and
     `extra_layers` more: on the GPU backward's gradients of the layer it is in). With it (non-reentrant
-    torch.utils.checkpoint around each decoder layer): every layer's input, and in backward one layer recomputed
-    whole."""
+    torch.utils.checkpoint around each decoder layer): every layer's input, and in backward `held` layers' worth of
+    activations (the layer recomputed whole, and what its backward adds)."""
     tokens = micro.examples * k.max_seq_len
     layer = layer_activation_bytes(s, k.lora_r, width=width, mask=mask) * factor
-    if micro.checkpointing:
-        kept = s.layers * s.hidden * width + (1 + extra_layers) * layer
-    else:
-        kept = (s.layers + extra_layers) * layer
+    kept = s.layers * s.hidden * width + held * layer if micro.checkpointing else (s.layers + extra_layers) * layer
     return tokens * kept + _mask_bytes(micro.examples, k.max_seq_len, 4 if width == 4 else 1)
 
 
@@ -154,12 +164,12 @@ def train_memory(s: Shape, k: Knobs, micro: Micro, *, device: str) -> dict[str, 
         terms["lora"] = lora * (LORA_STATE_BYTES + (DDP_BUCKET_BYTES if device == "ray" else 0))
         # peft casts the LoRA path's input to the adapter's float32 before its dropout: float32 masks on a bf16 base
         terms["activations"] = _activations(
-            s, k, micro, width=width, mask=4, factor=CPU_ACTIVATION_FACTOR, extra_layers=0
+            s, k, micro, width=width, mask=4, factor=CPU_ACTIVATION_FACTOR, extra_layers=0, held=CPU_CHECKPOINT_LAYERS
         )
     elif device == "gpu":
         terms["weights"] = 2.0 * s.parameters
         terms["lora"] = lora * LORA_STATE_BYTES
-        terms["activations"] = _activations(s, k, micro, width=2, mask=1, factor=1.0, extra_layers=1)
+        terms["activations"] = _activations(s, k, micro, width=2, mask=1, factor=1.0, extra_layers=1, held=2)
     elif device == "qlora":
         linear = s.linear_parameters
         terms["weights"] = linear * NF4_BYTES + 4.0 * (s.parameters - linear)
@@ -221,14 +231,19 @@ def load_mapped_bytes(s: Shape, k: Knobs) -> float:
     return 0.0 if cpu_weight_bytes(k) == s.checkpoint_bytes else s.checkpoint_bytes * s.parameters
 
 
-def _cpu_process_gib(s: Shape, k: Knobs, terms: dict[str, float]) -> float:
-    """A CPU training process's peak: loading the base (its weights and the mapped checkpoint) or training (the fixed
-    parts and the frozen weights as they are, exact: every byte of them is resident once the first step has read
-    them, MARGIN on the estimated rest), whichever is larger."""
+def cpu_process_phases(s: Shape, k: Knobs, terms: dict[str, float]) -> dict[str, float]:
+    """A CPU training process's two peaks in GiB: `loading` the base (its weights and the mapped checkpoint) and
+    `training` (the fixed parts and the frozen weights as they are, exact: every byte of them is resident once the
+    first step has read them, MARGIN on the estimated rest). The process's peak is the larger."""
     estimated = sum(v for name, v in terms.items() if name != "weights")
-    training = PROCESS_GIB + CPU_RUNTIME_GIB + (terms["weights"] + MARGIN * estimated) / GIB
-    loading = PROCESS_GIB + (terms["weights"] + MARGIN * load_mapped_bytes(s, k)) / GIB
-    return max(training, loading)
+    return {
+        "training": PROCESS_GIB + CPU_RUNTIME_GIB + (terms["weights"] + MARGIN * estimated) / GIB,
+        "loading": PROCESS_GIB + (terms["weights"] + MARGIN * load_mapped_bytes(s, k)) / GIB,
+    }
+
+
+def _cpu_process_gib(s: Shape, k: Knobs, terms: dict[str, float]) -> float:
+    return max(cpu_process_phases(s, k, terms).values())
 
 
 def cpu_train_gib(s: Shape, k: Knobs, micro: Micro) -> float:

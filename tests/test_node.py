@@ -693,8 +693,9 @@ def fetch_output(endpoint: str, bucket: str, pod: dict, name: str, into: Path) -
     local = into / Path(key).name
     files = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{key}/").get("Contents", [])]
     for k in files:
-        (local / k[len(key) + 1 :]).parent.mkdir(parents=True, exist_ok=True)
-        s3.download_file(bucket, k, str(local / k[len(key) + 1 :]))
+        dest = local / k.removeprefix(f"{key}/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, k, str(dest))
     if files:
         return local
     s3.download_file(bucket, key, str(local))
@@ -733,12 +734,13 @@ def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
     endpoint, bucket = node_s3
     s3 = s3_client(endpoint)
     reclaimed: dict[str, Any] = {}
+    errors: list[str] = []  # the watcher's last failure, for the message when nothing was reclaimed
     done = threading.Event()
 
     def reclaim() -> None:  # bounded: the workflow's own wait below ends the test first
         deadline = time.monotonic() + 2400
         while not done.wait(1) and time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
+            try:
                 uid = plane.get(f"{WF_API}/{RECLAIM_RUN}")["metadata"]["uid"]
                 listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/checkpoints/").get("Contents", [])
                 sealed = sorted(o["Key"] for o in listed if o["Key"].endswith("/COMPLETE.json"))
@@ -749,6 +751,8 @@ def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
                     plane.kubectl("delete", "pod", training[0], "--force", "--grace-period=0")
                     reclaimed.update(pod=training[0], sealed=sealed, at=time.monotonic())
                     return
+            except Exception as e:  # the workflow not created yet, an API or S3 hiccup: try again next second
+                errors[:] = [repr(e)]
 
     killer = threading.Thread(target=reclaim, daemon=True)
     killer.start()
@@ -760,7 +764,7 @@ def test_a_reclaimed_training_pod_resumes_from_its_s3_checkpoint(
         done.set()
         killer.join(10)
     print(f"reclaimed: {reclaimed}")
-    assert reclaimed, "train-cpu never sealed a checkpoint while its pod ran: nothing was reclaimed"
+    assert reclaimed, f"train-cpu never sealed a checkpoint while its pod ran: nothing was reclaimed ({errors})"
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
     attempts = step_pods(wf, "train-cpu")
     print(f"train-cpu attempts: {[(a['name'], a['phase'], a.get('message')) for a in attempts]}")

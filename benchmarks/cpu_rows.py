@@ -510,7 +510,7 @@ print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
 CHILD = """
 import json, os, resource, shutil, sys, tempfile, time
 t0 = time.perf_counter()
-from benchmarks.train_child import status_gib, summary_rows, train_config, train_rows
+from benchmarks._train_child import status_gib, summary_rows, train_config, train_rows
 spec = json.loads(sys.argv[1])
 progress = open(spec["progress"], "a", buffering=1)
 def note(event, **extra):

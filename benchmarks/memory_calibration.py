@@ -63,7 +63,7 @@ def base_dir(name: str) -> Path:
 
 CHILD = """
 import json, sys, tempfile, time
-from benchmarks.train_child import status_gib, summary_rows, train_config, train_rows
+from benchmarks._train_child import status_gib, summary_rows, train_config, train_rows
 spec = json.loads(sys.argv[1])
 import torch
 from steps import sizing

@@ -510,14 +510,12 @@ print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
 CHILD = """
 import json, os, resource, shutil, sys, tempfile, time
 t0 = time.perf_counter()
+from benchmarks._train_child import status_gib, summary_rows, train_config, train_rows
 spec = json.loads(sys.argv[1])
-def status(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 2**20
 progress = open(spec["progress"], "a", buffering=1)
 def note(event, **extra):
-    figures = {"event": event, "t": time.perf_counter() - t0, "hwm_gib": status("VmHWM"), "rss_gib": status("VmRSS"),
-               "majflt": resource.getrusage(resource.RUSAGE_SELF).ru_majflt, **extra}
+    figures = {"event": event, "t": time.perf_counter() - t0, "hwm_gib": status_gib("VmHWM"),
+               "rss_gib": status_gib("VmRSS"), "majflt": resource.getrusage(resource.RUSAGE_SELF).ru_majflt, **extra}
     progress.write(json.dumps(figures) + "\\n")
     return figures
 if spec["copy_from"]:  # as a pod downloads its base: the checkpoint's page cache is this cgroup's
@@ -526,8 +524,7 @@ if spec["copy_from"]:  # as a pod downloads its base: the checkpoint's page cach
 import torch
 torch.set_num_threads(spec["threads"])
 from steps import sizing
-from steps.train import DirCheckpoints, TrainConfig, build_model, train_loop
-from steps.train.model import use_gradient_checkpointing
+from steps.train import build_model
 from steps.train.precision import Precision
 from torch.optim.optimizer import register_optimizer_step_post_hook
 imported = note("imported")
@@ -535,21 +532,15 @@ steps_done = []
 def after_step(optimizer, args, kwargs):
     steps_done.append(note("step", step=len(steps_done) + 1))
 register_optimizer_step_post_hook(after_step)
-seq, micro, vocab = spec["seq"], spec["micro"], spec["vocab"]
+seq, micro = spec["seq"], spec["micro"]
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = TrainConfig(dataset=tmp, out=tmp, base_model=spec["base"], batch_size=micro, max_seq_len=seq,
-                      precision=spec["precision"], checkpoint_every=0, log_every=1, threads=spec["threads"],
-                      gradient_checkpointing="on" if spec["checkpointing"] else "off")
+    cfg = train_config(spec["base"], tmp, batch=micro, seq=seq, precision=spec["precision"], threads=spec["threads"],
+                       gc="on" if spec["checkpointing"] else "off")
     model, _ = build_model(cfg, torch.device("cpu"), spec["precision"])
     loaded = note("loaded")
-    if spec["checkpointing"]:
-        use_gradient_checkpointing(model)
-    tail = min(sizing.TAIL_TOKENS, seq - 1)
-    rows = [[5 + (j * 7919 + t * 31) % (vocab - 5) for t in range(seq)] for j in range(spec["steps"] * micro)]
-    examples = [{"input_ids": r, "labels": [-100] * (seq - tail) + r[-tail:]} for r in rows]
-    log = train_loop(model, examples, cfg, 0, DirCheckpoints(tmp + "/checkpoints"),
-                     micro=sizing.Micro(micro, spec["checkpointing"]),
-                     precision=Precision(spec["precision"], "pinned by benchmarks.cpu_rows"))
+    log = train_rows(model, cfg, summary_rows(seq, spec["steps"] * micro, spec["vocab"]),
+                     sizing.Micro(micro, spec["checkpointing"]),
+                     Precision(spec["precision"], "pinned by benchmarks.cpu_rows"))
 end = note("done")
 times = [b["t"] - a["t"] for a, b in zip([loaded, *steps_done], steps_done)]
 print(json.dumps({"steps_done": len(log), "peak_gib": end["hwm_gib"], "loaded_gib": loaded["hwm_gib"],

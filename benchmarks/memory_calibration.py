@@ -63,39 +63,32 @@ def base_dir(name: str) -> Path:
 
 CHILD = """
 import json, sys, tempfile, time
+from benchmarks._train_child import status_gib, summary_rows, train_config, train_rows
 spec = json.loads(sys.argv[1])
-def status(key):
-    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key + ":")) / 2**20
 import torch
 from steps import sizing
-from steps.train import DirCheckpoints, TrainConfig, build_model, train_loop
+from steps.train import build_model
 from steps.train.budget import base_shape, choose
-from steps.train.model import use_gradient_checkpointing
 from steps.train.precision import detect
-imported = status("VmRSS")
+imported = status_gib("VmRSS")
 torch.set_num_threads(spec["threads"])
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = TrainConfig(dataset=tmp, out=tmp, base_model=spec["base"], batch_size=spec["batch"],
-                      max_seq_len=spec["seq"], precision=spec["precision"], checkpoint_every=0, log_every=1,
-                      gradient_checkpointing=spec["checkpointing"], threads=spec["threads"])
+    cfg = train_config(spec["base"], tmp, batch=spec["batch"], seq=spec["seq"], precision=spec["precision"],
+                       threads=spec["threads"], gc=spec["checkpointing"])
     started = time.perf_counter()
     shape = base_shape(cfg)
     precision, micro = choose(cfg, shape, detect(cfg.precision, "cpu"), device="ray", world_size=spec["world"],
                               pod_workers=spec["pod_workers"], budget_gib=spec["budget_gib"])
     model, _ = build_model(cfg, torch.device("cpu"), precision.name)
-    loaded = status("VmHWM")
-    if micro.checkpointing:
-        use_gradient_checkpointing(model)
-    seq, tail = spec["seq"], min(sizing.TAIL_TOKENS, spec["seq"] - 1)
-    rows = [[5 + (j * 7919 + t * 31) % 49000 for t in range(seq)] for j in range(2 * micro.examples)]
-    examples = [{"input_ids": r, "labels": [-100] * (seq - tail) + r[-tail:]} for r in rows]
-    cfg.batch_size = micro.examples
+    loaded = status_gib("VmHWM")
+    examples = summary_rows(spec["seq"], 2 * micro.examples, 49005)  # SmolLM2's tokenizer's ids: all below 49000
     trained = time.perf_counter()
-    log = train_loop(model, examples, cfg, 0, DirCheckpoints(tmp + "/checkpoints"), micro=micro, precision=precision)
+    log = train_rows(model, cfg, examples, micro, precision)
     done = time.perf_counter()
+seq = spec["seq"]
 k = sizing.Knobs("ray", False, seq, micro.examples, cfg.lora_r, (), precision.name)
 print(json.dumps({"steps": len(log), "micro": micro.examples, "checkpointing": micro.checkpointing,
-                  "peak_gib": status("VmHWM"), "loaded_gib": loaded, "imported_gib": imported,
+                  "peak_gib": status_gib("VmHWM"), "loaded_gib": loaded, "imported_gib": imported,
                   "predicted_gib": sizing.ray_worker_gib(shape, k, micro),
                   "terms_gib": {n: v / 2**30 for n, v in sizing.train_memory(shape, k, micro, device="ray").items()},
                   "load_seconds": trained - started, "train_seconds": done - trained,

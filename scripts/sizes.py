@@ -58,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpu.steps['convert-gguf'].memory_gib:.1f} | {cpu.steps['evaluate'].memory_gib:.1f} | {workers} |"
         )
     pi = next(g for g in sizing.RAY_NODE_GROUPS if g.name == "pi")
-    print(f"\nThe largest of these bases a Pi ({pi.memory_gib:g} GiB pod) holds a worker for: "
-          f"{largest_pi_base(k('ray')) or 'none'}.")  # fmt: skip
+    largest = largest_pi_base(k("ray"))
+    if largest:
+        print(f"\nThe largest of these bases a Pi ({pi.memory_gib:g} GiB pod) holds a worker for: {largest}.")
+    else:
+        smallest = min(SEED_BASES, key=lambda n: shape(n).parameters)
+        [note] = [n for n in sizing.ray_notes(plan(smallest, k("ray"))) if n.startswith(f"the {pi.name} group")]
+        print(f"\nA Pi ({pi.memory_gib:g} GiB pod) holds a worker for none of these bases at these settings: preflight "
+              f"gives the {pi.name} group no replicas and says so; for {smallest}: {note}.")  # fmt: skip
     return 0
 
 

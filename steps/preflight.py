@@ -13,8 +13,10 @@ them. Refuses, with the fix for each problem, a base whose
 It also sizes the run from the config alone (`steps/sizing/`): the parameters counted on PyTorch's `meta` device
 (shapes only, no memory, no weights), and from them, the training backend, QLoRA, `--max-seq-len`, `--batch-size`,
 `--lora-r` and the quantisation ladder, what each heavy step needs (memory, ephemeral storage, GPU memory) and how many
-training workers each Ray node group's pods hold (0 for the Raspberry Pis unless one fits in 3 GiB). It refuses, with
-the same list, a run whose chosen backend, conversion or evaluation no node of the cluster can hold, saying what would.
+training workers each Ray node group's pods hold; a group that cannot hold one (the Raspberry Pis' 3 GiB, for every
+seed base at the cluster's defaults) gets no replicas, and preflight prints which and what would fit it. It refuses,
+with the same list, a run whose chosen backend, conversion or evaluation no node of the cluster can hold, saying what
+would.
 Before the run starts it forecasts training's wall time and cost (`steps/sizing/forecast.py`): the train split of
 `--dataset` tokenised with the base's tokenizer (each example capped at `--max-seq-len`), times `--epochs`, over the
 throughput the plan gives the chosen backend (the Ray pool at its default replicas, every worker's threads and
@@ -126,6 +128,7 @@ class PreflightResult:
     forecast_seconds: float = 0.0  # training's forecast wall time (0: no dataset to count)
     forecast: str = ""  # the forecast in words (printed, not an output parameter)
     sizing: dict[str, str | int] = field(default_factory=dict)  # every sizing.preflight_exports() output, by name
+    notes: list[str] = field(default_factory=list)  # what the plan leaves out and why (printed, not an output)
 
     def fields(self) -> dict[str, Any]:
         """result.json's fields; write_result makes each an output parameter ('_' -> '-')."""
@@ -220,7 +223,7 @@ def check(cfg: PreflightConfig) -> tuple[list[str], dict[str, Any]]:
                     "LoRA targets (q_proj ... down_proj) would not match; pick a Llama, Qwen2, Mistral or Phi-3 base"
                 )
             else:
-                facts["sizing"] = {**plan.summary(), "outputs": plan.outputs()}
+                facts["sizing"] = {**plan.summary(), "outputs": plan.outputs(), "notes": sizing.ray_notes(plan)}
                 problems += sizing.check(plan)
                 if cfg.dataset:
                     tokens = train_tokens(tokenizer, Path(cfg.dataset), cfg.max_seq_len, cfg.epochs)
@@ -327,6 +330,7 @@ def run(cfg: PreflightConfig) -> PreflightResult:
         forecast_seconds=facts.get("forecast", {}).get("seconds", 0.0),
         forecast=facts.get("forecast", {}).get("text", ""),
         sizing=facts["sizing"]["outputs"],
+        notes=facts["sizing"]["notes"],
     )
     with atomic_dir(cfg.out) as out:
         write_json(out / "preflight.json", {**facts, "passed": True})
@@ -361,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         f"preflight passed: {result.architecture} ({result.parameters_billion}B parameters), tokenizer and chat "
         f"template ready for llama.cpp; {_sizing_line(cfg, result)}"
     )
+    for note in result.notes:
+        print(f"preflight: {note}")
     if result.forecast:
         print(f"preflight: {result.forecast}")
     return 0

@@ -312,3 +312,19 @@ def test_rows_still_running_at_the_deadline_stop_and_the_rest_never_start(
 ):
     rows, _ = _schedule(monkeypatch, tmp_path, 30, cores=4, memory_gib=100.0, deadline=time.monotonic() + 1.5)
     assert sorted(r.status for r in rows) == ["not started"] * 4 + ["stopped"] * 2
+
+
+def test_both_benchmarks_children_compile_and_share_one_reader_rows_and_train_call():
+    """cpu_rows and memory_calibration each run train in a child; both take /proc's reader, the rows and the
+    TrainConfig + train_loop call from benchmarks._train_child (one place, no copy in either script)."""
+    from benchmarks import _train_child as train_child
+    from benchmarks import memory_calibration
+
+    for child in (cpu_rows.CHILD, memory_calibration.CHILD):
+        compile(child, "child", "exec")
+        assert "from benchmarks._train_child import status_gib, summary_rows, train_config, train_rows" in child
+        assert "/proc/self/status" not in child and "train_loop(" not in child and "% (vocab" not in child
+    rows = train_child.summary_rows(16, 3, 49005)
+    assert len(rows) == 3 and all(len(r["input_ids"]) == 16 and max(r["input_ids"]) < 49005 for r in rows)
+    assert rows[0]["labels"][:1] == [-100] and rows[0]["labels"][-1] == rows[0]["input_ids"][-1]
+    assert 0 < train_child.status_gib("VmRSS") <= train_child.status_gib("VmHWM")

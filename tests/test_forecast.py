@@ -21,7 +21,56 @@ def test_the_model_returns_the_measured_rates_on_the_base_and_cores_they_were_me
     small = shape(SMALL).parameters
     assert sizing.forecast.cpu_rate(small, "bf16", 2) == pytest.approx(231)  # Zen 4, 2 cores (TOOLCHAIN.md)
     assert sizing.forecast.cpu_rate(small, "fp32", 2) == pytest.approx(77)  # AVX2, 2 cores
-    assert sizing.forecast.gpu_rate(shape(THREE_B).parameters, qlora=False) == pytest.approx(2586)  # H200 (training.md)
+    for base, rate in sizing.forecast.GPU_MEASURED.items():  # on the card they were measured on, as measured
+        assert sizing.forecast.gpu_rate(shape(base).parameters, False, "NVIDIA H200") == pytest.approx(rate)
+
+
+GPU_RESULTS = Path(__file__).resolve().parent.parent / sizing.forecast.GPU_MEASUREMENT
+
+
+def test_the_gpu_rates_are_the_committed_measurement_at_the_a10g_plan_s_micro_batches():
+    """GPU_MEASURED is run3-gpu/gpu.json's tokens_per_second, each row run at the way the A10G plan picks."""
+    rows = json.loads(GPU_RESULTS.read_text())
+    by_shape = {shape(name).parameters: name for name in sizing.forecast.GPU_MEASURED}
+    measured = {by_shape[r["parameters"]]: round(r["tokens_per_second"], 1) for r in rows}
+    assert measured == sizing.forecast.GPU_MEASURED
+    for r in rows:
+        base = by_shape[r["parameters"]]
+        assert r["card"] == "NVIDIA A10G" and r["max_seq_len"] == 512 and r["batch_size"] == 16 and not r["oom"]
+        assert r["micro"] == str(plan(base, knobs("gpu")).micro["train-gpu"])
+
+
+def test_a_pool_card_s_rate_is_an_estimate_scaled_from_the_measured_card_never_its_figure():
+    n = shape(THREE_B).parameters
+    rows = {card: (rate, how) for card, rate, how in sizing.forecast.gpu_card_rates(n)}
+    assert rows["NVIDIA H200"] == (pytest.approx(5371.5), "measured")
+    # the smaller of the two datasheet ratios: A10G (no published tensor figure) and L4 by bandwidth, L40S too
+    expected = {"NVIDIA A10G": 600 / 4800, "NVIDIA L4": min(121.0 / 989.4, 300 / 4800), "NVIDIA L40S": 864 / 4800}
+    for card, ratio in expected.items():
+        rate, how = rows[card]
+        assert rate == pytest.approx(5371.5 * ratio) and rate < 5371.5 / 5
+        assert how.startswith("estimated: NVIDIA H200's rate x") and "GB/s" in how
+    qlora = {card: rate for card, rate, _ in sizing.forecast.gpu_card_rates(n, qlora=True)}
+    assert qlora["NVIDIA A10G"] == pytest.approx(rows["NVIDIA A10G"][0] * 2365 / 2586)
+
+
+def test_between_the_measured_bases_the_gpu_rate_is_interpolated_and_says_so():
+    one, three = shape("Llama-3.2-1B").parameters, shape(THREE_B).parameters
+    mid = int((one * three) ** 0.5)
+    rate = sizing.forecast.gpu_rate(mid, False, "NVIDIA H200")
+    flops = [sizing.forecast.GPU_MEASURED[b] * shape(b).parameters for b in ("Llama-3.2-1B", THREE_B)]
+    assert rate * mid == pytest.approx(sum(flops) / 2)  # halfway in log(parameters)
+    [(_, _, how)] = [r for r in sizing.forecast.gpu_card_rates(mid) if r[0] == "NVIDIA H200"]
+    assert how.startswith("interpolated")
+
+
+def test_a_gpu_forecast_takes_the_slowest_card_the_pod_may_land_on_and_labels_it_an_estimate():
+    p = plan(THREE_B, knobs("gpu"))  # a 24 GB card holds it: A10G (g5) or L4 (g6), whichever Karpenter finds
+    f = sizing.plan_forecast(p, 1_000_000, PRICES)
+    l4 = sizing.forecast.gpu_rate(p.shape.parameters, False, "NVIDIA L4")
+    assert f.tokens_per_second == pytest.approx(l4) and l4 < sizing.forecast.gpu_rate(p.shape.parameters, False,
+                                                                                     "NVIDIA A10G")  # fmt: skip
+    assert "NVIDIA L4" in f.how and "estimated" in f.how and sizing.forecast.GPU_MEASUREMENT in f.how
 
 
 def test_tokens_per_second_scale_as_one_over_parameters_and_with_threads_and_workers():
@@ -59,7 +108,9 @@ def test_a_run_forecast_past_the_deadline_is_refused_with_what_would_fit():
     past = sizing.plan_forecast(p, int(rate * sizing.DEADLINE_S * 2), PRICES)
     [problem] = sizing.check_forecast(p, past, PRICES)
     assert THREE_B in problem and "8 h deadline" in problem and "16.0 h" in problem
-    assert "at most 50% of them" in problem and "train-backend gpu (forecast" in problem
+    assert (
+        "at most 50% of them" in problem and "train-backend gpu (forecast" in problem and "on an NVIDIA L4" in problem
+    )
     assert "6 Ray workers or more" in problem  # twice the 3 default workers
     gpu = plan(THREE_B, knobs("gpu"))
     assert "train-backend gpu" not in " ".join(sizing.check_forecast(gpu, replace(past, seconds=1e9), PRICES))

@@ -8,6 +8,7 @@ calibration against what was measured.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -349,6 +350,31 @@ def test_the_pis_take_the_largest_base_that_fits_in_3_gib():
     assert bigger.ray_precision == "fp32" and pi.workers_per_pod == 0 and pi.pod_memory_gib > 3
 
 
+def test_a_group_the_plan_leaves_out_is_named_with_what_would_fit_it():
+    """The Pi decision: the Pis stay the 4 GB models the repository declares (3 GiB allocatable; no inventory names
+    others), and at the cluster's defaults the plan leaves the group out and preflight says so: the group, the worker's
+    need, that ray-pi-workers is overridden, and the settings that fit (the longest max-seq-len among them)."""
+    p = plan(SMALL, knobs("ray"))
+    [note] = [n for n in sizing.ray_notes(p) if n.startswith("the pi group")]
+    assert "3 GiB allocatable" in note and "3.1 GiB pod" in note and "no replicas whatever ray-pi-workers asks" in note
+    seq = int(re.search(r"a max-seq-len of at most (\d+)", note)[1])
+    assert 256 < seq < 512
+    assert next(g for g in plan(SMALL, knobs("ray", max_seq_len=seq)).ray if g.group.name == "pi").workers_per_pod
+    assert not next(
+        g for g in plan(SMALL, knobs("ray", max_seq_len=seq + 1)).ray if g.group.name == "pi"
+    ).workers_per_pod
+    assert "precision bf16" in note and "raise its ram_gib in sizing.cluster.RAY_NODE_GROUPS" in note
+    from steps.pipeline import ray_replicas_param
+
+    assert ray_replicas_param("pi") in note  # the parameter the workflow overrides, by its name
+    # a group that holds workers is not named; the other backends have no Ray groups to leave out
+    assert not [n for n in sizing.ray_notes(p) if n.startswith(("the large", "the medium", "the small"))]
+    assert sizing.ray_notes(plan(SMALL, knobs("cpu"))) == []
+    # no setting of this run fits a 3B worker into a Pi: only its memory could
+    [note] = [n for n in sizing.ray_notes(plan(THREE_B, knobs("ray"))) if n.startswith("the pi group")]
+    assert "use " not in note and "to train on it, if its nodes have more memory than the 4 GiB declared" in note
+
+
 @pytest.mark.slow
 def test_the_sizes_script_runs_where_pytest_is_not_installed():
     """README's set-up has no pytest: `python scripts/sizes.py` must not import the tests."""
@@ -408,6 +434,82 @@ def test_a_refusal_with_no_setting_that_fits_says_so_in_a_sentence(backend: str)
     assert "use no" not in problem and "max-seq-len fits" not in problem, problem  # the garbled clause, gone
     assert "pick a smaller base model" in problem, problem
     assert not re.search(r"; use ?(\(|$| or)", problem), problem  # no empty "use"
+
+
+def test_a_relaxation_that_fits_only_with_another_is_offered_with_it():
+    """8B float32 at micro-batch 8 with checkpointing on: neither bf16 nor micro-batch 0 alone fits the large node,
+    both together do (the old refusal said no setting held it and its weights alone did not fit)."""
+    k = knobs("cpu", precision="fp32", micro_batch=8, gradient_checkpointing="on", max_seq_len=4096)
+    [problem] = [q for q in sizing.check(plan(BIG, k)) if q.startswith("train-backend cpu")]
+    assert "precision bf16 (a bf16 base: half the weights; slow where the CPU lacks AMX or AVX-512-BF16) together " \
+           "with micro-batch 0" in problem  # fmt: skip
+    assert "weights alone" not in problem
+    assert not [q for q in sizing.check(plan(BIG, replace(k, precision="bf16", micro_batch=0)))
+                if q.startswith("train-backend")]  # fmt: skip
+
+
+# Clauses that mark a garbled sentence: two verbs colliding, the old dangling fits-clause, an empty "use", a doubled
+# word, an article the number does not take, text left unformatted.
+GARBLED = {
+    "verbs collide": r"\b(needs|has|is|fits|holds|use|does|do)\s+(needs|has|is|fits|holds|use|does)\b",
+    "a term list runs into a verb": r"(GiB|context) (needs|has|is)\b",
+    "the old clause": r"use no\b|max-seq-len fits|weights alone do not$",
+    "empty use": r"\buse ?(\(|$|;|,| or\b)",
+    "doubled word": r"\b([a-z]+) \1\b",
+    "a before a vowel sound": r"\ba (8|1[18]\b|1[18]\.)",
+    "an before a consonant": r"\ban (?!8|1[18]|NVIDIA|[aeiou])",
+    "unformatted": r"[{}]|\bNone\b|\bnan\b|\binf\b",
+    "punctuation": r" [,;:.)]|\( |[,;]{2}|\.\.|  ",
+}
+FIXES = ("use ", "pick ", "add ", "enlarge ", "give ", "raise ")
+
+
+def garbled(message: str) -> list[str]:
+    """What is wrong with `message` as an English sentence that names a fix."""
+    found = [name for name, pattern in GARBLED.items() if re.search(pattern, message)]
+    depth = 0
+    for c in message:
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        found += ["a parenthesis closes unopened"] if depth < 0 else []
+    found += ["a parenthesis left open"] if depth else []
+    found += [] if any(f in message.split(";", 1)[-1] for f in FIXES) else ["names no fix"]
+    return found
+
+
+def test_the_garbled_check_catches_the_old_messages():
+    old = [
+        "train-backend gpu cannot hold X: bf16 on the card, micro-batch 8: weights 0.3 GiB + CUDA context needs a "
+        "291.8 GiB card and the biggest is smaller; use qlora true",
+        "train-backend cpu cannot hold X: training needs 47 GiB and the node has less; use no shorter max-seq-len "
+        "fits: the weights alone do not",
+        "train-backend ray cannot hold X: one worker needs a 8.9 GiB pod; use ",
+    ]
+    assert all(garbled(m) for m in old), [garbled(m) for m in old]
+
+
+REFUSAL_GRID = list(itertools.product(
+    [*SEED_BASES, "Llama-3.1-70B"], [("cpu", False), ("ray", False), ("gpu", False), ("gpu", True)],
+    [512, 32768], ["auto", "fp32"], [0, 8], ["auto", "off"],
+))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_refusal_and_note_sizing_prints_reads_as_a_sentence_naming_its_fix():
+    """Every message check(), check_forecast() and ray_notes() give over a grid of bases, backends and budgets
+    (max-seq-len, precision, micro-batch, checkpointing; a token count past the deadline; a price table without the
+    backend)."""
+    bad, seen = {}, 0
+    for name, (backend, qlora), seq, precision, micro, ckpt in REFUSAL_GRID:
+        s = seventy_b() if name == "Llama-3.1-70B" else shape(name)
+        k = knobs(backend, qlora=qlora, max_seq_len=seq, precision=precision, micro_batch=micro,
+                  gradient_checkpointing=ckpt)  # fmt: skip
+        p = sizing.plan_for(s, k, name)
+        f = sizing.plan_forecast(p, 10**10, {"gpu": 1.0})
+        for message in [*sizing.check(p), *sizing.check_forecast(p, f, {"gpu": 1.0}), *sizing.ray_notes(p)]:
+            seen += 1
+            if garbled(message):
+                bad[message] = garbled(message)
+    assert seen > 500 and not bad, list(bad.items())[:3]
 
 
 def test_a_gpu_refusal_gives_a_max_seq_len_that_fits():

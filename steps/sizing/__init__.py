@@ -46,6 +46,7 @@ from steps.sizing.cluster import (
     RAY_GPU_GROUP,
     RAY_NODE_GROUPS,
     TRAIN_CPU_CPUS,
+    card_sheet,
 )
 from steps.sizing.disk import (
     RAY_HEAD_DISK_GIB,
@@ -92,6 +93,7 @@ from steps.sizing.planning import (
     plan_for,
     pod_patch,
     ray_group_plan,
+    ray_notes,
     ray_threads,
 )
 from steps.sizing.shape import (
@@ -132,6 +134,7 @@ __all__ = [
     "Micro",
     "Plan",
     "Shape",
+    "card_sheet",
     "check",
     "check_forecast",
     "convert_memory",
@@ -149,6 +152,7 @@ __all__ = [
     "ray_disk_output",
     "ray_group_plan",
     "ray_memory_output",
+    "ray_notes",
     "ray_threads",
     "ray_worker_gib",
     "ray_workers_output",

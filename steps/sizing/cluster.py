@@ -73,6 +73,36 @@ GPU_CARDS: tuple[GpuCard, ...] = (
     GpuCard("g6", "NVIDIA L4", 22888),
     GpuCard("g6e", "NVIDIA L40S", 45776),
 )
+
+
+@dataclass(frozen=True)
+class CardSheet:
+    """A GPU's vendor figures, matched as a substring of torch.cuda.get_device_name() (first match wins, so "H100
+    PCIe" comes before "H100" and "L40S" before "L4")."""
+
+    key: str
+    bf16_tflops: float | None  # dense (no sparsity) bf16 tensor-core peak; None where the vendor publishes none
+    memory_gb_s: float | None  # memory bandwidth, GB/s; None where the card comes in variants that differ
+
+
+# From NVIDIA's datasheets (AWS publishes no tensor-core figure for the A10G, g5's variant of the A10: only its 24 GB
+# of GDDR6 at 600 GB/s). train's MFU reads bf16_tflops; the forecast scales a measured card's tokens/s by these.
+CARD_SHEETS: tuple[CardSheet, ...] = (
+    CardSheet("H200", 989.4, 4800.0),
+    CardSheet("H100 PCIe", 756.0, 2000.0),
+    CardSheet("H100", 989.4, 3350.0),
+    CardSheet("A100", 312.0, None),
+    CardSheet("L40S", 362.1, 864.0),
+    CardSheet("A10G", None, 600.0),
+    CardSheet("L4", 121.0, 300.0),
+)
+
+
+def card_sheet(device_name: str) -> CardSheet | None:
+    """The first of CARD_SHEETS whose key `device_name` contains; None for a card not in the table."""
+    return next((c for c in CARD_SHEETS if c.key in device_name), None)
+
+
 GPU_MEMORY_LABEL = "karpenter.k8s.aws/instance-gpu-memory"
 # infra/karpenter/ec2nodeclass-gpu.yaml gives GPU nodes a 200 GiB root volume; the CUDA image takes ~10 GB of it and
 # the kubelet evicts at 10 % free: what a train-gpu pod may write.

@@ -3,6 +3,7 @@ and output parameters; and `check`, what cannot run and what to do instead."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -305,13 +306,20 @@ def gpu_micro(s: Shape, k: Knobs, card: GpuCard | None) -> Micro:
     return fit_micro(options, lambda m: need(m) * 1024, biggest.memory_mib) or options[-1]
 
 
+def gpu_cards_holding(s: Shape, k: Knobs) -> list[GpuCard]:
+    """The cards of the GPU NodePool that hold train-gpu in some way, smallest first (a stable sort: GPU_CARDS' order
+    among cards of one size)."""
+    options, need = device_ways(s, k, "gpu", k.batch_size)
+    return [
+        card
+        for card in sorted(GPU_CARDS, key=lambda c: c.memory_mib)
+        if fit_micro(options, lambda m: need(m) * 1024, card.memory_mib) is not None
+    ]
+
+
 def gpu_card(s: Shape, k: Knobs) -> GpuCard | None:
     """The smallest card of the GPU NodePool that holds train-gpu in some way; None: none does."""
-    options, need = device_ways(s, k, "gpu", k.batch_size)
-    for card in sorted(GPU_CARDS, key=lambda c: c.memory_mib):
-        if fit_micro(options, lambda m: need(m) * 1024, card.memory_mib) is not None:
-            return card
-    return None
+    return next(iter(gpu_cards_holding(s, k)), None)
 
 
 def plan(
@@ -344,7 +352,7 @@ def plan(
 
 def _cpu_precision(k: Knobs, sized: str) -> str:
     weights = "float32" if sized == "fp32" else "bf16"
-    return f"{weights} weights (auto)" if k.precision == "auto" else f"{weights} weights"
+    return f"auto's {weights} weights" if k.precision == "auto" else f"{weights} weights"
 
 
 def cpu_knobs(s: Shape, k: Knobs) -> Knobs:
@@ -413,26 +421,60 @@ def _largest(fits: Callable[[Knobs], bool], k: Knobs, name: str) -> int:
     return lo if lo and fits(replace(k, **{name: lo})) else 0
 
 
+def _together(words: list[str]) -> str:
+    """'A', 'A together with B', 'A, B together with C': settings that only fit when changed together."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} together with {words[-1]}"
+
+
 def _shrink(fits: Callable[[Knobs], bool], k: Knobs) -> list[str]:
-    """The knobs that would make `fits` hold, each in words; none: no setting of this backend does. The batch size
-    is not one: micro-batches take any batch."""
+    """The settings that would make `fits` hold, each in words: every smallest set of the relaxations (bf16, gradient
+    checkpointing back to auto, micro-batch back to 0) that fits, then the longest max-seq-len that fits as given or,
+    where none does, with every relaxation; none: no setting of this backend does. The batch size is not one:
+    micro-batches take any batch."""
+    relax: list[tuple[str, dict[str, Any]]] = []
+    if k.precision != "bf16":
+        relax.append(("precision bf16 (a bf16 base: half the weights; slow where the CPU lacks AMX or AVX-512-BF16)",
+                      {"precision": "bf16"}))  # fmt: skip
+    if k.gradient_checkpointing == "off":
+        relax.append(("gradient-checkpointing auto", {"gradient_checkpointing": "auto"}))
+    if k.micro_batch:
+        relax.append(("micro-batch 0 (sized from the memory)", {"micro_batch": 0}))
+
+    def changed(combo: tuple[tuple[str, dict[str, Any]], ...]) -> Knobs:
+        return replace(k, **{name: v for _, change in combo for name, v in change.items()})
+
+    ways: list[str] = []
+    fitting: list[set[str]] = []
+    for size in range(1, len(relax) + 1):
+        for combo in itertools.combinations(relax, size):
+            names = {words for words, _ in combo}
+            if not any(f <= names for f in fitting) and fits(changed(combo)):
+                fitting.append(names)
+                ways.append(_together([words for words, _ in combo]))
     seq = _largest(fits, k, "max_seq_len")
-    ways = []
-    if k.precision != "bf16" and fits(replace(k, precision="bf16")):
-        ways.append("precision bf16 (a bf16 base: half the weights; slow where the CPU lacks AMX or AVX-512-BF16)")
-    if k.gradient_checkpointing == "off" and fits(replace(k, gradient_checkpointing="auto")):
-        ways.append("gradient-checkpointing auto")
-    if k.micro_batch and fits(replace(k, micro_batch=0)):
-        ways.append("micro-batch 0 (sized from the memory)")
     if seq:
         ways.append(f"a max-seq-len of at most {seq}")
+    elif relax and (seq := _largest(fits, changed(tuple(relax)), "max_seq_len")):
+        ways.append(_together([words for words, _ in relax] + [f"a max-seq-len of at most {seq}"]))
     return ways
+
+
+def _a(amount: str) -> str:
+    """The article before a number as it is read aloud: 'an 8.3', 'an 11', 'an 18', 'a 16', 'a 1038.0'."""
+    whole = amount.split(".")[0].replace(",", "")
+    lead = int(whole[: len(whole) % 3 or 3]) if whole.isdigit() else 0
+    return "an" if str(lead).startswith("8") or lead in (11, 18) else "a"
 
 
 def _use(ways: list[str], last_resort: str) -> str:
     """'use A or B' from the ways that fit; `last_resort` where none does (the weights alone do not fit, at any
     max-seq-len)."""
     return "use " + " or ".join(ways) if ways else last_resort
+
+
+def _a_card(card: GpuCard | None) -> str:
+    """'an NVIDIA A10G': a card with its article."""
+    return f"an {card.name}" if card else "no card"
 
 
 def _gpu_alternatives(s: Shape, k: Knobs) -> list[str]:
@@ -443,7 +485,7 @@ def _gpu_alternatives(s: Shape, k: Knobs) -> list[str]:
         card = gpu_card(s, kk)
         if card is not None:
             need = gpu_card_gib(s, kk, gpu_micro(s, kk, card))
-            fits.append(f"train-backend gpu {what} ({need:.1f} GiB of an {card.name}, {gpu_micro(s, kk, card)})")
+            fits.append(f"train-backend gpu {what} ({need:.1f} GiB of {_a_card(card)}, {gpu_micro(s, kk, card)})")
     return fits
 
 
@@ -482,9 +524,10 @@ def check(p: Plan) -> list[str]:
         groups = max(RAY_NODE_GROUPS, key=lambda g: g.memory_gib)
         other = _gpu_alternatives(s, k)
         one = next(g for g in p.ray if g.group == groups)
+        pod = f"{one.pod_memory_gib:.1f}"
         problems.append(
             f"train-backend ray cannot hold {p.base}: one training worker ({_cpu_precision(k, one.precision)}, "
-            f"{one.micro}) needs a {one.pod_memory_gib:.1f} GiB pod "
+            f"{one.micro}) needs {_a(pod)} {pod} GiB pod "
             f"({_gib(train_memory(s, replace(k, precision=one.precision), one.micro, device='ray'))} GiB + Ray "
             f"{RAY_POD_GIB:.1f} GiB), and the biggest Ray node group ({groups.name}: {groups.memory_gib:g} GiB "
             "allocatable) has less; " + _use(other + _shrink(lambda kk: _ray_fits(s, kk, groups), k), _SMALLER_BASE)
@@ -494,13 +537,15 @@ def check(p: Plan) -> list[str]:
         biggest = max(GPU_CARDS, key=lambda c: c.memory_mib)
         if p.gpu_card is None:
             nf4k = replace(k, qlora=True)
-            nf4 = gpu_card_gib(s, nf4k, gpu_micro(s, nf4k, None))
-            qlora = [f"qlora true ({nf4:.1f} GiB)"] if not k.qlora and gpu_card(s, nf4k) else []
+            nf4_card = gpu_card(s, nf4k)
+            nf4 = gpu_card_gib(s, nf4k, gpu_micro(s, nf4k, nf4_card))
+            qlora = [f"qlora true ({nf4:.1f} GiB of {_a_card(nf4_card)})"] if not k.qlora and nf4_card else []
+            card = f"{need.gpu_memory_gib:.1f}"
             problems.append(
-                f"train-backend gpu cannot hold {p.base}: {need.why} needs a {need.gpu_memory_gib:.1f} GiB card and "
-                f"the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; "
+                f"train-backend gpu cannot hold {p.base}: training ({need.why}) needs {_a(card)} {card} GiB card, "
+                f"and the GPU NodePool's biggest ({biggest.name}, {biggest.memory_mib} MiB) is smaller; "
                 + _use(qlora + _shrink(lambda kk: gpu_card(s, kk) is not None, k), "pick a smaller base model")
-                + " (or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.cluster.GPU_CARDS)"
+                + ", or add a bigger GPU family to infra/karpenter/nodepool-gpu-spot.yaml and sizing.cluster.GPU_CARDS"
             )
         if need.disk_gib > GPU_NODE_EPHEMERAL_GIB:
             problems.append(
@@ -517,3 +562,27 @@ def check(p: Plan) -> list[str]:
                 "sizing.RAY_NODE_GROUPS' large group to it)"
             )
     return problems
+
+
+def ray_notes(p: Plan) -> list[str]:
+    """The Ray node groups a ray run leaves out, one sentence each: the group, what one worker would need in its pods,
+    that it gets no replicas whatever its replica parameter asks (the workflow gives a group whose pods hold no worker
+    0 replicas), and what would let it hold one. Empty for the other backends."""
+    if p.knobs.backend != "ray":
+        return []
+    s, k = p.shape, p.knobs
+    notes = []
+    for g in p.ray:
+        if g.workers_per_pod:
+            continue
+        group, pod = g.group, f"{g.pod_memory_gib:.1f}"
+        ways = _shrink(lambda kk, group=group: _ray_fits(s, kk, group), k)
+        fix = "for this run, use " + " or ".join(ways) + "; or, " if ways else ""
+        notes.append(
+            f"the {group.name} group ({group.arch}, {group.cpus} CPU / {group.memory_gib:g} GiB allocatable) cannot "
+            f"hold one {p.base} "
+            f"training worker ({_cpu_precision(k, g.precision)}, {g.micro}: {_a(pod)} {pod} GiB pod), so it gets no "
+            f"replicas whatever ray-{group.name}-workers asks; to train on it, {fix}if its nodes have more memory "
+            f"than the {group.ram_gib} GiB declared, raise its ram_gib in sizing.cluster.RAY_NODE_GROUPS"
+        )
+    return notes

@@ -10,21 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# Dense (no sparsity) bf16 tensor-core peak in TFLOP/s, from NVIDIA's datasheets; matched as a substring of
-# torch.cuda.get_device_name(), first match wins (so "H100 PCIe" comes before "H100").
-PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("H200", 989.4),
-    ("H100 PCIe", 756.0),
-    ("H100", 989.4),
-    ("A100", 312.0),
-    ("L40S", 362.1),
-    ("L4", 121.0),
-)
+from steps import sizing
 
 
 def peak_tflops(device_name: str) -> float | None:
-    """The card's dense bf16 peak (TFLOP/s), or None when it is not in PEAK_BF16_TFLOPS."""
-    return next((tf for key, tf in PEAK_BF16_TFLOPS if key in device_name), None)
+    """The card's dense bf16 peak (TFLOP/s) from its datasheet (sizing.cluster.CARD_SHEETS), or None when the table
+    has no such figure for it."""
+    sheet = sizing.card_sheet(device_name)
+    return sheet.bf16_tflops if sheet else None
 
 
 def mfu(tokens_per_second: float, parameters: int, device_name: str) -> float:

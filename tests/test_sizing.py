@@ -734,7 +734,10 @@ CPU_CHECK_ROWS = {
     ("bf16", True, 1): 8.32,
     ("bf16", True, 2): 9.36,
 }
-CPU_ROWS = {"Llama-3.2-1B": (("run2-1b",), CPU_FIT_ROWS), "Llama-3.2-3B": (("run1-grid", "run4-3b-bf16"), CPU_CHECK_ROWS)}
+CPU_ROWS = {
+    "Llama-3.2-1B": (("run2-1b",), CPU_FIT_ROWS),
+    "Llama-3.2-3B": (("run1-grid", "run4-3b-bf16"), CPU_CHECK_ROWS),
+}
 CPU_RUNS = ("run1-grid", "run2-1b", "run4-3b-bf16")
 
 
@@ -767,9 +770,7 @@ def test_the_cpu_constants_are_the_refit_on_the_fit_rows():
     """One place for the constants, and the command that made them: `--refit` on the committed files."""
     from benchmarks import cpu_rows
 
-    rows = [
-        r for run in CPU_RUNS for r in json.loads((CPU_RESULTS / run / "rows.json").read_text())["rows"]
-    ]
+    rows = [r for run in CPU_RUNS for r in json.loads((CPU_RESULTS / run / "rows.json").read_text())["rows"]]
     fit_rows, check_rows = cpu_rows.split_rows(rows, "base=Llama-3.2-1B")
     assert {r["base"] for r in check_rows} == {"Llama-3.2-3B"}
     fit = cpu_rows.refit(fit_rows)

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import yaml
 
 from steps.core import verdict
 from steps.pipeline import PARAMS
+from steps.train.checkpoints import CHECKPOINT_PREFIX
 from tests.conftest import (
     AWS_ENV,
     ROOT,
@@ -674,6 +676,44 @@ def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(cpu_di
     print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, cpu_distill)}")
 
 
+def test_the_node_trains_the_adapter_a_local_run_trains_on_the_same_data(
+    cpu_distill: dict, node_s3: tuple[str, str], hub_mirror: HubMirror, tmp_path_factory: pytest.TempPathFactory
+):
+    """The node's train-cpu against `python -m steps.train` run here on the same inputs: the dataset folder
+    fetch-dataset uploaded, the base from the same hub mirror at the same revision, and the arguments of the template
+    as the workflow stored it with the parameters the node's step was given (its checkpoints kept in a local folder
+    instead of the run's S3 prefix). The adapters agree within the Ray-equivalence test's 1e-4
+    (tests/test_train.py): the image, the executor and the pod change nothing the training computes."""
+    endpoint, bucket = node_s3
+    work = tmp_path_factory.mktemp("node-vs-local")
+    (train,) = step_pods(cpu_distill, "train-cpu")
+    (fetch,) = step_pods(cpu_distill, "fetch-dataset")
+    dataset = fetch_output(endpoint, bucket, fetch, "dataset", work / "dataset")
+    node_adapter = fetch_output(endpoint, bucket, train, "adapter", work / "node")
+    given = {p["name"]: p["value"] for p in train["inputs"]["parameters"]}
+    spec = cpu_distill["status"]["storedWorkflowTemplateSpec"]
+    (template,) = [t for t in spec["templates"] if t["name"] == "train-cpu"]
+    uid = cpu_distill["metadata"]["uid"]
+    args = [re.sub(r"\{\{inputs\.parameters\.([a-z-]+)\}\}", lambda m: given[m[1]], a).replace("{{workflow.uid}}", uid)
+            for a in template["container"]["args"]]  # fmt: skip
+    local = work / "local"
+    flags = dict(zip(args[2::2], args[3::2], strict=True))  # -m steps.train, then --flag value pairs
+    flags.update({"--out": str(local), "--dataset": str(dataset), "--kd-targets": str(work / "no-kd-targets"),
+                  "--checkpoint-dir": str(work / "checkpoints")})  # fmt: skip
+    # The pod's environment in what decides the numbers: the hub, and no precision override (auto decides by the CPU).
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "DISTILLERY_AUTO_PRECISION")}
+    env.update(HF_ENDPOINT=hub_mirror.endpoint, HF_HOME=str(work / "hf"))
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, *args[:2], *(x for kv in flags.items() for x in kv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"local train: {time.monotonic() - began:.0f} s: {done.stdout.strip().splitlines()[-1]}")
+    for where, folder in (("node", node_adapter), ("local", local)):
+        r = json.loads((folder / "result.json").read_text())
+        print(f"{where}: {r['device']}, {r['precision']}, final loss {r['final_loss']}")
+    print(f"adapter: node vs local, max |difference| {assert_same_adapter(node_adapter, local, atol=1e-4):.2e}")
+
+
 def step_pods(wf: dict, template: str) -> list[dict]:
     """The workflow's pod nodes of `template`, oldest first (a retried step has one per attempt)."""
     pods = [n for n in wf["status"]["nodes"].values() if n["type"] == "Pod" and n["templateName"] == template]
@@ -819,6 +859,51 @@ RAY_RUN = "node-distill-ray"
 RENDER_EDITS[RAY_RUN] = (_ray_requests_fit_one_node, _ray_auth_off_for_kuberay_1_5)
 
 
+class RayPods:
+    """The RayJob's pods as seen every 2 s while the run lasts (they exist only while the job runs: the cluster is
+    deleted when it ends): name -> type, pod address, the phases seen in order."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane, self.seen, self._stop = plane, {}, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(2):
+            with contextlib.suppress(Exception):  # an API hiccup: the next look
+                for p in self.plane.get(f"{PODS}?labelSelector=ray.io/node-type")["items"]:
+                    was = self.seen.get(p["metadata"]["name"], {"phases": [], "ip": ""})
+                    phase = p["status"].get("phase")
+                    self.seen[p["metadata"]["name"]] = {
+                        "type": p["metadata"]["labels"]["ray.io/node-type"],
+                        "ip": p["status"].get("podIP") or was["ip"],
+                        "phases": was["phases"] if was["phases"][-1:] == [phase] else [*was["phases"], phase],
+                        "node": p["spec"].get("nodeName"),
+                    }
+
+    def __enter__(self) -> RayPods:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        print(f"Ray pods seen: {json.dumps(self.seen)}")
+
+    def of(self, kind: str) -> list[dict]:
+        return [p for p in self.seen.values() if p["type"] == kind]
+
+
+RAY_WORKERS = ("-p", "train-backend=ray", "-p", "ray-large-workers=0", "-p", "ray-medium-workers=0",
+               "-p", "ray-small-workers=2")  # fmt: skip
+
+
+def ray_result(node_s3: tuple[str, str], wf: dict) -> dict:
+    """The adapter's result.json as train-ray's driver wrote it to the run's prefix."""
+    endpoint, bucket = node_s3
+    result = s3_client(endpoint).get_object(Bucket=bucket, Key=f"runs/{wf['metadata']['uid']}/adapter/result.json")
+    return json.loads(result["Body"].read())
+
+
 def test_distill_on_the_ray_backend_trains_across_two_worker_pods(
     real_node: Node,
     node_s3: tuple[str, str],
@@ -834,48 +919,132 @@ def test_distill_on_the_ray_backend_trains_across_two_worker_pods(
     plane = real_node.plane
     step_image(real_node, "ray")
     keys = tmp_path_factory.getbasetemp() / "verdict-keys"
-    seen: dict[str, dict] = {}
-    stop_watch = threading.Event()
-
-    def watch() -> None:  # the Ray pods exist only while the job runs (the cluster is deleted when it ends)
-        while not stop_watch.wait(2):
-            with contextlib.suppress(Exception):
-                for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type")["items"]:
-                    was = seen.get(p["metadata"]["name"], {"phases": [], "ip": ""})
-                    phase = p["status"].get("phase")
-                    seen[p["metadata"]["name"]] = {
-                        "type": p["metadata"]["labels"]["ray.io/node-type"],
-                        "ip": p["status"].get("podIP") or was["ip"],
-                        "phases": was["phases"] if was["phases"][-1:] == [phase] else [*was["phases"], phase],
-                        "node": p["spec"].get("nodeName"),
-                    }
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        wf, steps, _ = submit_distill(real_node, RAY_RUN, dataset_git, hub_mirror, node_mlflow, keys,
-                                      "-p", "train-backend=ray", "-p", "ray-large-workers=0",
-                                      "-p", "ray-medium-workers=0", "-p", "ray-small-workers=2")  # fmt: skip
-    finally:
-        stop_watch.set()
-        watcher.join(10)
-    print(f"Ray pods seen: {json.dumps(seen)}")
+    with RayPods(plane) as pods:
+        wf, steps, _ = submit_distill(real_node, RAY_RUN, dataset_git, hub_mirror, node_mlflow, keys, *RAY_WORKERS)
     job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
     print(f"RayJob status: {json.dumps([j.get('status') for j in job])[:2000]}")
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
     ran = {name for name, _, _ in steps}
     assert ran >= COMMON_STEPS and "train-cpu" not in ran, ran
-    workers = [p for p in seen.values() if p["type"] == "worker"]
-    heads = [p for p in seen.values() if p["type"] == "head"]
-    assert len(heads) == 1 and len(workers) == 2, seen
+    workers, heads = pods.of("worker"), pods.of("head")
+    assert len(heads) == 1 and len(workers) == 2, pods.seen
     # Each pod Running while the job ran; a worker is seen Failed after it when the operator deletes the cluster.
-    assert len({p["ip"] for p in workers + heads}) == 3 and all("Running" in p["phases"] for p in workers), seen
-    endpoint, bucket = node_s3
-    result = s3_client(endpoint).get_object(Bucket=bucket, Key=f"runs/{wf['metadata']['uid']}/adapter/result.json")
-    device = json.loads(result["Body"].read())["device"]
+    assert len({p["ip"] for p in workers + heads}) == 3 and all("Running" in p["phases"] for p in workers), pods.seen
+    device = ray_result(node_s3, wf)["device"]
     print(f"trained on: {device}")
     assert "2 CPU workers" in device, device  # Ray Train's two workers, one in each worker pod
     print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+
+
+RAY_KILL_RUN = "node-distill-ray-kill"
+RENDER_EDITS[RAY_KILL_RUN] = RENDER_EDITS[RAY_RUN]
+
+
+def test_a_killed_ray_worker_pod_is_replaced_and_training_resumes_from_its_checkpoint(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """A Ray worker lost while it trains (a spot worker reclaimed, a Pi unplugged): once Ray Train has registered a
+    checkpoint in S3 (the run's prefix) one worker pod is deleted with no grace. What the templates promise
+    (workflows/rayjob.py): KubeRay's operator makes the worker pod again, Ray Train restarts its worker group from
+    the latest checkpoint (`--max-failures`, rayjob.MAX_FAILURES restarts), the RayJob SUCCEEDS and the workflow with
+    it; the adapter's result.json says it resumed."""
+    plane = real_node.plane
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    step_image(real_node, "ray")
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    killed: dict[str, Any] = {}
+    errors: list[str] = []
+    done = threading.Event()
+    # Ray Train registers a checkpoint after every rank's files are in; one is surely registered once the next one's
+    # files appear (checkpoint-every=RECLAIM_EVERY: step-00000003, then step-00000006).
+    second = f"/{CHECKPOINT_PREFIX}{2 * RECLAIM_EVERY:08d}/"
+
+    def kill() -> None:  # bounded: the workflow's own wait ends the test first
+        deadline = time.monotonic() + 2400
+        while not done.wait(2) and time.monotonic() < deadline:
+            try:
+                uid = plane.get(f"{WF_API}/{RAY_KILL_RUN}")["metadata"]["uid"]
+                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/checkpoints/").get("Contents", [])
+                workers = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=worker")
+                           ["items"] if p["status"].get("phase") == "Running"]  # fmt: skip
+                if any(second in o["Key"] for o in listed) and len(workers) == 2:
+                    plane.kubectl("delete", "pod", workers[0], "--force", "--grace-period=0")
+                    killed.update(pod=workers[0], at=time.monotonic())
+                    return
+            except Exception as e:  # the workflow not created yet, an API or S3 hiccup: the next look
+                errors[:] = [repr(e)]
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        with RayPods(plane) as pods:
+            wf, steps, _ = submit_distill(real_node, RAY_KILL_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                          *RAY_WORKERS, "-p", f"checkpoint-every={RECLAIM_EVERY}")  # fmt: skip
+    finally:
+        done.set()
+        killer.join(10)
+    print(f"killed: {killed}")
+    assert killed, f"no registered checkpoint while both workers ran: nothing was killed ({errors})"
+    job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
+    print(f"RayJob status: {json.dumps([j.get('status') for j in job])[:2000]}")
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    workers = pods.of("worker")
+    assert len(workers) == 3 and sum("Running" in p["phases"] for p in workers) == 3, pods.seen  # one made again
+    result = ray_result(node_s3, wf)
+    print(f"trained on: {result['device']}; resumed from step {result['resumed_from_step']}")
+    assert "2 CPU workers" in result["device"] and result["resumed_from_step"] >= RECLAIM_EVERY, result
+
+
+OOM_RUN = "node-distill-oom"
+# Below what train-cpu needs to load SmolLM2-135M (538 MB of float32 weights) and train; above its imports.
+OOM_LIMIT = "512Mi"
+
+
+def _train_cpu_memory(limit: str) -> Any:
+    def edit(rendered: dict) -> None:
+        """train-cpu's pod limited to `limit` whatever preflight sized: its podSpecPatch's memory request and limit."""
+        (train,) = [t for t in rendered["spec"]["templates"] if t["name"] == "train-cpu"]
+        sized = '"memory":"{{=asInt(inputs.parameters[\'memory-gib\'])}}Gi"'
+        assert train["podSpecPatch"].count(sized) == 2, "train-cpu's memory no longer comes from memory-gib"
+        train["podSpecPatch"] = train["podSpecPatch"].replace(sized, f'"memory":"{limit}"')
+
+    return edit
+
+
+RENDER_EDITS[OOM_RUN] = (_train_cpu_memory(OOM_LIMIT),)
+
+
+def test_a_step_over_its_memory_limit_fails_the_workflow_naming_the_step_and_the_limit(
+    real_node: Node,
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """train-cpu's pod given less memory than the run needs (micro-batch and checkpointing pinned, so the step does not
+    refuse the budget itself but runs into it): the kernel kills it (OOMKilled, 137), the step is not retried (its
+    retry is OnError: the same limit would kill it again), the workflow Fails, and `argo get` names the step and the
+    limit: Argo appends the container's termination message, which the step wrote as it started (steps/core/pod.py)."""
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    wf, steps, _ = submit_distill(real_node, OOM_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                  "-p", "train-backend=cpu", "-p", "micro-batch=1",
+                                  "-p", "gradient-checkpointing=on")  # fmt: skip
+    print(f"workflow: {wf['status']['phase']}: {wf['status'].get('message')}")
+    assert wf["status"]["phase"] == "Failed", steps
+    (train,) = step_pods(wf, "train-cpu")  # one attempt: not retried
+    print(f"train-cpu: {train['phase']}: {train.get('message')}")
+    limit_gib = int(OOM_LIMIT.removesuffix("Mi")) / 1024
+    assert train["phase"] == "Failed" and "OOMKilled (exit code 137)" in train["message"], train
+    assert f"train ran with a memory limit of {limit_gib:.2f} GiB" in train["message"], train
+    shown = argo(real_node.plane, "get", OOM_RUN).stdout
+    print(shown)
+    assert re.search(r"train-cpu.*OOMKilled \(exit code 137\): train ran with a memory limit of", shown), shown
 
 
 def test_node_figures(real_node: Node):

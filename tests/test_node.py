@@ -421,23 +421,32 @@ def dataset_git(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> It
     committed splits are read from, reachable from the pods and nowhere else. Yields its git:// URL and HEAD's
     commit."""
     folder = tmp_path_factory.mktemp("dataset-git")
-    bare = folder / "distillery.git"
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(bare)], check=True, timeout=120)
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(folder / "distillery.git")], check=True,
+                   timeout=120)  # fmt: skip
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
-    gateway, port = real_node.net.gateway, free_port()
+    with git_daemon(real_node, folder, "distillery.git") as url:
+        yield url, commit
+
+
+@contextlib.contextmanager
+def git_daemon(node: Node, folder: Path, repo: str, push: bool = False) -> Iterator[str]:
+    """`git daemon` serving the bare repository `folder/repo` on the pod bridge's address (with `push`, taking pushes:
+    the dataset repository build-dataset publishes to); yields its git:// URL once it answers."""
+    gateway, port = node.net.gateway, free_port()
     log = folder / "git-daemon.log"
     with log.open("w") as f:
         proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--informative-errors",
+                                 *(["--enable=receive-pack"] if push else []),
                                  f"--base-path={folder}", f"--listen={gateway}", f"--port={port}", str(folder)],
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while subprocess.run(["git", "ls-remote", f"git://{gateway}:{port}/distillery.git", "HEAD"],
-                             capture_output=True, timeout=10).returncode != 0:  # fmt: skip
+        url = f"git://{gateway}:{port}/{repo}"
+        while subprocess.run(["git", "ls-remote", url, "HEAD"], capture_output=True, timeout=10).returncode != 0:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.3)
-        yield f"git://{gateway}:{port}/distillery.git", commit
+        yield url
     finally:
         stop(proc)
 
@@ -584,6 +593,21 @@ def verdict_keys(plane: ControlPlane, folder: Path) -> None:
                        capture_output=True, timeout=60)  # fmt: skip
 
 
+def install_template(node: Node, build: Any, edits: tuple[Any, ...] = ()) -> None:
+    """A shipped WorkflowTemplate (`build`: its module's build function) rendered with the step images built here,
+    pinned by digest, `edits` applied, stored in the cluster; the admission policy told those images are the
+    project's (`allow_images`)."""
+    from workflows.images import Images
+
+    repo, tag = step_image(node, "cpu").name.rsplit(":", 1)
+    digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
+    rendered = build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
+    for edit in edits:
+        edit(rendered)
+    node.plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    allow_images(node.plane, repo)
+
+
 def submit_distill(
     node: Node, name: str, dataset_git: tuple[str, str], hub: HubMirror, mlflow_url: str, keys: Path, *params: str
 ) -> tuple[dict, list[tuple[str, str, int]], float]:
@@ -593,19 +617,11 @@ def submit_distill(
     finished Workflow, its pods (template, phase, seconds) and its wall time; prints Argo's reason and the step log of
     every pod that failed."""
     from workflows import distill
-    from workflows.images import Images
 
     plane = node.plane
-    cpu = step_image(node, "cpu")
-    repo, tag = cpu.name.rsplit(":", 1)
-    digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
-    rendered = distill.build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
-    for edit in RENDER_EDITS.get(name, ()):
-        edit(rendered)
-    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    install_template(node, distill.build, RENDER_EDITS.get(name, ()))
     if not keys.exists():
         verdict_keys(plane, keys)
-    allow_images(plane, repo)
     url, commit = dataset_git
     threads = str(len(os.sched_getaffinity(0)))  # the node's CPUs: every CPU step's pod asks for all of them
     began = time.monotonic()
@@ -1045,6 +1061,88 @@ def test_a_step_over_its_memory_limit_fails_the_workflow_naming_the_step_and_the
     shown = argo(real_node.plane, "get", OOM_RUN).stdout
     print(shown)
     assert re.search(r"train-cpu.*OOMKilled \(exit code 137\): train ran with a memory limit of", shown), shown
+
+
+BUILD_RUN = "node-build-dataset"
+PUBLISHED_RUN = "node-distill-published"
+
+
+def _teacher_fits_the_node(rendered: dict) -> None:
+    """The teacher's pod asks for 4 CPUs (workflows/deploy.py: llama.cpp serving the teacher beside the step); the node
+    has 2. Only its CPU request is lowered, to 1: limits, memory and everything else as rendered."""
+    (teacher,) = [t for t in rendered["spec"]["templates"] if t["name"] == "teacher"]
+    assert teacher["container"]["resources"]["requests"]["cpu"] == "4", teacher["container"]["resources"]
+    teacher["container"]["resources"]["requests"]["cpu"] = "1"
+
+
+def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """`argo submit --from workflowtemplate/build-dataset`: the committed documents and feedback from the node's S3,
+    the bundled teacher (llama.cpp in the teacher's pod), filter-split, and publish pushing a tagged revision to a
+    dataset repository (git over the pod network, its DVC remote a prefix of the node's bucket); then `distill` on
+    that tag, whose fetch-dataset pulls the files back through DVC and finds the dataset hash publish recorded."""
+    from workflows import build_dataset
+
+    plane = real_node.plane
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    work = tmp_path_factory.mktemp("build-dataset")
+    seed, served = work / "seed", work / "served"
+    seed.mkdir()
+    served.mkdir()
+
+    def run(*cmd: str, cwd: Path = seed) -> None:
+        subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, timeout=120)
+
+    # The dataset repository a team keeps: git with DVC, its default remote their bucket (here the node's S3, whose
+    # endpoint the repository's DVC config names, as for any S3-compatible store).
+    run("git", "init", "-q", "-b", "main")
+    run(sys.executable, "-m", "dvc", "init", "-q")
+    run(sys.executable, "-m", "dvc", "remote", "add", "-d", "store", f"s3://{bucket}/dvc")
+    run(sys.executable, "-m", "dvc", "remote", "modify", "store", "endpointurl", endpoint)
+    run("git", "add", "-A")
+    run("git", "-c", "user.name=team", "-c", "user.email=team@example.invalid", "commit", "-qm", "dataset repository")
+    run("git", "clone", "-q", "--bare", str(seed), str(served / "dataset.git"), cwd=work)
+    documents = sorted((ROOT / "data" / "documents").iterdir())
+    for f in documents:
+        s3.upload_file(str(f), bucket, f"documents/{f.name}")
+    s3.upload_file(str(ROOT / "data" / "feedback" / "feedback.jsonl"), bucket, "feedback/feedback.jsonl")
+    with git_daemon(real_node, served, "dataset.git", push=True) as url:
+        install_template(real_node, build_dataset.build, (_teacher_fits_the_node,))
+        began = time.monotonic()
+        argo(plane, "submit", "--from", "workflowtemplate/build-dataset", "--name", BUILD_RUN,
+             "-p", f"documents=s3://{bucket}/documents/", "-p", f"feedback=s3://{bucket}/feedback/feedback.jsonl",
+             "-p", f"dataset-repo={url}", "-p", f"base-revision={hub_mirror.revision}")  # fmt: skip
+        wf = wait_workflow(real_node, BUILD_RUN, 1800)
+        pods = sorted((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
+                      for n in wf["status"]["nodes"].values() if n["type"] == "Pod")  # fmt: skip
+        print(f"{BUILD_RUN} on the node: {time.monotonic() - began:.0f} s; pods: {pods}")
+        if wf["status"]["phase"] != "Succeeded":
+            for pod_name, log in failed_logs(plane, BUILD_RUN).items():
+                print(f"--- {pod_name}\n{log}")
+        assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), pods)
+        (publish,) = step_pods(wf, "publish")
+        published = {p["name"]: p["value"] for p in publish["outputs"]["parameters"]}
+        print(f"published: {published}")
+        tag = published["dataset-rev"]
+        listed = subprocess.run(["git", "ls-remote", url, f"refs/tags/{tag}"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout.split()  # fmt: skip
+        assert listed[:1] == [published["dataset-commit"]], (listed, published)
+        stored = s3.list_objects_v2(Bucket=bucket, Prefix="dvc/").get("KeyCount", 0)
+        assert stored > 0, "publish pushed nothing to the DVC remote"
+        keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+        wf, steps, _ = submit_distill(real_node, PUBLISHED_RUN, (url, tag), hub_mirror, node_mlflow, keys,
+                                      "-p", "train-backend=cpu")  # fmt: skip
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    (fetch,) = step_pods(wf, "fetch-dataset")
+    fetched = {p["name"]: p["value"] for p in fetch["outputs"]["parameters"]}
+    assert fetched["dataset-hash"] == published["dataset-hash"], (fetched, published)
+    print(f"distill on {tag}: registered {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
 
 
 def test_node_figures(real_node: Node):

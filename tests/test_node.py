@@ -8,6 +8,7 @@ beside the stand-in scenarios of tests/test_controlplane.py.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import re
@@ -1143,6 +1144,158 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
     fetched = {p["name"]: p["value"] for p in fetch["outputs"]["parameters"]}
     assert fetched["dataset-hash"] == published["dataset-hash"], (fetched, published)
     print(f"distill on {tag}: registered {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+
+
+class _GitHttp(http.server.BaseHTTPRequestHandler):
+    """git's smart HTTP: each request handed to `git http-backend` (CGI), as a web server in front of a git host
+    does; `root` is the folder of bare repositories."""
+
+    root: Path
+
+    def _backend(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.headers.get("Transfer-Encoding") == "chunked":  # git sends large requests chunked
+            while size := int(self.rfile.readline().strip(), 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+               "REMOTE_ADDR": self.client_address[0],
+               **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in self.headers.items()}}  # fmt: skip
+        env.pop("HTTP_TRANSFER_ENCODING", None)
+        done = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=120)
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        fields = [line.split(":", 1) for line in head.decode().splitlines() if ":" in line]
+        status = next((int(v.split()[0]) for k, v in fields if k.lower() == "status"), 200)
+        self.send_response(status)
+        for k, v in fields:
+            if k.lower() != "status":
+                self.send_header(k, v.strip())
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _backend
+
+    def log_message(self, *_: object) -> None:  # quiet: pytest shows failures
+        pass
+
+
+@contextlib.contextmanager
+def https_git(node: Node, folder: Path, repo: str, work: Path) -> Iterator[str]:
+    """The bare repositories in `folder` over https on the pod bridge's address (a certificate for that address from
+    a CA made here): what check-triggers accepts as a dataset repository (https or a local path: no git://). Yields
+    the URL of `repo`."""
+    import ssl
+
+    gateway, port = node.net.gateway, free_port()
+    tls = work / "tls"
+    tls.mkdir()
+    for args in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
+         "-subj", "/CN=distillery test git CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "git.key", "-out", "git.csr", "-subj", f"/CN={gateway}"],
+        ["x509", "-req", "-in", "git.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "git.crt",
+         "-days", "1", "-extfile", "/dev/stdin"],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True, timeout=60,
+                       input=f"subjectAltName=IP:{gateway}".encode())  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls / "git.crt", tls / "git.key")
+    handler = type("GitHttp", (_GitHttp,), {"root": folder})
+    server = http.server.ThreadingHTTPServer((gateway, port), handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://{gateway}:{port}/{repo}"
+    try:
+        env = {**os.environ, "GIT_SSL_CAINFO": str(tls / "ca.crt")}  # the variable, which outranks git's config
+        listed = subprocess.run(["git", "ls-remote", url, "HEAD"], env=env, capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+RETRAIN_CRON = "distill-retrain-check"
+# The shipped schedule fires every six hours; the test's, every minute (Argo's cron scheduler checks each minute).
+EVERY_MINUTE = "* * * * *"
+
+
+def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
+    real_node: Node, cpu_distill: dict, node_mlflow: str, tmp_path_factory: pytest.TempPathFactory
+):
+    """The retrain CronWorkflow as shipped but for its schedule (every minute) and its template's defaults (this
+    node's MLflow, the dataset repository over https): the controller's scheduler creates the Workflow by itself,
+    check-triggers runs in its pod against MLflow and the repository, finds the champion (the cpu run's version,
+    aliased as a promotion would) trained on another base revision than the cron's, fires, and submit-retrain creates
+    the `distill` Workflow. The retrain itself is deleted once created (its run is the cpu scenario's)."""
+    from mlflow import MlflowClient
+
+    from workflows import retrain
+
+    plane = real_node.plane
+    work = tmp_path_factory.mktemp("retrain-cron")
+    client = MlflowClient(node_mlflow)
+    model = next(p.cluster for p in PARAMS if p.name == "model-name")
+    uid = cpu_distill["metadata"]["uid"]
+    (version,) = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
+    client.set_registered_model_alias(model, "champion", version.version)
+    served = work / "served"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(served / "distillery.git")], check=True,
+                   timeout=120)  # fmt: skip
+    with https_git(real_node, served, "distillery.git", work) as url:
+        # The team's git config for the dataset host (the optional distillery-git Secret). The templates mount no CA
+        # bundle, so a private CA cannot be trusted in the pod: TLS verification is off for this host alone here.
+        gitconfig = f'[http "https://{url.split("/")[2]}/"]\n\tsslVerify = false\n'
+        plane.kubectl("create", "secret", "generic", security.GIT_SECRET, f"--from-literal=gitconfig={gitconfig}")
+
+        def defaults(rendered: dict) -> None:
+            for p in rendered["spec"]["arguments"]["parameters"]:
+                p["value"] = {"tracking-uri": node_mlflow, "dataset-repo": url}.get(p["name"], p["value"])
+
+        install_template(real_node, retrain.build, (defaults,))
+        cron = retrain.build_cron(schedule=EVERY_MINUTE).to_dict()
+        began = time.monotonic()
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(cron))
+        try:
+            deadline, fired = time.monotonic() + 240, []
+            while not fired and time.monotonic() < deadline:
+                fired = plane.get(f"{WF_API}?labelSelector=workflows.argoproj.io/cron-workflow={RETRAIN_CRON}")["items"]
+                time.sleep(2)
+            assert fired, f"the cron made no Workflow in 240 s: {plane.log_tail('workflow-controller', 3000)}"
+            print(
+                f"the cron fired {time.monotonic() - began:.0f} s after it was created: {fired[0]['metadata']['name']}"
+            )
+        finally:
+            plane.kubectl("delete", "cronworkflow", RETRAIN_CRON, "--ignore-not-found")  # one run is enough
+        name = fired[0]["metadata"]["name"]
+        wf = wait_workflow(real_node, name, 900)
+    pods = [(n["templateName"], n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()
+            if n["type"] == "Pod"]  # fmt: skip
+    print(f"{name}: {wf['status']['phase']}; pods: {pods}")
+    if wf["status"]["phase"] != "Succeeded":
+        for pod_name, log in failed_logs(plane, name).items():
+            print(f"--- {pod_name}\n{log}")
+    assert wf["status"]["phase"] == "Succeeded", pods
+    (check,) = step_pods(wf, retrain.CHECK)
+    decided = {p["name"]: p["value"] for p in check["outputs"]["parameters"]}
+    print(f"check-triggers: {decided}")
+    assert decided["fire"] == "true" and "base" in decided["triggers"], decided
+    children = [w for w in plane.get(WF_API)["items"] if w["metadata"]["name"].startswith("distill-retrain-")]
+    assert len(children) == 1, [w["metadata"]["name"] for w in children]
+    child = children[0]
+    given = {p["name"]: p["value"] for p in child["spec"]["arguments"]["parameters"]}
+    print(f"retrain created: {child['metadata']['name']} with {given}")
+    assert child["spec"]["workflowTemplateRef"]["name"] == "distill" and given["dataset-repo"] == url, given
+    plane.kubectl("delete", "workflow", child["metadata"]["name"], "--wait=false")
 
 
 def test_node_figures(real_node: Node):

@@ -239,12 +239,13 @@ def adapter_weights(adapter: Path) -> dict:
     return load_file(adapter / "adapter_model.safetensors")
 
 
-def assert_same_adapter(a: Path, b: Path, atol: float) -> None:
-    """The two adapters have the same tensors, each element within `atol`."""
+def assert_same_adapter(a: Path, b: Path, atol: float) -> float:
+    """The two adapters have the same tensors, each element within `atol`; returns the largest difference."""
     wa, wb = adapter_weights(a), adapter_weights(b)
     assert wa.keys() == wb.keys()
     worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     assert worst <= atol, f"adapters differ by up to {worst:.2e}"
+    return worst
 
 
 def console_script(name: str) -> str:

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import yaml
@@ -406,3 +407,25 @@ def test_a_hub_mirror_reaches_every_pod_that_downloads_the_base_and_no_other(pod
     read = subprocess.run([sys.executable, "-c", "from huggingface_hub import constants; print(constants.ENDPOINT)"],
                           env=environ, capture_output=True, text=True, check=True)  # fmt: skip
     assert read.stdout.strip() == "http://10.0.0.1:8090"
+
+
+HUB_CALLS = re.compile(r"\b(from_pretrained|snapshot_download|hf_hub_download)\(")
+
+
+def test_every_stage_whose_code_downloads_from_the_hub_gets_the_hub_credential_and_mirror(pods):
+    """Read from the code, not from the list: a stage whose module (or its package) calls huggingface_hub or
+    transformers' `from_pretrained` downloads from the hub on a cluster, so its pods need HF_TOKEN (a gated base such
+    as Llama 3.2) and HF_ENDPOINT (a cluster without huggingface.co). build-dataset's ingest, which sizes chunks with
+    the base's tokenizer, had neither (found preparing build-dataset for the node, whose pods reach only a mirror)."""
+    from steps.pipeline import BUILD_STAGES, STAGES
+
+    templates = {name.split("/")[0] for name in pods}
+    downloading = set()
+    for stage in (*STAGES, *BUILD_STAGES):
+        path = ROOT / Path(*stage.module.split("."))
+        sources = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+        if any(HUB_CALLS.search(f.read_text()) for f in sources):
+            downloading |= {t for t in templates if t == stage.name or t.startswith(f"{stage.name}-")}
+    assert downloading, "no stage downloads from the hub: the pattern no longer matches the code"
+    missing = downloading - set(security.USERS["model-hub"])
+    assert not missing, f"{sorted(missing)} download from the hub without the model-hub credential and mirror"

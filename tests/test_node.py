@@ -8,10 +8,12 @@ beside the stand-in scenarios of tests/test_controlplane.py.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ import yaml
 
 from steps.core import verdict
 from steps.pipeline import PARAMS
+from steps.train.checkpoints import CHECKPOINT_PREFIX
 from tests.conftest import (
     AWS_ENV,
     ROOT,
@@ -419,23 +422,32 @@ def dataset_git(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> It
     committed splits are read from, reachable from the pods and nowhere else. Yields its git:// URL and HEAD's
     commit."""
     folder = tmp_path_factory.mktemp("dataset-git")
-    bare = folder / "distillery.git"
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(bare)], check=True, timeout=120)
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(folder / "distillery.git")], check=True,
+                   timeout=120)  # fmt: skip
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
-    gateway, port = real_node.net.gateway, free_port()
+    with git_daemon(real_node, folder, "distillery.git") as url:
+        yield url, commit
+
+
+@contextlib.contextmanager
+def git_daemon(node: Node, folder: Path, repo: str, push: bool = False) -> Iterator[str]:
+    """`git daemon` serving the bare repository `folder/repo` on the pod bridge's address (with `push`, taking pushes:
+    the dataset repository build-dataset publishes to); yields its git:// URL once it answers."""
+    gateway, port = node.net.gateway, free_port()
     log = folder / "git-daemon.log"
     with log.open("w") as f:
         proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--informative-errors",
+                                 *(["--enable=receive-pack"] if push else []),
                                  f"--base-path={folder}", f"--listen={gateway}", f"--port={port}", str(folder)],
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while subprocess.run(["git", "ls-remote", f"git://{gateway}:{port}/distillery.git", "HEAD"],
-                             capture_output=True, timeout=10).returncode != 0:  # fmt: skip
+        url = f"git://{gateway}:{port}/{repo}"
+        while subprocess.run(["git", "ls-remote", url, "HEAD"], capture_output=True, timeout=10).returncode != 0:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.3)
-        yield f"git://{gateway}:{port}/distillery.git", commit
+        yield url
     finally:
         stop(proc)
 
@@ -582,6 +594,21 @@ def verdict_keys(plane: ControlPlane, folder: Path) -> None:
                        capture_output=True, timeout=60)  # fmt: skip
 
 
+def install_template(node: Node, build: Any, edits: tuple[Any, ...] = ()) -> None:
+    """A shipped WorkflowTemplate (`build`: its module's build function) rendered with the step images built here,
+    pinned by digest, `edits` applied, stored in the cluster; the admission policy told those images are the
+    project's (`allow_images`)."""
+    from workflows.images import Images
+
+    repo, tag = step_image(node, "cpu").name.rsplit(":", 1)
+    digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
+    rendered = build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
+    for edit in edits:
+        edit(rendered)
+    node.plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    allow_images(node.plane, repo)
+
+
 def submit_distill(
     node: Node, name: str, dataset_git: tuple[str, str], hub: HubMirror, mlflow_url: str, keys: Path, *params: str
 ) -> tuple[dict, list[tuple[str, str, int]], float]:
@@ -591,19 +618,11 @@ def submit_distill(
     finished Workflow, its pods (template, phase, seconds) and its wall time; prints Argo's reason and the step log of
     every pod that failed."""
     from workflows import distill
-    from workflows.images import Images
 
     plane = node.plane
-    cpu = step_image(node, "cpu")
-    repo, tag = cpu.name.rsplit(":", 1)
-    digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
-    rendered = distill.build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
-    for edit in RENDER_EDITS.get(name, ()):
-        edit(rendered)
-    plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
+    install_template(node, distill.build, RENDER_EDITS.get(name, ()))
     if not keys.exists():
         verdict_keys(plane, keys)
-    allow_images(plane, repo)
     url, commit = dataset_git
     threads = str(len(os.sched_getaffinity(0)))  # the node's CPUs: every CPU step's pod asks for all of them
     began = time.monotonic()
@@ -672,6 +691,44 @@ def test_distill_on_the_cpu_backend_succeeds_with_every_step_in_its_image(cpu_di
     ran = {n["templateName"] for n in cpu_distill["status"]["nodes"].values() if n["type"] == "Pod"}
     assert ran >= COMMON_STEPS | {"train-cpu"}, ran
     print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, cpu_distill)}")
+
+
+def test_the_node_trains_the_adapter_a_local_run_trains_on_the_same_data(
+    cpu_distill: dict, node_s3: tuple[str, str], hub_mirror: HubMirror, tmp_path_factory: pytest.TempPathFactory
+):
+    """The node's train-cpu against `python -m steps.train` run here on the same inputs: the dataset folder
+    fetch-dataset uploaded, the base from the same hub mirror at the same revision, and the arguments of the template
+    as the workflow stored it with the parameters the node's step was given (its checkpoints kept in a local folder
+    instead of the run's S3 prefix). The adapters agree within the Ray-equivalence test's 1e-4
+    (tests/test_train.py): the image, the executor and the pod change nothing the training computes."""
+    endpoint, bucket = node_s3
+    work = tmp_path_factory.mktemp("node-vs-local")
+    (train,) = step_pods(cpu_distill, "train-cpu")
+    (fetch,) = step_pods(cpu_distill, "fetch-dataset")
+    dataset = fetch_output(endpoint, bucket, fetch, "dataset", work / "dataset")
+    node_adapter = fetch_output(endpoint, bucket, train, "adapter", work / "node")
+    given = {p["name"]: p["value"] for p in train["inputs"]["parameters"]}
+    spec = cpu_distill["status"]["storedWorkflowTemplateSpec"]
+    (template,) = [t for t in spec["templates"] if t["name"] == "train-cpu"]
+    uid = cpu_distill["metadata"]["uid"]
+    args = [re.sub(r"\{\{inputs\.parameters\.([a-z-]+)\}\}", lambda m: given[m[1]], a).replace("{{workflow.uid}}", uid)
+            for a in template["container"]["args"]]  # fmt: skip
+    local = work / "local"
+    flags = dict(zip(args[2::2], args[3::2], strict=True))  # -m steps.train, then --flag value pairs
+    flags.update({"--out": str(local), "--dataset": str(dataset), "--kd-targets": str(work / "no-kd-targets"),
+                  "--checkpoint-dir": str(work / "checkpoints")})  # fmt: skip
+    # The pod's environment in what decides the numbers: the hub, and no precision override (auto decides by the CPU).
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "DISTILLERY_AUTO_PRECISION")}
+    env.update(HF_ENDPOINT=hub_mirror.endpoint, HF_HOME=str(work / "hf"))
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, *args[:2], *(x for kv in flags.items() for x in kv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"local train: {time.monotonic() - began:.0f} s: {done.stdout.strip().splitlines()[-1]}")
+    for where, folder in (("node", node_adapter), ("local", local)):
+        r = json.loads((folder / "result.json").read_text())
+        print(f"{where}: {r['device']}, {r['precision']}, final loss {r['final_loss']}")
+    print(f"adapter: node vs local, max |difference| {assert_same_adapter(node_adapter, local, atol=1e-4):.2e}")
 
 
 def step_pods(wf: dict, template: str) -> list[dict]:
@@ -819,6 +876,51 @@ RAY_RUN = "node-distill-ray"
 RENDER_EDITS[RAY_RUN] = (_ray_requests_fit_one_node, _ray_auth_off_for_kuberay_1_5)
 
 
+class RayPods:
+    """The RayJob's pods as seen every 2 s while the run lasts (they exist only while the job runs: the cluster is
+    deleted when it ends): name -> type, pod address, the phases seen in order."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane, self.seen, self._stop = plane, {}, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(2):
+            with contextlib.suppress(Exception):  # an API hiccup: the next look
+                for p in self.plane.get(f"{PODS}?labelSelector=ray.io/node-type")["items"]:
+                    was = self.seen.get(p["metadata"]["name"], {"phases": [], "ip": ""})
+                    phase = p["status"].get("phase")
+                    self.seen[p["metadata"]["name"]] = {
+                        "type": p["metadata"]["labels"]["ray.io/node-type"],
+                        "ip": p["status"].get("podIP") or was["ip"],
+                        "phases": was["phases"] if was["phases"][-1:] == [phase] else [*was["phases"], phase],
+                        "node": p["spec"].get("nodeName"),
+                    }
+
+    def __enter__(self) -> RayPods:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        print(f"Ray pods seen: {json.dumps(self.seen)}")
+
+    def of(self, kind: str) -> list[dict]:
+        return [p for p in self.seen.values() if p["type"] == kind]
+
+
+RAY_WORKERS = ("-p", "train-backend=ray", "-p", "ray-large-workers=0", "-p", "ray-medium-workers=0",
+               "-p", "ray-small-workers=2")  # fmt: skip
+
+
+def ray_result(node_s3: tuple[str, str], wf: dict) -> dict:
+    """The adapter's result.json as train-ray's driver wrote it to the run's prefix."""
+    endpoint, bucket = node_s3
+    result = s3_client(endpoint).get_object(Bucket=bucket, Key=f"runs/{wf['metadata']['uid']}/adapter/result.json")
+    return json.loads(result["Body"].read())
+
+
 def test_distill_on_the_ray_backend_trains_across_two_worker_pods(
     real_node: Node,
     node_s3: tuple[str, str],
@@ -834,48 +936,366 @@ def test_distill_on_the_ray_backend_trains_across_two_worker_pods(
     plane = real_node.plane
     step_image(real_node, "ray")
     keys = tmp_path_factory.getbasetemp() / "verdict-keys"
-    seen: dict[str, dict] = {}
-    stop_watch = threading.Event()
-
-    def watch() -> None:  # the Ray pods exist only while the job runs (the cluster is deleted when it ends)
-        while not stop_watch.wait(2):
-            with contextlib.suppress(Exception):
-                for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type")["items"]:
-                    was = seen.get(p["metadata"]["name"], {"phases": [], "ip": ""})
-                    phase = p["status"].get("phase")
-                    seen[p["metadata"]["name"]] = {
-                        "type": p["metadata"]["labels"]["ray.io/node-type"],
-                        "ip": p["status"].get("podIP") or was["ip"],
-                        "phases": was["phases"] if was["phases"][-1:] == [phase] else [*was["phases"], phase],
-                        "node": p["spec"].get("nodeName"),
-                    }
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        wf, steps, _ = submit_distill(real_node, RAY_RUN, dataset_git, hub_mirror, node_mlflow, keys,
-                                      "-p", "train-backend=ray", "-p", "ray-large-workers=0",
-                                      "-p", "ray-medium-workers=0", "-p", "ray-small-workers=2")  # fmt: skip
-    finally:
-        stop_watch.set()
-        watcher.join(10)
-    print(f"Ray pods seen: {json.dumps(seen)}")
+    with RayPods(plane) as pods:
+        wf, steps, _ = submit_distill(real_node, RAY_RUN, dataset_git, hub_mirror, node_mlflow, keys, *RAY_WORKERS)
     job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
     print(f"RayJob status: {json.dumps([j.get('status') for j in job])[:2000]}")
     assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
     ran = {name for name, _, _ in steps}
     assert ran >= COMMON_STEPS and "train-cpu" not in ran, ran
-    workers = [p for p in seen.values() if p["type"] == "worker"]
-    heads = [p for p in seen.values() if p["type"] == "head"]
-    assert len(heads) == 1 and len(workers) == 2, seen
+    workers, heads = pods.of("worker"), pods.of("head")
+    assert len(heads) == 1 and len(workers) == 2, pods.seen
     # Each pod Running while the job ran; a worker is seen Failed after it when the operator deletes the cluster.
-    assert len({p["ip"] for p in workers + heads}) == 3 and all("Running" in p["phases"] for p in workers), seen
-    endpoint, bucket = node_s3
-    result = s3_client(endpoint).get_object(Bucket=bucket, Key=f"runs/{wf['metadata']['uid']}/adapter/result.json")
-    device = json.loads(result["Body"].read())["device"]
+    assert len({p["ip"] for p in workers + heads}) == 3 and all("Running" in p["phases"] for p in workers), pods.seen
+    device = ray_result(node_s3, wf)["device"]
     print(f"trained on: {device}")
     assert "2 CPU workers" in device, device  # Ray Train's two workers, one in each worker pod
     print(f"registered: {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+
+
+RAY_KILL_RUN = "node-distill-ray-kill"
+RENDER_EDITS[RAY_KILL_RUN] = RENDER_EDITS[RAY_RUN]
+
+
+def test_a_killed_ray_worker_pod_is_replaced_and_training_resumes_from_its_checkpoint(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """A Ray worker lost while it trains (a spot worker reclaimed, a Pi unplugged): once Ray Train has registered a
+    checkpoint in S3 (the run's prefix) one worker pod is deleted with no grace. What the templates promise
+    (workflows/rayjob.py): KubeRay's operator makes the worker pod again, Ray Train restarts its worker group from
+    the latest checkpoint (`--max-failures`, rayjob.MAX_FAILURES restarts), the RayJob SUCCEEDS and the workflow with
+    it; the adapter's result.json says it resumed."""
+    plane = real_node.plane
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    step_image(real_node, "ray")
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    killed: dict[str, Any] = {}
+    errors: list[str] = []
+    done = threading.Event()
+    # Ray Train registers a checkpoint after every rank's files are in; one is surely registered once the next one's
+    # files appear (checkpoint-every=RECLAIM_EVERY: step-00000003, then step-00000006).
+    second = f"/{CHECKPOINT_PREFIX}{2 * RECLAIM_EVERY:08d}/"
+
+    def kill() -> None:  # bounded: the workflow's own wait ends the test first
+        deadline = time.monotonic() + 2400
+        while not done.wait(2) and time.monotonic() < deadline:
+            try:
+                uid = plane.get(f"{WF_API}/{RAY_KILL_RUN}")["metadata"]["uid"]
+                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/checkpoints/").get("Contents", [])
+                workers = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=worker")
+                           ["items"] if p["status"].get("phase") == "Running"]  # fmt: skip
+                if any(second in o["Key"] for o in listed) and len(workers) == 2:
+                    plane.kubectl("delete", "pod", workers[0], "--force", "--grace-period=0")
+                    killed.update(pod=workers[0], at=time.monotonic())
+                    return
+            except Exception as e:  # the workflow not created yet, an API or S3 hiccup: the next look
+                errors[:] = [repr(e)]
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        with RayPods(plane) as pods:
+            wf, steps, _ = submit_distill(real_node, RAY_KILL_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                          *RAY_WORKERS, "-p", f"checkpoint-every={RECLAIM_EVERY}")  # fmt: skip
+    finally:
+        done.set()
+        killer.join(10)
+    print(f"killed: {killed}")
+    assert killed, f"no registered checkpoint while both workers ran: nothing was killed ({errors})"
+    job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
+    print(f"RayJob status: {json.dumps([j.get('status') for j in job])[:2000]}")
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    workers = pods.of("worker")
+    assert len(workers) == 3 and sum("Running" in p["phases"] for p in workers) == 3, pods.seen  # one made again
+    result = ray_result(node_s3, wf)
+    print(f"trained on: {result['device']}; resumed from step {result['resumed_from_step']}")
+    assert "2 CPU workers" in result["device"] and result["resumed_from_step"] >= RECLAIM_EVERY, result
+
+
+OOM_RUN = "node-distill-oom"
+# Below what train-cpu needs to load SmolLM2-135M (538 MB of float32 weights) and train; above its imports.
+OOM_LIMIT = "512Mi"
+
+
+def _train_cpu_memory(limit: str) -> Any:
+    def edit(rendered: dict) -> None:
+        """train-cpu's pod limited to `limit` whatever preflight sized: its podSpecPatch's memory request and limit."""
+        (train,) = [t for t in rendered["spec"]["templates"] if t["name"] == "train-cpu"]
+        sized = '"memory":"{{=asInt(inputs.parameters[\'memory-gib\'])}}Gi"'
+        assert train["podSpecPatch"].count(sized) == 2, "train-cpu's memory no longer comes from memory-gib"
+        train["podSpecPatch"] = train["podSpecPatch"].replace(sized, f'"memory":"{limit}"')
+
+    return edit
+
+
+RENDER_EDITS[OOM_RUN] = (_train_cpu_memory(OOM_LIMIT),)
+
+
+def test_a_step_over_its_memory_limit_fails_the_workflow_naming_the_step_and_the_limit(
+    real_node: Node,
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """train-cpu's pod given less memory than the run needs (micro-batch and checkpointing pinned, so the step does not
+    refuse the budget itself but runs into it): the kernel kills it (OOMKilled, 137), the step is not retried (its
+    retry is OnError: the same limit would kill it again), the workflow Fails, and `argo get` names the step and the
+    limit: Argo appends the container's termination message, which the step wrote as it started (steps/core/pod.py)."""
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    wf, steps, _ = submit_distill(real_node, OOM_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                  "-p", "train-backend=cpu", "-p", "micro-batch=1",
+                                  "-p", "gradient-checkpointing=on")  # fmt: skip
+    print(f"workflow: {wf['status']['phase']}: {wf['status'].get('message')}")
+    assert wf["status"]["phase"] == "Failed", steps
+    (train,) = step_pods(wf, "train-cpu")  # one attempt: not retried
+    print(f"train-cpu: {train['phase']}: {train.get('message')}")
+    limit_gib = int(OOM_LIMIT.removesuffix("Mi")) / 1024
+    assert train["phase"] == "Failed" and "OOMKilled (exit code 137)" in train["message"], train
+    assert f"train ran with a memory limit of {limit_gib:.2f} GiB" in train["message"], train
+    shown = argo(real_node.plane, "get", OOM_RUN).stdout
+    print(shown)
+    assert re.search(r"train-cpu.*OOMKilled \(exit code 137\): train ran with a memory limit of", shown), shown
+
+
+BUILD_RUN = "node-build-dataset"
+PUBLISHED_RUN = "node-distill-published"
+
+
+def _teacher_fits_the_node(rendered: dict) -> None:
+    """The teacher's pod asks for 4 CPUs (workflows/deploy.py: llama.cpp serving the teacher beside the step); the node
+    has 2. Only its CPU request is lowered, to 1: limits, memory and everything else as rendered."""
+    (teacher,) = [t for t in rendered["spec"]["templates"] if t["name"] == "teacher"]
+    assert teacher["container"]["resources"]["requests"]["cpu"] == "4", teacher["container"]["resources"]
+    teacher["container"]["resources"]["requests"]["cpu"] = "1"
+
+
+def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
+    real_node: Node,
+    node_s3: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """`argo submit --from workflowtemplate/build-dataset`: the committed documents and feedback from the node's S3,
+    the bundled teacher (llama.cpp in the teacher's pod), filter-split, and publish pushing a tagged revision to a
+    dataset repository (git over the pod network, its DVC remote a prefix of the node's bucket); then `distill` on
+    that tag, whose fetch-dataset pulls the files back through DVC and finds the dataset hash publish recorded."""
+    from workflows import build_dataset
+
+    plane = real_node.plane
+    endpoint, bucket = node_s3
+    s3 = s3_client(endpoint)
+    work = tmp_path_factory.mktemp("build-dataset")
+    seed, served = work / "seed", work / "served"
+    seed.mkdir()
+    served.mkdir()
+
+    def run(*cmd: str, cwd: Path = seed) -> None:
+        subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, timeout=120)
+
+    # The dataset repository a team keeps: git with DVC, its default remote their bucket (here the node's S3, whose
+    # endpoint the repository's DVC config names, as for any S3-compatible store).
+    run("git", "init", "-q", "-b", "main")
+    run(sys.executable, "-m", "dvc", "init", "-q")
+    run(sys.executable, "-m", "dvc", "remote", "add", "-d", "store", f"s3://{bucket}/dvc")
+    run(sys.executable, "-m", "dvc", "remote", "modify", "store", "endpointurl", endpoint)
+    run("git", "add", "-A")
+    run("git", "-c", "user.name=team", "-c", "user.email=team@example.invalid", "commit", "-qm", "dataset repository")
+    run("git", "clone", "-q", "--bare", str(seed), str(served / "dataset.git"), cwd=work)
+    documents = sorted((ROOT / "data" / "documents").iterdir())
+    for f in documents:
+        s3.upload_file(str(f), bucket, f"documents/{f.name}")
+    s3.upload_file(str(ROOT / "data" / "feedback" / "feedback.jsonl"), bucket, "feedback/feedback.jsonl")
+    with git_daemon(real_node, served, "dataset.git", push=True) as url:
+        install_template(real_node, build_dataset.build, (_teacher_fits_the_node,))
+        began = time.monotonic()
+        argo(plane, "submit", "--from", "workflowtemplate/build-dataset", "--name", BUILD_RUN,
+             "-p", f"documents=s3://{bucket}/documents/", "-p", f"feedback=s3://{bucket}/feedback/feedback.jsonl",
+             "-p", f"dataset-repo={url}", "-p", f"base-revision={hub_mirror.revision}")  # fmt: skip
+        wf = wait_workflow(real_node, BUILD_RUN, 1800)
+        pods = sorted((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
+                      for n in wf["status"]["nodes"].values() if n["type"] == "Pod")  # fmt: skip
+        print(f"{BUILD_RUN} on the node: {time.monotonic() - began:.0f} s; pods: {pods}")
+        if wf["status"]["phase"] != "Succeeded":
+            for pod_name, log in failed_logs(plane, BUILD_RUN).items():
+                print(f"--- {pod_name}\n{log}")
+        assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), pods)
+        (publish,) = step_pods(wf, "publish")
+        published = {p["name"]: p["value"] for p in publish["outputs"]["parameters"]}
+        print(f"published: {published}")
+        tag = published["dataset-rev"]
+        listed = subprocess.run(["git", "ls-remote", url, f"refs/tags/{tag}"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout.split()  # fmt: skip
+        assert listed[:1] == [published["dataset-commit"]], (listed, published)
+        stored = s3.list_objects_v2(Bucket=bucket, Prefix="dvc/").get("KeyCount", 0)
+        assert stored > 0, "publish pushed nothing to the DVC remote"
+        keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+        wf, steps, _ = submit_distill(real_node, PUBLISHED_RUN, (url, tag), hub_mirror, node_mlflow, keys,
+                                      "-p", "train-backend=cpu")  # fmt: skip
+    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
+    (fetch,) = step_pods(wf, "fetch-dataset")
+    fetched = {p["name"]: p["value"] for p in fetch["outputs"]["parameters"]}
+    assert fetched["dataset-hash"] == published["dataset-hash"], (fetched, published)
+    print(f"distill on {tag}: registered {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+
+
+class _GitHttp(http.server.BaseHTTPRequestHandler):
+    """git's smart HTTP: each request handed to `git http-backend` (CGI), as a web server in front of a git host
+    does; `root` is the folder of bare repositories."""
+
+    root: Path
+
+    def _backend(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.headers.get("Transfer-Encoding") == "chunked":  # git sends large requests chunked
+            while size := int(self.rfile.readline().strip(), 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+               "REMOTE_ADDR": self.client_address[0],
+               **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in self.headers.items()}}  # fmt: skip
+        env.pop("HTTP_TRANSFER_ENCODING", None)
+        done = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=120)
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        fields = [line.split(":", 1) for line in head.decode().splitlines() if ":" in line]
+        status = next((int(v.split()[0]) for k, v in fields if k.lower() == "status"), 200)
+        self.send_response(status)
+        for k, v in fields:
+            if k.lower() != "status":
+                self.send_header(k, v.strip())
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _backend
+
+    def log_message(self, *_: object) -> None:  # quiet: pytest shows failures
+        pass
+
+
+@contextlib.contextmanager
+def https_git(node: Node, folder: Path, repo: str, work: Path) -> Iterator[str]:
+    """The bare repositories in `folder` over https on the pod bridge's address (a certificate for that address from
+    a CA made here): what check-triggers accepts as a dataset repository (https or a local path: no git://). Yields
+    the URL of `repo`."""
+    import ssl
+
+    gateway, port = node.net.gateway, free_port()
+    tls = work / "tls"
+    tls.mkdir()
+    for args in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
+         "-subj", "/CN=distillery test git CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "git.key", "-out", "git.csr", "-subj", f"/CN={gateway}"],
+        ["x509", "-req", "-in", "git.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "git.crt",
+         "-days", "1", "-extfile", "/dev/stdin"],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True, timeout=60,
+                       input=f"subjectAltName=IP:{gateway}".encode())  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls / "git.crt", tls / "git.key")
+    handler = type("GitHttp", (_GitHttp,), {"root": folder})
+    server = http.server.ThreadingHTTPServer((gateway, port), handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://{gateway}:{port}/{repo}"
+    try:
+        env = {**os.environ, "GIT_SSL_CAINFO": str(tls / "ca.crt")}  # the variable, which outranks git's config
+        listed = subprocess.run(["git", "ls-remote", url, "HEAD"], env=env, capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+RETRAIN_CRON = "distill-retrain-check"
+# The shipped schedule fires every six hours; the test's, every minute (Argo's cron scheduler checks each minute).
+EVERY_MINUTE = "* * * * *"
+
+
+def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
+    real_node: Node, cpu_distill: dict, node_mlflow: str, tmp_path_factory: pytest.TempPathFactory
+):
+    """The retrain CronWorkflow as shipped but for its schedule (every minute) and its template's defaults (this
+    node's MLflow, the dataset repository over https): the controller's scheduler creates the Workflow by itself,
+    check-triggers runs in its pod against MLflow and the repository, finds the champion (the cpu run's version,
+    aliased as a promotion would) trained on another base revision than the cron's, fires, and submit-retrain creates
+    the `distill` Workflow. The retrain itself is deleted once created (its run is the cpu scenario's)."""
+    from mlflow import MlflowClient
+
+    from workflows import retrain
+
+    plane = real_node.plane
+    work = tmp_path_factory.mktemp("retrain-cron")
+    client = MlflowClient(node_mlflow)
+    model = next(p.cluster for p in PARAMS if p.name == "model-name")
+    uid = cpu_distill["metadata"]["uid"]
+    (version,) = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
+    client.set_registered_model_alias(model, "champion", version.version)
+    served = work / "served"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(served / "distillery.git")], check=True,
+                   timeout=120)  # fmt: skip
+    with https_git(real_node, served, "distillery.git", work) as url:
+        # The team's git config for the dataset host (the optional distillery-git Secret). The templates mount no CA
+        # bundle, so a private CA cannot be trusted in the pod: TLS verification is off for this host alone here.
+        gitconfig = f'[http "https://{url.split("/")[2]}/"]\n\tsslVerify = false\n'
+        plane.kubectl("create", "secret", "generic", security.GIT_SECRET, f"--from-literal=gitconfig={gitconfig}")
+
+        def defaults(rendered: dict) -> None:
+            for p in rendered["spec"]["arguments"]["parameters"]:
+                p["value"] = {"tracking-uri": node_mlflow, "dataset-repo": url}.get(p["name"], p["value"])
+
+        install_template(real_node, retrain.build, (defaults,))
+        cron = retrain.build_cron(schedule=EVERY_MINUTE).to_dict()
+        began = time.monotonic()
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(cron))
+        try:
+            deadline, fired = time.monotonic() + 240, []
+            while not fired and time.monotonic() < deadline:
+                fired = plane.get(f"{WF_API}?labelSelector=workflows.argoproj.io/cron-workflow={RETRAIN_CRON}")["items"]
+                time.sleep(2)
+            assert fired, f"the cron made no Workflow in 240 s: {plane.log_tail('workflow-controller', 3000)}"
+            print(
+                f"the cron fired {time.monotonic() - began:.0f} s after it was created: {fired[0]['metadata']['name']}"
+            )
+        finally:
+            plane.kubectl("delete", "cronworkflow", RETRAIN_CRON, "--ignore-not-found")  # one run is enough
+        name = fired[0]["metadata"]["name"]
+        wf = wait_workflow(real_node, name, 900)
+    pods = [(n["templateName"], n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()
+            if n["type"] == "Pod"]  # fmt: skip
+    print(f"{name}: {wf['status']['phase']}; pods: {pods}")
+    if wf["status"]["phase"] != "Succeeded":
+        for pod_name, log in failed_logs(plane, name).items():
+            print(f"--- {pod_name}\n{log}")
+    assert wf["status"]["phase"] == "Succeeded", pods
+    (check,) = step_pods(wf, retrain.CHECK)
+    decided = {p["name"]: p["value"] for p in check["outputs"]["parameters"]}
+    print(f"check-triggers: {decided}")
+    assert decided["fire"] == "true" and "base" in decided["triggers"], decided
+    children = [w for w in plane.get(WF_API)["items"] if w["metadata"]["name"].startswith("distill-retrain-")]
+    assert len(children) == 1, [w["metadata"]["name"] for w in children]
+    child = children[0]
+    given = {p["name"]: p["value"] for p in child["spec"]["arguments"]["parameters"]}
+    print(f"retrain created: {child['metadata']['name']} with {given}")
+    assert child["spec"]["workflowTemplateRef"]["name"] == "distill" and given["dataset-repo"] == url, given
+    plane.kubectl("delete", "workflow", child["metadata"]["name"], "--wait=false")
 
 
 def test_node_figures(real_node: Node):

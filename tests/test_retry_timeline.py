@@ -38,11 +38,12 @@ def seconds(duration: str) -> float:
 
 
 @functools.cache  # one harness process per distinct question: the timelines ask the same ones many times
-def expression_holds(expression: str, status: str, exit_code: str) -> bool:
+def expression_holds(expression: str, status: str, exit_code: str, message: str = "") -> bool:
     """Argo's own evaluation (the harness: operator.go processNodeRetries, argoexpr.EvalBool with env.GetFuncMap over
     buildRetryStrategyLocalScope's variables, expr-lang at the version Argo requires); an expression expr-lang
     refuses fails the test with its message, as it would put the node in Error at run time."""
-    answer = ask({"op": "retry", "expression": expression, "node": {"exitCode": exit_code, "phase": status}})
+    node = {"exitCode": exit_code, "phase": status, "message": message}
+    answer = ask({"op": "retry", "expression": expression, "node": node})
     assert "error" not in answer, f"expr-lang refuses {expression!r}: {answer['error']}"
     return answer["value"]
 
@@ -53,6 +54,7 @@ class Attempt:
     finished: float
     phase: str  # Failed or Error
     exit_code: str
+    message: str = ""  # the node's message as Argo's controller wrote it (inferFailedReason)
 
 
 def next_attempt(strategy: dict, attempts: list[Attempt], deadline: float) -> tuple[float, float | None] | str:
@@ -78,7 +80,8 @@ def next_attempt(strategy: dict, attempts: list[Attempt], deadline: float) -> tu
         return "Node not set to be retried"
     if len(attempts) > int(strategy["limit"]):
         return "No more retries left"
-    if strategy.get("expression") and not expression_holds(strategy["expression"], last.phase, last.exit_code):
+    expression = strategy.get("expression")
+    if expression and not expression_holds(expression, last.phase, last.exit_code, last.message):
         return "retryStrategy.expression evaluated to false"
     if start > deadline:
         return "retry exceeded workflow deadline"
@@ -128,6 +131,18 @@ def test_repeated_reclaims_are_retried_up_to_the_limit():
 def test_a_failure_of_the_steps_own_making_is_not_retried_on_a_gpu(exit_code: str):
     attempts = [Attempt(0.0, 600.0, "Failed", exit_code)]
     assert next_attempt(gpu_strategy(), attempts, workflow_deadline()) == "retryStrategy.expression evaluated to false"
+
+
+def test_an_oom_killed_attempt_is_not_retried_on_a_gpu():
+    """The same pod at the same memory limit would be killed again, five times over an hour of backoff: an OOM is the
+    plan's error, not the spot market's. Argo writes the main container's reason into the node's message
+    (operator.go inferFailedReason: `main: OOMKilled (exit code 137): <termination message>`); a 137 without it (a
+    node's shutdown) is still a reclaim."""
+    oom = "main: OOMKilled (exit code 137): train ran with a memory limit of 22.00 GiB"
+    attempts = [Attempt(0.0, 600.0, "Failed", "137", oom)]
+    assert next_attempt(gpu_strategy(), attempts, workflow_deadline()) == "retryStrategy.expression evaluated to false"
+    shutdown = [Attempt(0.0, 600.0, "Failed", "137", "main: Error (exit code 137): train ran with a memory limit")]
+    assert not isinstance(next_attempt(gpu_strategy(), shutdown, workflow_deadline()), str)
 
 
 def test_the_old_strategy_is_caught_a_reclaim_after_30_minutes_got_no_retry():

@@ -103,3 +103,58 @@ def test_refuse_raises_every_problem_under_the_steps_name_in_its_own_error():
     with pytest.raises(StepError) as e:
         refuse(["--a 0: use 1", "--b x: a number"], "step", StepError)
     assert str(e.value) == "invalid step config:\n  --a 0: use 1\n  --b x: a number"
+
+
+def _pod_files(tmp_path, limit_bytes: int | str) -> tuple:
+    """A container's view, as the kubelet and runc make it: a cgroup with a memory limit, the machine's meminfo, and
+    the termination-message file the kubelet mounts (empty)."""
+    cgroup, meminfo, log = tmp_path / "cgroup", tmp_path / "meminfo", tmp_path / "termination-log"
+    cgroup.mkdir(parents=True)
+    (cgroup / "memory.max").write_text(f"{limit_bytes}\n")
+    meminfo.write_text("MemTotal:       65536000 kB\n")
+    log.write_text("")
+    return cgroup, meminfo, log
+
+
+def test_a_step_leaves_its_memory_limit_as_the_pods_termination_message(tmp_path):
+    """On a cluster an OOMKilled step cannot say anything; Argo appends the container's termination message to the
+    node's message, so the limit it was killed at shows in `argo get` (tests/test_node.py sees it on the node)."""
+    from steps.core import pod
+
+    cgroup, meminfo, log = _pod_files(tmp_path, 3 * 2**30)
+    pod.announce_limits("train", log, cgroup, meminfo)
+    assert log.read_text() == "train ran with a memory limit of 3.00 GiB"
+    unlimited = _pod_files(tmp_path / "unlimited", "max")
+    pod.announce_limits("train", unlimited[2], *unlimited[:2])
+    assert unlimited[2].read_text() == "", "no limit: nothing to name"
+
+
+def test_the_termination_message_is_never_created_off_a_cluster(tmp_path):
+    from steps.core import pod
+
+    absent = tmp_path / "termination-log"
+    assert not pod.termination_message("x", absent) and not absent.exists()
+    long = tmp_path / "long"
+    long.write_text("")
+    assert pod.termination_message("word " * 1000, long)
+    assert len(long.read_text()) == pod.TERMINATION_CHARS and "\n" not in long.read_text()
+
+
+def test_a_timed_run_that_raises_puts_its_error_in_the_termination_message(tmp_path, monkeypatch):
+    from steps.core import cli, pod
+
+    cgroup, meminfo, log = _pod_files(tmp_path, 2**30)
+    monkeypatch.setattr(pod, "TERMINATION_LOG", log)
+    monkeypatch.setattr(pod, "CGROUP", cgroup)
+    monkeypatch.setattr(pod, "MEMINFO", meminfo)
+
+    def run(cfg: int) -> int:
+        assert log.read_text() == f"{__name__.removeprefix('steps.')} ran with a memory limit of 1.00 GiB"
+        if cfg:
+            raise ValueError("--epochs 0: use 1 or more")
+        return cfg
+
+    assert cli.timed(run)(0) == 0
+    with pytest.raises(ValueError):
+        cli.timed(run)(1)
+    assert log.read_text().endswith("ValueError: --epochs 0: use 1 or more"), log.read_text()

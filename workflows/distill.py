@@ -193,13 +193,15 @@ GPU_TOLERATIONS = [m.Toleration(key="nvidia.com/gpu", operator="Exists", effect=
 # reaches the train step, which flushes a checkpoint and exits 143 (Failed), or the node's shutdown kills it (137):
 # retry all of these, at any time before the workflow's deadline; the new pod resumes from the run's latest
 # checkpoint. Only the step's own verdicts are final: exit 1 (an error it raised) and 2 (a bad command line) would
-# fail the same way again, on a GPU node, five times. No backoff.maxDuration: Argo measures it from the FIRST
+# fail the same way again, on a GPU node, five times; nor is an OOM kill (Argo's node message `main: OOMKilled (exit
+# code 137)`): the same pod at the same limit is killed again. No backoff.maxDuration: Argo measures it from the FIRST
 # attempt's start and kills a running retry at that mark too (processNodeRetries: executionDeadline), so a run
 # reclaimed after it would not be retried (tests/test_retry_timeline.py).
 GPU_RETRY = RetryStrategy(
     limit="5",
     retry_policy="Always",
-    expression="lastRetry.status == 'Error' || lastRetry.exitCode not in ['1', '2']",
+    expression="(lastRetry.status == 'Error' || lastRetry.exitCode not in ['1', '2'])"
+    " && !(lastRetry.message contains 'OOMKilled')",
     backoff=m.Backoff(duration="30s", factor="2"),
 )
 

@@ -122,8 +122,9 @@ USERS: dict[str, tuple[str, ...]] = {
     # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate-shard-cpu",
            "evaluate-shard-gpu", "register", "check-triggers", "ingest", "teacher", "publish", "serve"),
-    # the steps that download the base model (or, kd-targets, its tokenizer) from the hub
-    "model-hub": ("preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf"),
+    # the steps that download the base model (or, kd-targets and build-dataset's ingest, its tokenizer) from the hub:
+    # a gated base (Llama 3.2) needs the token, a cluster without huggingface.co the mirror (SETTINGS)
+    "model-hub": ("preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "ingest"),
     # the steps that read the dataset repository (the retrain check counts its new feedback rows) or push to it
     "git": ("fetch-dataset", "check-triggers", "publish"),
     # build-dataset's teacher step, the only one that calls a teacher

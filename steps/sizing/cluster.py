@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-GIB = 2**30
-
+from steps.core.pod import GIB as GIB  # the project's GiB, re-exported by steps.sizing
 
 # What a node keeps from its pods, in GiB: its allocatable memory is its RAM less this, and a pod that asks for more
 # never schedules. It covers the RAM the kernel and firmware keep out of MemTotal (~0.2-0.5 GiB; a Pi's GPU share

@@ -15,26 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from steps import sizing
+from steps.core import pod
 from steps.sizing import Micro
 from steps.train.config import TrainConfig
 from steps.train.precision import Precision
 
-CGROUP = Path("/sys/fs/cgroup")
-MEMINFO = Path("/proc/meminfo")
 
-
-def memory_limit_gib(cgroup: Path = CGROUP, meminfo: Path = MEMINFO) -> tuple[float, str]:
-    """(GiB this process may use, where that came from): the cgroup's limit (v2 `memory.max`, v1
-    `memory.limit_in_bytes`), else the machine's MemTotal."""
-    total = next(
-        int(line.split()[1]) * 1024 for line in meminfo.read_text().splitlines() if line.startswith("MemTotal:")
-    )
-    for path in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
-        if path.is_file():
-            text = path.read_text().strip()
-            if text != "max" and int(text) < total:  # v1 writes a huge number for "no limit"
-                return int(text) / sizing.GIB, f"the container's limit ({path})"
-    return total / sizing.GIB, f"the machine's memory ({meminfo} MemTotal)"
+def memory_limit_gib(cgroup: Path = pod.CGROUP, meminfo: Path = pod.MEMINFO) -> tuple[float, str]:
+    """(GiB this process may use, where that came from): `steps.core.pod.memory_limit` in GiB."""
+    limit, source = pod.memory_limit(cgroup, meminfo)
+    return limit / sizing.GIB, source
 
 
 def knobs(cfg: TrainConfig, precision: str) -> sizing.Knobs:

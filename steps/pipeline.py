@@ -379,6 +379,7 @@ STAGES: tuple[Stage, ...] = (
         params=("adapter-repo", "tracking-uri"),
         inputs=("registration", "adapter", "evaluation", "gguf", "dataset"),
         exports=("pushed", "commit"),
+        run_id=True,  # pushes the version the registry says this run registered, not the one result.json names
         after=("propose",),  # the version's aliases are settled first; every registered version is kept, its card
         # says whether it passed the gate
         when=PUSH_ON,

@@ -186,6 +186,13 @@ PARAMS: tuple[Param, ...] = (
         STEP,
         "gate: who accepts an INCONCLUSIVE safety verdict and why, recorded (empty: it does not propose)",
     ),
+    Param(
+        "accept-new-base",
+        STEP,
+        STEP,
+        "register: '<who>: <why>' accepting a base GGUF other than the one the registry pinned for this base, or a "
+        "first pin from the shared cache; recorded on the version (empty: refused)",
+    ),
     Param("model-name", STEP, STEP, "MLflow registered model name"),
     Param("experiment", STEP, STEP, "MLflow experiment the run is recorded in"),
     Param(
@@ -354,6 +361,7 @@ STAGES: tuple[Stage, ...] = (
             "base-revision",
             "train-backend",
             "price-table",
+            "accept-new-base",
         ),
         inputs=("dataset", "adapter", "gguf", "evaluation", "preflight"),  # preflight: its forecast, beside the run's
         exports=("model-version",),

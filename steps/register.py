@@ -47,6 +47,7 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -146,8 +147,25 @@ class RegistryUnavailable(RuntimeError):
     """MLflow could not be reached (or kept failing) for every attempt."""
 
 
+# `--accept-new-base`: a person's name (or address) and a reason, on one line: what the version records as the decision.
+ACCEPTED_BY = re.compile(r"[^:\n]*\S[^:\n]*:\s*\S.*")
+ACCEPTED_MAX = 500
+
+
+def accept_new_base_problems(value: str) -> list[str]:
+    """What is wrong with an `--accept-new-base` value (empty is fine: nothing is accepted)."""
+    if not value or (ACCEPTED_BY.fullmatch(value) and len(value) <= ACCEPTED_MAX):
+        return []
+    return [
+        f"--accept-new-base {value[:80]!r}: say who accepts the new base GGUF and why, '<who>: <why>' on one line of "
+        f"at most {ACCEPTED_MAX} characters (e.g. 'ops@example.org: llama.cpp b5100 converter'); it is recorded on "
+        "the version as eval.base.accepted. Leave it empty to refuse a changed base"
+    ]
+
+
 def config_problems(cfg: RegisterConfig) -> list[str]:
     problems = cfg.http_problems()
+    problems += accept_new_base_problems(cfg.accept_new_base)
     if cfg.attempts < 1:
         problems.append(f"--attempts {cfg.attempts}: use at least 1")
     if cfg.retry_wait < 0:

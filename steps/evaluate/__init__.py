@@ -79,7 +79,7 @@ from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
 from steps.evaluate.cache import cached_generate
-from steps.evaluate.champion import Champion, resolve_champion
+from steps.evaluate.champion import Champion, check_judged_champion, resolve_champion
 from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problems, shard_of
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
@@ -255,6 +255,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
                 print(f"evaluate: {verdict.SHARD.what} are not authenticated (no {verdict.SHARD.verify_flag}: a local "
                       "run)")  # fmt: skip
             answers, common = gather_shards(folders, ids, shard_key, cfg.run_id, suite_digest(ids, documents))
+            check_judged_champion(cfg, common, ", ".join(str(f) for f in folders))
             champion = Champion(None, common["champion"]["version"], common["champion"]["note"])
             contenders = dict.fromkeys(common["contenders"])
             judged_files = common["files"]

@@ -186,6 +186,13 @@ PARAMS: tuple[Param, ...] = (
         STEP,
         "gate: who accepts an INCONCLUSIVE safety verdict and why, recorded (empty: it does not propose)",
     ),
+    Param(
+        "accept-new-base",
+        STEP,
+        STEP,
+        "register: '<who>: <why>' accepting a base GGUF other than the one the registry pinned for this base, or a "
+        "first pin from the shared cache; recorded on the version (empty: refused)",
+    ),
     Param("model-name", STEP, STEP, "MLflow registered model name"),
     Param("experiment", STEP, STEP, "MLflow experiment the run is recorded in"),
     Param(
@@ -354,6 +361,7 @@ STAGES: tuple[Stage, ...] = (
             "base-revision",
             "train-backend",
             "price-table",
+            "accept-new-base",
         ),
         inputs=("dataset", "adapter", "gguf", "evaluation", "preflight"),  # preflight: its forecast, beside the run's
         exports=("model-version",),
@@ -379,6 +387,7 @@ STAGES: tuple[Stage, ...] = (
         params=("adapter-repo", "tracking-uri"),
         inputs=("registration", "adapter", "evaluation", "gguf", "dataset"),
         exports=("pushed", "commit"),
+        run_id=True,  # pushes the version the registry says this run registered, not the one result.json names
         after=("propose",),  # the version's aliases are settled first; every registered version is kept, its card
         # says whether it passed the gate
         when=PUSH_ON,

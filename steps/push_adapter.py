@@ -18,9 +18,12 @@ backend and device, git sha, quantisation, the GGUF's sha256: the version's tags
 them), the offline scores (ROUGE-L against the base, hijack
 rate, the gate's decision), GGUF parity, and where the dataset's data card is (`<dataset path>/card.md` at the
 dataset commit, written by build-dataset's publish step). Every file is a function of those inputs, with nothing
-time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed. The card's
-decision, scores and dataset are read from the run's folders, which every step's role writes: the step refuses to push
-when one differs from the tag register recorded it under on the version (`check_card_facts`).
+time-dependent, so pushing the same version again finds no change: no second commit, nothing pushed. Which version:
+the one the registry says this run registered (tagged with `--run-id`, on Argo the workflow uid), whose `gguf.sha256`
+and `eval.decision` are the decision's; register's `result.json`, in a prefix every step's role writes, is refused
+when it names another (`registered_version`). The card's decision, scores and dataset are read from the run's
+folders, which every step's role writes: the step refuses to push when one differs from the tag register recorded it
+under on the version (`check_card_facts`).
 
 The token: the file `--token-file` names (on Argo the optional Secret `distillery-gitea`, key `token`, mounted
 read-only: workflows/security.py), else `GITEA_TOKEN`; sent as HTTP basic auth (`GITEA_USERNAME`, default
@@ -47,9 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from steps.core import verdict
 from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.io import atomic_dir, environment, read_json
 from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
+from steps.core.registry import RUN_ID_TAG, local_run_id, versions_of_run
 from steps.core.switches import PUSH_ON
 from steps.pipeline import LOCAL_OUT, producer
 
@@ -94,6 +99,13 @@ class PushConfig(MlflowSettings):
     token_file: str = field(
         default="",
         metadata={"help": f"file holding the token (a mounted Secret); empty: ${TOKEN_ENV}"},
+    )
+    run_id: str = field(
+        default="",
+        metadata={
+            "help": "the run whose registered version to push (on Argo the workflow uid, register's --run-id); empty: "
+            "a local run, derived from the candidate's sha256 as register derives it"
+        },
     )
 
 
@@ -211,15 +223,38 @@ def model_card(reg: dict, lineage: dict, result: dict, decision: dict, parity: d
     return "\n".join(lines)
 
 
-def recorded_lineage(cfg: PushConfig, reg: dict) -> dict[str, str]:
-    """The version's tags in MLflow: the lineage register recorded (dataset, base model, git sha, GGUF sha256, ...)."""
+def registered_version(cfg: PushConfig, reg: dict, decision: dict) -> dict:
+    """The version this run registered, as the registry says: `reg` (register's result.json, in a prefix every step's
+    role writes) with its version, MLflow run and lineage (the version's tags: dataset, base model, git sha, GGUF
+    sha256, ...) read from the registry. The version is the one tagged with this run's id (register's idempotency key;
+    `--run-id`, on Argo the workflow uid, which no step's output reaches); PushError when result.json names another, or
+    the registry holds none; VerdictError when the version's `gguf.sha256` or `eval.decision` is not the decision's."""
     from mlflow import MlflowClient
 
     uri = tracking_uri(cfg.tracking_uri)
     if not uri:
         raise ValueError(MISSING_TRACKING_URI)
-    version = MlflowClient(tracking_uri=uri).get_model_version(reg["model_name"], reg["model_version"])
-    return {k: v for k, v in sorted(version.tags.items()) if not k.startswith(("serving.", "promotion.", "online."))}
+    client = MlflowClient(tracking_uri=uri)
+    where = f"{cfg.evaluation}/decision.json"
+    run_id = cfg.run_id or local_run_id(verdict.candidate_sha256(decision, where))
+    name = reg["model_name"]
+    found = versions_of_run(client, name, run_id)
+    if not found:
+        raise PushError(
+            f"the registry holds no version of {name} registered in run {run_id} (tag {RUN_ID_TAG}), though register's "
+            f"result.json names version {reg['model_version']}: refusing to push; run register again"
+        )
+    version = found[0]
+    if str(version.version) != str(reg["model_version"]):
+        raise PushError(
+            f"register's result.json names version {reg['model_version']} of {name}, but the version the registry says "
+            f"run {run_id} registered is {version.version}: result.json was changed after register (the run's prefix "
+            "is every step's to write). Refusing to push; run the pipeline again from register"
+        )
+    verdict.check_version(decision, version.tags, f"models:/{name}/{version.version}", where)
+    lineage = {k: v for k, v in sorted(version.tags.items()) if not k.startswith(("serving.", "promotion.", "online."))}
+    return {**reg, "model_version": str(version.version), "run_id": run_id, "mlflow_run_id": version.run_id or "",
+            "lineage": lineage}  # fmt: skip
 
 
 # The card's facts read from the run's folders, each beside the version tag register recorded it under.
@@ -257,12 +292,11 @@ def run(cfg: PushConfig) -> PushResult:
     problems = config_problems(cfg)
     problems += missing_inputs(cfg)
     refuse(problems, "push-adapter")
-    reg = read_json(Path(cfg.registration) / "result.json")
+    decision = read_json(Path(cfg.evaluation) / "decision.json")
     with environment(cfg.http_env()):
-        reg["lineage"] = recorded_lineage(cfg, reg)
+        reg = registered_version(cfg, read_json(Path(cfg.registration) / "result.json"), decision)
     lineage = read_json(Path(cfg.dataset) / "lineage.json")
     result = read_json(Path(cfg.evaluation) / "result.json")
-    decision = read_json(Path(cfg.evaluation) / "decision.json")
     check_card_facts(reg, result, decision, lineage)
     card = model_card(reg, lineage, result, decision, read_json(Path(cfg.gguf) / "parity.json"))
     folder = f"{reg['model_name']}/v{reg['model_version']}"

@@ -47,6 +47,7 @@ times, waiting `--retry-wait` seconds, doubling; then the step exits 1 naming th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -69,9 +70,8 @@ from steps.core.mlflow_client import (
     is_transient,
     tracking_uri,
 )
-from steps.core.registry import MODEL_NAME
+from steps.core.registry import MODEL_NAME, RUN_ID_TAG, local_run_id, versions_of_run
 
-RUN_ID_TAG = "distillery.run_id"
 # On the run, set before UPLOADED_TAG: JSON {path: sha256} of every file of the logged model as this step uploaded it
 # (`recording_uploads`), so a later attempt that makes the version from this upload checks the store against it too.
 UPLOADED_FILES_TAG = "distillery.model_files"
@@ -147,8 +147,25 @@ class RegistryUnavailable(RuntimeError):
     """MLflow could not be reached (or kept failing) for every attempt."""
 
 
+# `--accept-new-base`: a person's name (or address) and a reason, on one line: what the version records as the decision.
+ACCEPTED_BY = re.compile(r"[^:\n]*\S[^:\n]*:\s*\S.*")
+ACCEPTED_MAX = 500
+
+
+def accept_new_base_problems(value: str) -> list[str]:
+    """What is wrong with an `--accept-new-base` value (empty is fine: nothing is accepted)."""
+    if not value or (ACCEPTED_BY.fullmatch(value) and len(value) <= ACCEPTED_MAX):
+        return []
+    return [
+        f"--accept-new-base {value[:80]!r}: say who accepts the new base GGUF and why, '<who>: <why>' on one line of "
+        f"at most {ACCEPTED_MAX} characters (e.g. 'ops@example.org: llama.cpp b5100 converter'); it is recorded on "
+        "the version as eval.base.accepted. Leave it empty to refuse a changed base"
+    ]
+
+
 def config_problems(cfg: RegisterConfig) -> list[str]:
     problems = cfg.http_problems()
+    problems += accept_new_base_problems(cfg.accept_new_base)
     if cfg.attempts < 1:
         problems.append(f"--attempts {cfg.attempts}: use at least 1")
     if cfg.retry_wait < 0:
@@ -464,11 +481,6 @@ def _ensure_registered_model(client: Any, name: str) -> None:
                 raise
 
 
-def _versions_of(client: Any, name: str, run_id: str) -> list[Any]:
-    found = client.search_model_versions(f"name = '{name}' and tags.`{RUN_ID_TAG}` = '{run_id}'")
-    return sorted(found, key=lambda v: int(v.version))
-
-
 def _uploaded_run(client: Any, experiment_id: str, run_id: str) -> Any | None:
     """A finished run of an earlier attempt for this run id whose uploads all completed, if any."""
     runs = client.search_runs(
@@ -550,7 +562,7 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     write_once.install()
     client = MlflowClient(tracking_uri=uri)
     _ensure_registered_model(client, cfg.model_name)
-    existing = _versions_of(client, cfg.model_name, run_id)
+    existing = versions_of_run(client, cfg.model_name, run_id)
     if existing:
         v = existing[0]
         return RegisterResult(cfg.model_name, str(v.version), run_id, v.run_id or "", _model_id(v), True)
@@ -576,7 +588,7 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
     )
     # Two attempts racing on one run id (a pod thought dead that was not) both get here: the lower version stays,
     # the other attempt deletes its own, so the run id keeps exactly one version.
-    winner = _versions_of(client, cfg.model_name, run_id)[0]
+    winner = versions_of_run(client, cfg.model_name, run_id)[0]
     if int(winner.version) != int(version.version):
         client.delete_model_version(cfg.model_name, version.version)
         return RegisterResult(cfg.model_name, str(winner.version), run_id, winner.run_id or "", _model_id(winner), True)
@@ -601,7 +613,7 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     gguf_file = Path(cfg.gguf) / gguf_result["candidate_gguf"]
     gguf_sha256 = sha256_file(gguf_file)
     chain.check_judged(decision, "candidate", gguf_file, gguf_sha256, str(cfg.evaluation))
-    run_id = cfg.run_id or f"local-{gguf_sha256[:16]}"
+    run_id = cfg.run_id or local_run_id(gguf_sha256)
     tags = lineage_tags(cfg, run_id, gguf_file, gguf_sha256, decision)
 
     wait = cfg.retry_wait

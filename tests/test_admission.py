@@ -16,7 +16,10 @@ from tests.conftest import ROOT
 from tests.engines import harness
 from tests.manifests import rendered_rayjob
 from tests.test_pod_security import argo_docs
-from workflows import security
+from workflows import distill, security
+from workflows.images import DEFAULT as DEFAULT_IMAGES
+from workflows.images import Images
+from workflows.render import step_pods_policy
 
 RAYJOB_POLICY, RAYJOB_BINDING = yaml.safe_load_all((ROOT / "infra/admission/rayjob-pods.yaml").read_text())
 PODS_POLICY, PODS_BINDING = yaml.safe_load_all((ROOT / "infra/admission/step-pods.yaml").read_text())
@@ -162,6 +165,11 @@ def test_the_pod_policy_allows_exactly_what_the_templates_use():
     assert variable(PODS_POLICY, "accounts") == accounts
     assert variable(PODS_POLICY, "secretVolumes") == volumes
     assert variable(PODS_POLICY, "secretEnv") == env
+    # The images of the pods held to their step: register, the gather, a CPU shard; a GPU shard.
+    images = {n: main_of(p)["image"] for n, p in step_pods().items() if n.startswith("distill-workflowtemplate/")}
+    stems = ("register", "evaluate", "evaluate-shard-cpu")
+    assert variable(PODS_POLICY, "projectImages") == {images[f"distill-workflowtemplate/{n}"] for n in stems}
+    assert variable(PODS_POLICY, "shardImages") == {images["distill-workflowtemplate/evaluate-shard-gpu"]}
 
 
 # --- matching and installation ----------------------------------------------------------------------------------------
@@ -372,3 +380,72 @@ def test_the_powered_pods_variables_are_the_templates_and_the_webhook_s():
     webhook = {e["name"] for e in main_of(eks_pods()["distill-workflowtemplate/register"])["env"]} - used
     argo = {name for name in used if name.startswith("ARGO_")}  # Argo's own: admitted by their prefix
     assert variable(PODS_POLICY, "mainEnv") == (used - argo) | webhook
+
+
+# --- the project's images: exactly the references the render wrote, by digest where it knew one ------------------
+
+
+PINNED = Images(
+    DEFAULT_IMAGES.registry, DEFAULT_IMAGES.tag, {"cpu": "sha256:" + "a" * 64, "cuda": "sha256:" + "b" * 64}
+)
+POWERED = ("register", "evaluate", "evaluate-shard-cpu", "evaluate-shard-gpu")
+
+
+def powered_pods(images: Images) -> dict[str, dict]:
+    """register's, the gather's and the shards' pods as Argo creates them from distill rendered with `images`."""
+    pods = workflow_pods(distill.build(images).to_dict(), shipped_config())
+    return {name: pods[name] for name in POWERED}
+
+
+def with_image(pod: dict, image: str) -> dict:
+    pod = copy.deepcopy(pod)
+    main_of(pod)["image"] = image
+    return pod
+
+
+def test_a_pinned_render_admits_exactly_its_digests_and_refuses_a_tag():
+    """Rendered with DISTILLERY_IMAGE_DIGEST_CPU/_CUDA, the templates name `<repo>:<tag>@sha256:…`; the policy the same
+    render writes admits those pods, and refuses the same pod naming the tag alone, another digest or another tag (a
+    podSpecPatch or a later template change could swap the image; a tag is whatever was pushed under it last)."""
+    (policy, _) = yaml.safe_load_all(step_pods_policy(PINNED))
+    pods = powered_pods(PINNED)
+    assert {main_of(p)["image"] for p in pods.values()} == {PINNED.ref("cpu"), PINNED.ref("cuda")}
+    other = Images(PINNED.registry, PINNED.tag, {"cpu": "sha256:" + "c" * 64, "cuda": "sha256:" + "d" * 64})
+    variants = {f"{name} as rendered": (pod, True) for name, pod in pods.items()}
+    for name, pod in pods.items():
+        kind = "cuda" if name == "evaluate-shard-gpu" else "cpu"
+        variants[f"{name} by its tag"] = (with_image(pod, DEFAULT_IMAGES.ref(kind)), False)
+        variants[f"{name} by another digest"] = (with_image(pod, other.ref(kind)), False)
+        variants[f"{name} by another tag"] = (with_image(pod, Images(PINNED.registry, "0.2.0").ref(kind)), False)
+    answers = judge(policy, [pod for pod, _ in variants.values()], PODS)
+    for (name, (_, admitted)), decisions in zip(variants.items(), answers, strict=True):
+        refused = refusals(decisions)
+        if admitted:
+            assert refused == [], (name, refused)
+        else:
+            assert len(refused) == 1 and "runs its step as rendered" in refused[0], (name, refused)
+            assert PINNED.ref("cpu") in refused[0], (name, refused)  # the message names what is admitted
+
+
+def test_the_shipped_policy_refuses_another_tag_of_the_project_s_images():
+    """Unpinned (the committed render), the references are the render's tag: another tag of the same repository is
+    another image, refused like any other (before, any tag of ghcr.io/distillery-ml/distillery-cpu was admitted)."""
+    pods = powered_pods(DEFAULT_IMAGES)
+    later = Images(DEFAULT_IMAGES.registry, "0.2.0", {"cpu": "sha256:" + "e" * 64})
+    variants = {}
+    for name, pod in pods.items():
+        kind = "cuda" if name == "evaluate-shard-gpu" else "cpu"
+        variants[f"{name} by another tag"] = with_image(pod, later.ref(kind))
+    answers = judge(PODS_POLICY, [*pods.values(), *variants.values()], PODS)
+    assert [refusals(d) for d in answers[: len(pods)]] == [[]] * len(pods)
+    for name, decisions in zip(variants, answers[len(pods) :], strict=True):
+        refused = refusals(decisions)
+        assert len(refused) == 1 and "runs its step as rendered" in refused[0], (name, refused)
+
+
+def test_the_render_names_the_image_lists_it_cannot_find():
+    text = (ROOT / "infra/admission/step-pods.yaml").read_text()
+    assert step_pods_policy(DEFAULT_IMAGES, text) == text  # the committed file is the default render
+    broken = text.replace("- name: shardImages", "- name: gpuImages")
+    with pytest.raises(ValueError, match="expected one variable shardImages"):
+        step_pods_policy(PINNED, broken)

@@ -175,6 +175,100 @@ def test_a_shard_set_replayed_from_another_run_is_refused_by_the_gather(world, t
     assert decision[verdict.RUN] == "wf-now"
 
 
+def test_a_signed_shard_answers_exactly_its_own_documents_for_every_contender(
+    world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # One key signs every shard, so a shard taken over through llama.cpp can sign what it likes (docs/security.md). What
+    # the gather can still hold it to: shard i/k answers every k-th document from the i-th, each once, for every
+    # contender the shards agree on, and nothing else. Before, a shard that signed an answer to another shard's
+    # document overwrote that shard's answer, and one that left a document out left a hole the scoring fell into.
+    (private, public), (decision_key, _) = make_keys(tmp_path / "k"), make_keys(tmp_path / "d")
+    keys = {"signing_key": decision_key, "shard_verify_key": public}
+    shards = signed_shards(world, tmp_path, monkeypatch, private)
+    file = shards[1] / "shard.json"
+    honest = {k: v for k, v in read(shards[1], "shard.json").items() if k != verdict.SIGNATURE}
+    ids = read(shards[0], "shard.json")["ids"]
+
+    def forged(edit) -> dict:
+        record = json.loads(json.dumps(honest))
+        edit(record)
+        return verdict.sign(record, private, verdict.SHARD)  # signed with the shards' own key: it verifies
+
+    def another_shards_document(r: dict) -> None:
+        r["picked"].insert(0, 0)  # shard 0/3's first document, with a weak answer in the candidate's name
+        r["ids"].insert(0, ids[0])
+        for name, got in r["answers"].items():
+            got["outputs"].insert(0, r["answers"]["base"]["outputs"][1] if name == "candidate" else got["outputs"][0])
+
+    def a_document_left_out(r: dict) -> None:
+        del r["picked"][-1], r["ids"][-1]
+        for got in r["answers"].values():
+            del got["outputs"][-1]
+
+    def a_contender_left_out(r: dict) -> None:
+        del r["answers"]["base"]
+
+    cases = {
+        "another shard's document": (another_shards_document, "but shard 1/3 answers the documents 1, 1+3, …"),
+        "a document left out": (a_document_left_out, "but shard 1/3 answers the documents 1, 1+3, …"),
+        "a contender left out": (
+            a_contender_left_out,
+            "answers for candidate (22), but every contender (base, candidate)",
+        ),
+    }
+    for case, (edit, match) in cases.items():
+        file.write_text(json.dumps(forged(edit)))
+        out = tmp_path / f"gathered-{case.replace(' ', '-')}"
+        with pytest.raises(verdict.VerdictError, match=re.escape(match)) as e:
+            gather(world, out, monkeypatch, shards, **keys)
+        assert f"{file} (shard 1/3)" in str(e.value), case
+        assert not out.exists(), case
+    file.write_text(json.dumps(verdict.sign(honest, private, verdict.SHARD)))
+    assert gather(world, tmp_path / "honest", monkeypatch, shards, **keys).passed is True
+
+
+def test_the_champion_s_file_the_shards_judged_is_the_registry_s(
+    world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # A shard records the sha256 of every file it judged; the candidate's is held to its bytes by register, the
+    # base's by the registry's pin, but nothing held the champion's: a shard taken over (it holds the key that signs
+    # every shard) could judge a weaker file as "the champion" and say so. The gather holds it to the champion
+    # version's own gguf.sha256 in the registry.
+    from mlflow import MlflowClient
+
+    from steps.core.chain import SHA256_TAG
+    from steps.core.registry import CHAMPION
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    client = MlflowClient(tracking_uri=uri)
+    client.create_registered_model("shard-model")
+    version = client.create_model_version("shard-model", str(tmp_path), tags={SHA256_TAG: "c" * 64})
+    client.set_registered_model_alias("shard-model", CHAMPION, version.version)
+
+    (private, public), (decision_key, _) = make_keys(tmp_path / "k"), make_keys(tmp_path / "d")
+    keys = {"signing_key": decision_key, "shard_verify_key": public, "tracking_uri": uri, "model_name": "shard-model"}
+    shards = signed_shards(world, tmp_path, monkeypatch, private)
+
+    def judged_champion(sha256: str) -> None:
+        # Every shard signed again as the one that holds the key would: the base's answers as the champion's.
+        for folder in shards:
+            record = {k: v for k, v in read(folder, "shard.json").items() if k != verdict.SIGNATURE}
+            record["contenders"] = ["base", "champion", "candidate"]
+            record["champion"] = {"version": str(version.version), "note": "shard-model champion"}
+            record["files"]["champion"] = {"file": "champion.gguf", "sha256": sha256}
+            record["answers"]["champion"] = record["answers"]["base"]
+            (folder / "shard.json").write_text(json.dumps(verdict.sign(record, private, verdict.SHARD)))
+
+    judged_champion("d" * 64)
+    with pytest.raises(verdict.VerdictError, match=r"but models:/shard-model/1 holds gguf\.sha256 c{64}") as e:
+        gather(world, tmp_path / "weaker", monkeypatch, shards, **keys)
+    assert "champion" in str(e.value) and not (tmp_path / "weaker").exists()
+    judged_champion("c" * 64)
+    gather(world, tmp_path / "honest", monkeypatch, shards, **keys)
+    assert read(tmp_path / "honest", "decision.json")["files"]["champion"]["sha256"] == "c" * 64
+
+
 def test_a_signed_record_names_its_run_and_an_authenticated_one_needs_a_run_to_be_held_to(
     world, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -53,6 +53,7 @@ from tests.node import (
 )
 from tests.test_controlplane import WF_API, argo
 from workflows import security
+from workflows.images import Images
 
 pytestmark = pytest.mark.cluster
 
@@ -570,16 +571,19 @@ def failed_logs(plane: ControlPlane, workflow: str, chars: int = 3000) -> dict[s
 STEP_POD_POLICY = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/distillery-step-pods"
 
 
-def allow_images(plane: ControlPlane, project: str) -> None:
-    """What infra/admission/step-pods.yaml asks of a cluster whose images are not the rendered defaults ("with another
-    registry or a mirrored argoexec, patch projectImages and executorImages"): the cpu image built here and the
-    executor built here. Without it the policy refused evaluate's gather on the node (its first run there)."""
+def allow_images(plane: ControlPlane, images: Images) -> None:
+    """What infra/admission/step-pods.yaml asks of a cluster whose images are not the rendered defaults: its project
+    image lists as the render fills them for the images built here (`workflows.render.admission_images`: exactly the
+    pinned references), and, as for a mirrored argoexec, `executorImages` patched to the executor built here. Without
+    it the policy refused evaluate's gather on the node (its first run there)."""
+    from workflows.render import admission_images
+
     policy = plane.get(STEP_POD_POLICY)
     executor = argoexec_image_name().rsplit(":", 1)[0]
-    lists = {"projectImages": project, "executorImages": executor}
+    lists = {**admission_images(images), "executorImages": [f"{executor}:", f"{executor}@"]}
     for v in policy["spec"]["variables"]:
         if v["name"] in lists:
-            v["expression"] = json.dumps([f"{lists[v['name']]}:", f"{lists[v['name']]}@"])
+            v["expression"] = json.dumps(lists[v["name"]])
     plane.api("PUT", STEP_POD_POLICY, policy)
 
 
@@ -596,17 +600,16 @@ def verdict_keys(plane: ControlPlane, folder: Path) -> None:
 
 def install_template(node: Node, build: Any, edits: tuple[Any, ...] = ()) -> None:
     """A shipped WorkflowTemplate (`build`: its module's build function) rendered with the step images built here,
-    pinned by digest, `edits` applied, stored in the cluster; the admission policy told those images are the
-    project's (`allow_images`)."""
-    from workflows.images import Images
-
+    pinned by digest, `edits` applied, stored in the cluster; the admission policy's image lists filled for those
+    images as the render fills them (`allow_images`)."""
     repo, tag = step_image(node, "cpu").name.rsplit(":", 1)
     digests = {i.kind: i.digest for i in node.step_images if i.name.rsplit(":", 1)[1] == tag}
-    rendered = build(Images(repo.removesuffix("/distillery-cpu"), tag, digests)).to_dict()
+    images = Images(repo.removesuffix("/distillery-cpu"), tag, digests)
+    rendered = build(images).to_dict()
     for edit in edits:
         edit(rendered)
     node.plane.kubectl("replace", "-f", "-", input=yaml.safe_dump(rendered))
-    allow_images(node.plane, repo)
+    allow_images(node.plane, images)
 
 
 def submit_distill(

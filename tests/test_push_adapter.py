@@ -29,8 +29,12 @@ integration = pytest.mark.integration
 TOKEN = "gt-7f3a9c1e5b2d4086"  # a stand-in for a Gitea access token
 
 
+RUN = "wf-push"  # the workflow uid register and push-adapter are given alike
+
+
 def cfg(tmp_path: Path, url: str, **over: object) -> push_adapter.PushConfig:
     folders = {k: tmp_path / k for k in ("registration", "adapter", "evaluation", "gguf", "dataset")}
+    over.setdefault("run_id", RUN)
     return push_adapter.PushConfig(adapter_repo=url, out=tmp_path / "out", **folders, **over)  # type: ignore[arg-type]
 
 
@@ -145,12 +149,12 @@ def git_server(tmp_path: Path) -> Iterator[GitServer]:
         server.stop()
 
 
-def inputs(tmp_path: Path, uri: str) -> None:
+def inputs(tmp_path: Path, uri: str, name: str = "pushed-adapter") -> None:
     """register's output for a real version (a stand-in GGUF: nothing loads it here) and a train output folder."""
     gguf = tmp_path / "candidate-Q8_0.gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(256)) * 4)
     outputs = pipeline_outputs(tmp_path / "p", gguf)
-    register.run(reg_config(outputs, tmp_path / "registration", uri, "pushed-adapter", "wf-push"))
+    register.run(reg_config(outputs, tmp_path / "registration", uri, name, RUN))
     for name in ("evaluation", "gguf", "dataset"):
         os.symlink(outputs[name], tmp_path / name)
     (tmp_path / "adapter").mkdir()
@@ -234,16 +238,59 @@ def test_a_card_whose_scores_or_decision_differ_from_the_registry_is_not_pushed(
     url = f"{git_server.url}/ml/adapters.git"
     evaluation = tmp_path / "p/evaluation"
     honest = {name: json.loads((evaluation / name).read_text()) for name in ("result.json", "decision.json")}
+    # (The decision's outcome is held to the version's eval.decision before the card is made: verdict.check_version.)
     forgeries = {
-        "eval.rougeL": ("result.json", {**honest["result.json"], "rouge_l_candidate": 0.99}),
-        "eval.decision": ("decision.json", {**honest["decision.json"], "passed": False}),
+        "eval.rougeL": ("result.json", {**honest["result.json"], "rouge_l_candidate": 0.99}, "eval.rougeL: folder"),
+        "eval.decision": ("decision.json", {**honest["decision.json"], "passed": False}, "eval.decision=pass, but"),
     }
-    for tag, (name, forged) in forgeries.items():
+    for tag, (name, forged, said) in forgeries.items():
         (evaluation / name).write_text(json.dumps(forged))
-        with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(push_adapter.PushError) as e:
+        with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises((push_adapter.PushError, ValueError)) as e:
             push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
-        assert f"{tag}: folder" in str(e.value) and "models:/pushed-adapter/1" in str(e.value), tag
+        assert said in str(e.value) and "models:/pushed-adapter/1" in str(e.value), tag
         assert commits(git_server.root / "ml/adapters.git") == [], tag
         (evaluation / name).write_text(json.dumps(honest[name]))
     with environment({push_adapter.TOKEN_ENV: TOKEN}):
         assert push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server)).pushed
+
+
+@integration
+def test_a_result_json_naming_a_version_that_failed_the_gate_is_not_pushed(
+    mlflow_server: str, git_server: GitServer, tmp_path: Path
+):
+    # register's result.json lies in the run's prefix, which every step's role writes. Pointed at an earlier version
+    # that failed the gate, with that run's evaluation folder beside it (so the card agrees with that version's tags),
+    # push-adapter pushed this run's adapter under the failed version's name and card. The version is the one the
+    # registry says this run registered (tag distillery.run_id = the workflow uid, which no step's output reaches).
+    name = "forged-push"
+    failed_gguf = tmp_path / "failed/candidate-Q8_0.gguf"
+    failed_gguf.parent.mkdir()
+    failed_gguf.write_bytes(b"GGUF" + b"failed" * 200)
+    failed = pipeline_outputs(tmp_path / "failed/p", failed_gguf, passed=False, rouge=0.21)
+    earlier = register.run(reg_config(failed, tmp_path / "failed/registration", mlflow_server, name, "wf-earlier"))
+    inputs(tmp_path, mlflow_server, name)
+    honest = json.loads((tmp_path / "registration/result.json").read_text())
+    assert (earlier.model_version, honest["model_version"]) == ("1", "2")
+    url = f"{git_server.url}/ml/adapters.git"
+
+    (tmp_path / "registration/result.json").write_text(json.dumps({**honest, "model_version": earlier.model_version}))
+    os.unlink(tmp_path / "evaluation")
+    os.symlink(failed["evaluation"], tmp_path / "evaluation")
+    with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(push_adapter.PushError) as e:
+        push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert "names version 1 of forged-push, but the version the registry says run wf-push registered is 2" in str(
+        e.value
+    )
+    assert commits(git_server.root / "ml/adapters.git") == []
+
+    # result.json put back, the failed run's decision still beside it: not about the version this run registered.
+    (tmp_path / "registration/result.json").write_text(json.dumps(honest))
+    with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(ValueError, match="not about this version"):
+        push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert commits(git_server.root / "ml/adapters.git") == []
+
+    os.unlink(tmp_path / "evaluation")
+    os.symlink(tmp_path / "p/evaluation", tmp_path / "evaluation")
+    with environment({push_adapter.TOKEN_ENV: TOKEN}):
+        pushed = push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert pushed.pushed and pushed.path == "forged-push/v2"

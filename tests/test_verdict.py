@@ -382,3 +382,36 @@ def test_the_cluster_passes_the_keys_to_the_deciding_step_and_the_verifiers_only
     assert flags == {"--signing-key": ["evaluate"], "--verify-key": ["register", "propose"],
                      "--shard-verify-key": ["evaluate"],
                      "--shard-signing-key": ["evaluate-shard-gpu", "evaluate-shard-cpu"]}  # fmt: skip
+
+
+def test_a_new_base_is_accepted_on_the_cluster_by_the_submitter_s_parameter_only():
+    # A deliberate conversion change, or a first pin from the shared cache, was register's flag alone: on the cluster
+    # a run refused at register could not be let through but by deleting the cache entry or running register by hand
+    # with its role and keys. It is a workflow parameter now (`argo submit … -p accept-new-base='<who>: <why>'`, or
+    # `argo retry <workflow> -p …` for the refused run: same uid, so its signed decision still holds), passed to
+    # register alone (check-parameters reads it to refuse a bad value first), never set by the retrain cron, and
+    # recorded on the version (eval.base.accepted, above).
+    import yaml
+
+    from steps import check_parameters
+    from tests.conftest import ROOT
+    from tests.test_check_parameters import cluster_values
+    from workflows import retrain
+
+    rendered = yaml.safe_load((ROOT / "infra/argo/distill-workflowtemplate.yaml").read_text())
+    (declared,) = [p for p in rendered["spec"]["arguments"]["parameters"] if p["name"] == "accept-new-base"]
+    assert declared["value"] == ""  # empty: a changed base is refused
+    given = {}
+    for template in rendered["spec"]["templates"]:
+        args = (template.get("container") or {}).get("args") or []
+        if "--accept-new-base" in args:
+            given[template["name"]] = args[args.index("--accept-new-base") + 1]
+    assert given == {name: "{{inputs.parameters.accept-new-base}}" for name in ("check-parameters", "register")}
+    assert "accept-new-base" not in (*retrain.FROM_CHECK, *retrain.FROM_CRON)
+    assert "accept-new-base" not in (ROOT / "infra/argo/retrain-workflowtemplate.yaml").read_text()
+
+    # What is recorded says who and why: a bare "true" (or a name with no reason) stops the run before it trains.
+    for value in ("true", "ops@example.org:", ": a reason", "ops: one line\nand another", "x" * 500 + ": why"):
+        found = check_parameters.problems(cluster_values(accept_new_base=value))
+        assert len(found) == 1 and "--accept-new-base" in found[0] and "'<who>: <why>'" in found[0], (value, found)
+    assert check_parameters.problems(cluster_values(accept_new_base="ops@example.org: llama.cpp b5100 converter")) == []

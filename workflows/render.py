@@ -1,5 +1,6 @@
 """Render everything generated from `steps.pipeline`: the Argo YAML under infra/argo/, the serving set under
-infra/serving/, dvc.yaml + params.yaml (distill) and build-dataset/dvc.yaml + build-dataset/params.yaml.
+infra/serving/, the image lists of infra/admission/step-pods.yaml, dvc.yaml + params.yaml (distill) and
+build-dataset/dvc.yaml + build-dataset/params.yaml.
 
     python -m workflows.render            # rewrite the files
     python -m workflows.render --check    # exit 1 if a committed file differs from what would be rendered
@@ -12,6 +13,7 @@ The golden tests compare the committed files with `rendered()`; CI never rewrite
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -82,6 +84,34 @@ def params_yaml(pipeline: Pipeline = DISTILL) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The step-pods admission policy is written by hand; only its lists of the project's images are the render's, so that
+# the pods with more than the shared role's power run exactly the images the templates name (pinned: that digest).
+STEP_PODS_POLICY = ROOT / "infra/admission/step-pods.yaml"
+
+
+def admission_images(images: Images) -> dict[str, list[str]]:
+    """The step-pods policy's image lists (each a CEL list its rules compare the main container's image with, whole):
+    `projectImages` the cpu image (register, the gather, a CPU shard), `shardImages` the cuda image (a GPU shard).
+    Each is the reference the templates render, `<name>:<tag>@sha256:…` when that kind's digest is known."""
+    return {"projectImages": [images.ref("cpu")], "shardImages": [images.ref("cuda")]}
+
+
+def step_pods_policy(images: Images = DEFAULT_IMAGES, text: str | None = None) -> str:
+    """infra/admission/step-pods.yaml (or `text`) with each `admission_images` list written in as its variable's
+    expression; the rest of the file is left as written. ValueError when a variable is not there exactly once."""
+    text = STEP_PODS_POLICY.read_text() if text is None else text
+    for name, refs in admission_images(images).items():
+        pattern = re.compile(rf'(\n    - name: {name}\n      expression: )"[^"\n]*"\n')
+        if len(pattern.findall(text)) != 1:
+            raise ValueError(
+                f"{STEP_PODS_POLICY.relative_to(ROOT)}: expected one variable {name} written as `- name: {name}` "
+                'followed by `expression: "[...]"` on one line; the render fills that line'
+            )
+        cel = "[" + ", ".join(f"'{ref}'" for ref in refs) + "]"  # references hold no quote (Docker's grammar)
+        text = pattern.sub(lambda m, cel=cel: f'{m.group(1)}"{cel}"\n', text)
+    return text
+
+
 def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
     from workflows import build_dataset, distill, promote, retrain, serving
 
@@ -102,6 +132,7 @@ def rendered(images: Images = DEFAULT_IMAGES) -> dict[Path, str]:
             + serving.dump(docs)
             for file, docs in serving.manifests(images).items()
         },
+        STEP_PODS_POLICY: step_pods_policy(images),
         ROOT / "dvc.yaml": dvc_yaml(),
         ROOT / "params.yaml": params_yaml(),
         folder / "dvc.yaml": dvc_yaml(BUILD_DATASET),

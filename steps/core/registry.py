@@ -15,6 +15,22 @@ MODEL_NAME = "distillery-summariser"
 CHALLENGER = "challenger"  # set by steps/propose.py when evaluate's gate passed
 CHALLENGER_SINCE = "challenger.since"  # version tag: when it became challenger (promote's hold counts from it)
 CHAMPION = "champion"  # set by steps/promote.py after the online comparison (or by hand, for the first model)
+# A version's tag: the run register made it in (the Argo workflow uid; locally `local_run_id`), register's idempotency
+# key, and how push-adapter finds the version its run registered without believing the run's result.json.
+RUN_ID_TAG = "distillery.run_id"
+
+
+def local_run_id(gguf_sha256: str) -> str:
+    """The run id of a local run (no workflow uid): derived from the candidate GGUF's sha256, so a rerun on the same
+    candidate is the same run."""
+    return f"local-{gguf_sha256[:16]}"
+
+
+def versions_of_run(client: Any, name: str, run_id: str) -> list[Any]:
+    """The versions of `name` registered in run `run_id`, lowest first (two racing attempts may both have made one;
+    the lowest is the run's)."""
+    found = client.search_model_versions(f"name = '{name}' and tags.`{RUN_ID_TAG}` = '{run_id}'")
+    return sorted(found, key=lambda v: int(v.version))
 
 
 def champion_version(client: Any, name: str) -> Any | None:

@@ -79,7 +79,7 @@ from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
 from steps.core.io import atomic_dir, read_json, write_json
 from steps.evaluate.cache import cached_generate
-from steps.evaluate.champion import Champion, resolve_champion
+from steps.evaluate.champion import Champion, check_judged_champion, resolve_champion
 from steps.evaluate.config import EvaluateConfig, EvaluateResult, config_problems, shard_of
 from steps.evaluate.gate import decide, decision_record, operating_characteristics
 from steps.evaluate.generation import progress_line
@@ -137,6 +137,39 @@ def suite_digest(ids: list[str], documents: list[str]) -> str:
     return hashlib.sha256(json.dumps(list(zip(ids, documents, strict=True))).encode()).hexdigest()
 
 
+def check_share(shard: dict[str, Any], documents: int, contenders: list[str], where: str) -> None:
+    """Refuse (VerdictError) a shard that did not answer exactly its share: shard i/k answers every k-th of the
+    `documents` from the i-th (`picked`), each once, with one answer per contender the shards agree on. A shard that
+    signed answers to another shard's documents would overwrite that shard's; one that left some out, a hole."""
+    i, k = shard["i"], shard["k"]
+    assigned = list(range(i, documents, k))
+    if shard["picked"] != assigned:
+        raise verdict.VerdictError(
+            f"{where}: answers documents {shard['picked'][:5]}… ({len(shard['picked'])}), but shard {i}/{k} answers "
+            f"the documents {i}, {i}+{k}, …: {assigned[:5]}… ({len(assigned)} of {documents}). "
+            "Refusing it: it answered another share than its own; run the shards again"
+        )
+    counts = {name: len(got.get("outputs") or []) for name, got in shard["answers"].items()}
+    if sorted(counts) != sorted(contenders) or set(counts.values()) != {len(assigned)}:
+        raise verdict.VerdictError(
+            f"{where}: answers for {', '.join(f'{n} ({c})' for n, c in counts.items()) or 'no contender'}, but every "
+            f"contender ({', '.join(contenders)}) answers each of its {len(assigned)} documents once. Refusing it; "
+            "run the shards again"
+        )
+
+
+def check_contenders(common: dict[str, Any], where: str) -> None:
+    """Refuse (VerdictError) contenders the shards agree on that are not base and candidate, with the champion exactly
+    when they name a champion version, each with the file they judged."""
+    expected = ["base", *(["champion"] if common["champion"].get("version") is not None else []), "candidate"]
+    if common["contenders"] != expected or sorted(common["files"]) != sorted(expected):
+        raise verdict.VerdictError(
+            f"{where}: contenders {common['contenders']} with files for {sorted(common['files'])}, but with champion "
+            f"{common['champion'].get('version')} they are {expected}, each with its file. Refusing it; run the "
+            "shards again"
+        )
+
+
 def gather_shards(
     folders: list[Path], ids: list[str], verify_key: str = "", run_id: str = "", suite: str = ""
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -171,6 +204,11 @@ def gather_shards(
         found = ", ".join(f"{f}: {s['i']}/{s['k']}" for f, s in shards)
         raise ValueError(f"--gather needs every shard 0/k … k-1/k exactly once; got {found}")
     common = {key: shards[0][1][key] for key in ("champion", "contenders", "files")}
+    check_contenders(common, f"{Path(folders[0]) / SHARD_FILE}")
+    for folder, shard in shards:  # one key signs every shard: what each signed must still be its share, whole
+        check_share(
+            shard, len(ids), common["contenders"], f"{Path(folder) / SHARD_FILE} (shard {shard['i']}/{shard['k']})"
+        )
     answers: dict[str, dict[str, Any]] = {
         name: {"outputs": [None] * len(ids), "tokens_per_second": 0.0, "seconds": 0.0, "from_cache": True}
         for name in common["contenders"]
@@ -217,6 +255,7 @@ def run(cfg: EvaluateConfig) -> EvaluateResult:
                 print(f"evaluate: {verdict.SHARD.what} are not authenticated (no {verdict.SHARD.verify_flag}: a local "
                       "run)")  # fmt: skip
             answers, common = gather_shards(folders, ids, shard_key, cfg.run_id, suite_digest(ids, documents))
+            check_judged_champion(cfg, common, ", ".join(str(f) for f in folders))
             champion = Champion(None, common["champion"]["version"], common["champion"]["note"])
             contenders = dict.fromkeys(common["contenders"])
             judged_files = common["files"]

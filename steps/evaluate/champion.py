@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from steps.core import chain, registry
+from steps.core import chain, registry, verdict
 from steps.core.mlflow_client import tracking_uri
 from steps.core.registry import CHAMPION
 from steps.evaluate.config import EvaluateConfig
@@ -42,3 +43,28 @@ def resolve_champion(cfg: EvaluateConfig, dest: Path) -> Champion:
     local = chain.download_verified(MlflowClient(tracking_uri=uri), cfg.model_name, str(version.version), dest, uri)
     file = chain.model_gguf(local, version.tags, label)
     return Champion(file, str(version.version), f"{cfg.model_name} v{version.version} ({CHAMPION})")
+
+
+def check_judged_champion(cfg: EvaluateConfig, common: dict[str, Any], where: str) -> None:
+    """Refuse (VerdictError) shards whose champion file is not the registry's: the version they name must hold, as its
+    `gguf.sha256`, the sha256 they recorded for the champion they judged. The shards write that record themselves, and
+    one key signs every shard; the candidate's is held to its bytes by register, the base's by the registry's pin."""
+    version = common["champion"].get("version")
+    if version is None:
+        return
+    judged = (common["files"].get("champion") or {}).get("sha256")
+    uri = tracking_uri(cfg.tracking_uri)
+    if not uri:
+        raise verdict.VerdictError(
+            f"{where}: the shards judged champion version {version} of {cfg.model_name}, but this gather has no "
+            "--tracking-uri to check its file against the registry; give the one the shards were given"
+        )
+    from mlflow import MlflowClient
+
+    label = f"models:/{cfg.model_name}/{version}"
+    held = MlflowClient(tracking_uri=uri).get_model_version(cfg.model_name, version).tags.get(chain.SHA256_TAG)
+    if not judged or judged != held:
+        raise verdict.VerdictError(
+            f"{where}: the shards judged as the champion a GGUF with sha256 {judged or 'none'}, but {label} holds "
+            f"{chain.SHA256_TAG} {held or 'none'}: not the champion's file. Refusing them; run the shards again"
+        )

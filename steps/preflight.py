@@ -42,7 +42,7 @@ from steps.contract.threads import cpu_threads
 from steps.core.base_model import base_model_problems
 from steps.core.cli import number_table, parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, write_json
 from steps.gguf.quants import LADDER
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
@@ -70,9 +70,9 @@ class PreflightError(ValueError):
 @dataclass
 class PreflightConfig:
     out: Path = field(metadata={"help": "folder to write preflight.json into"})
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or local folder of the base"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     converter_dir: str = field(
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
@@ -110,7 +110,7 @@ class PreflightConfig:
         metadata={"help": "price per node hour (cpu, gpu, the whole ray cluster), as register prices the run"},
     )
     threads: int = field(
-        default=0,
+        default=SHARED.threads,
         metadata={
             "help": "the run's CPU threads of train, convert-gguf and evaluate (0: not set); when set, their pods "
             "request that many CPUs (the podSpecPatch) and the forecast trains with them"

@@ -3,12 +3,18 @@ means another value; and the checkpoint fingerprint covers every training settin
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import inspect
+import textwrap
 
 import pytest
 import yaml
 
+import steps
 from steps import pipeline
+from steps.core.defaults import SHARED, Shared
 from steps.train.checkpoints import RESUME_FIELDS
 from steps.train.config import TrainConfig
 
@@ -70,3 +76,110 @@ def test_every_training_setting_is_fingerprinted_or_said_not_to_change_the_run()
         f"{sorted((set(RESUME_FIELDS) | set(NOT_TRAJECTORY)) - fields)}"
     )
     assert not set(RESUME_FIELDS) & set(NOT_TRAJECTORY)
+
+
+# --- A default is written once: no step config restates another's literal -----------------------------------------
+
+SHARED_NAMES = tuple(f.name for f in dataclasses.fields(Shared))
+
+
+def default_source(config: type, name: str) -> ast.expr | None:
+    """The expression a config's field `name` takes its default from (`field(default=…)` or `name: T = …`), read from
+    the source of the class in its MRO that declares it; None when it has none."""
+    owner = next(c for c in config.__mro__ if name in vars(c).get("__annotations__", {}))
+    [node] = ast.parse(textwrap.dedent(inspect.getsource(owner))).body
+    for statement in node.body:
+        if isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", None) == name:
+            value = statement.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
+                return next((k.value for k in value.keywords if k.arg == "default"), None)
+            return value
+    raise AssertionError(f"{owner.__name__}.{name}: not found in its source")
+
+
+def is_literal(node: ast.expr | None) -> bool:
+    if node is None:
+        return False
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
+def step_configs() -> dict[str, type]:
+    """Every step module's config dataclass (`<X>Config` in a module of steps.STEP_MODULES), by module."""
+    found = {}
+    for group in steps.STEP_MODULES.values():
+        for name in group:
+            module = importlib.import_module(f"steps.{name}")
+            for key, value in vars(module).items():  # check_parameters has none: it takes every parameter
+                if key.endswith("Config") and dataclasses.is_dataclass(value):
+                    found[name] = value
+    return found
+
+
+# Fields of a shared name that mean something else by their default, with why.
+NOT_SHARED = {
+    "check_triggers.base_model": "empty: the trigger compares the revision only",
+    "check_triggers.base_revision": "empty: the base-model trigger is off",
+}
+
+
+def test_every_shared_setting_reads_its_one_default():
+    """base model, revision, threads, seed, model name: every step's config field of that name defaults to SHARED's
+    (steps/core/defaults.py), read from it, never a literal of its own."""
+    checked = []
+    for module, config in step_configs().items():
+        for f in dataclasses.fields(config):
+            if f.name in SHARED_NAMES and f"{module}.{f.name}" not in NOT_SHARED:
+                checked.append(f"{module}.{f.name}")
+                assert not is_literal(default_source(config, f.name)), (
+                    f"{config.__name__}.{f.name} writes its default as a literal: read SHARED.{f.name}"
+                )
+                assert f.default == getattr(SHARED, f.name), f"{config.__name__}.{f.name}"
+    assert len(checked) >= 20, checked  # 6 base models and revisions, 7 threads, 3 seeds, 7 model names
+
+
+# Parameters several stages take whose default each of those configs still writes as a literal, with why. A stage
+# imports no other stage, so these copies are held equal by a test instead (`STEP` refuses a pipeline parameter whose
+# steps disagree). Remove a row when its copies go; a new copy fails below.
+COPIED = {
+    "train-backend": "preflight sizes train's backend; register prices it (test_preflight_size)",
+    "lora-r": "preflight sizes train's adapter (test_preflight_size)",
+    "epochs": "preflight forecasts train's epochs (test_preflight_size)",
+    "batch-size": "preflight sizes train's batch (test_preflight_size)",
+    "micro-batch": "preflight sizes train's micro-batch",
+    "gradient-checkpointing": "preflight sizes train's activations",
+    "max-seq-len": "preflight sizes, kd-targets encodes as train does (test_preflight_size)",
+    "qlora": "preflight sizes train's GPU (test_preflight_size)",
+    "precision": "preflight sizes train's CPU precision",
+    "teacher": "kd-targets scores with the teacher the teacher stage summarises with (test_kd)",
+    "teachers-file": "kd-targets and teacher read the same terms decisions",
+    "price-table": "preflight's forecast prices as register does (test_preflight_size)",
+    "dataset-path": "fetch-dataset reads where publish writes",
+    "tracking-uri": "every MLflow step's empty default: the MLFLOW_TRACKING_URI variable",
+}
+
+
+def literal_copies() -> dict[str, list[str]]:
+    """Each pipeline parameter whose stages write the same default as a literal in two or more of their configs: the
+    stages that do (stages that mean different defaults, kd-weight's, are not copies)."""
+    found: dict[str, list[str]] = {}
+    for name in {p.name for pl in pipeline.PIPELINES for p in pl.params}:
+        by_value: dict[str, list[str]] = {}
+        for stage in (s for pl in pipeline.PIPELINES for s in pl.stages if name in s.params):
+            source = default_source(pipeline.config_type(stage), name.replace("-", "_"))
+            if is_literal(source):
+                by_value.setdefault(pipeline.as_param(ast.literal_eval(source)), []).append(stage.name)
+        copies = [stages for stages in by_value.values() if len(stages) > 1]
+        if copies:
+            found[name] = [s for stages in copies for s in stages]
+    return found
+
+
+def test_no_step_default_restates_another_steps_literal():
+    found = literal_copies()
+    new = {name: stages for name, stages in found.items() if name not in COPIED}
+    assert not new, f"defaults written as a literal in several stages: {new}; read them from one place (SHARED)"
+    assert not set(COPIED) - set(found), f"stale rows of COPIED (no copies left): {sorted(set(COPIED) - set(found))}"

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from steps.contract.threads import threads_problems
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.sizing import CHECKPOINTING, knob_problems
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS, auto_override
@@ -19,9 +19,9 @@ BACKENDS = ("cpu", "gpu", "ray")
 class TrainConfig:
     dataset: str = field(metadata={"help": "folder (or s3:// URI of the folder) written by fetch-dataset"})
     out: str = field(metadata={"help": "folder or s3:// URI to write the adapter and training records into"})
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or local folder of the base"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     train_backend: str = field(default="cpu", metadata={"help": f"where to train: {' or '.join(BACKENDS)}"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
@@ -60,9 +60,9 @@ class TrainConfig:
         metadata={"help": "longest tokenised example; longer ones have their document cut (result.json counts them)"},
     )
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
-    seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
+    seed: int = field(default=SHARED.seed, metadata={"help": "seed for data order, dropout and LoRA init"})
     threads: int = field(
-        default=0,
+        default=SHARED.threads,
         metadata={"help": "CPU threads for torch, per Ray worker with ray (0: the CPUs this container may use)"},
     )
     log_every: int = field(default=2, metadata={"help": "print progress every N steps"})

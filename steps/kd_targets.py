@@ -49,10 +49,10 @@ class KDConfig:
         metadata={"help": "train's --kd-weight; 0: KD is off, nothing is scored, kd.json says so (default: score)"},
     )
     teacher: str = field(
-        default="smollm2-135m-instruct",
+        default=SHARED.teacher,
         metadata={"help": "the teacher's entry in --teachers-file: listed, with terms that allow training on it"},
     )
-    teachers_file: str = field(default="data/teachers.yaml", metadata={"help": "the committed terms decisions"})
+    teachers_file: str = field(default=SHARED.teachers_file, metadata={"help": "the committed terms decisions"})
     teacher_gguf: str = field(
         default="",
         metadata={"help": "the teacher's GGUF (llama.cpp), sharing the student's tokenizer (empty: the entry's gguf)"},
@@ -62,7 +62,9 @@ class KDConfig:
         default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     kd_top_k: int = field(default=16, metadata={"help": "teacher log-probabilities kept per summary token"})
-    max_seq_len: int = field(default=512, metadata={"help": "as train's --max-seq-len: examples are encoded alike"})
+    max_seq_len: int = field(
+        default=SHARED.max_seq_len, metadata={"help": "as train's --max-seq-len: examples are encoded alike"}
+    )
     threads: int = field(
         default=SHARED.threads, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"}
     )

@@ -101,9 +101,11 @@ class RegisterConfig(MlflowSettings):
     )
     base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or folder of the base"})
     base_revision: str = field(default=SHARED.base_revision, metadata={"help": "hub revision of the base"})
-    train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu, ray)"})
+    train_backend: str = field(
+        default=SHARED.train_backend, metadata={"help": "where the adapter was trained (cpu, gpu, ray)"}
+    )
     price_table: str = field(
-        default="cpu=0.20,gpu=1.10,ray=0.20",
+        default=SHARED.price_table,
         metadata={
             "help": "price per hour for the cost estimate: cpu (a CPU node), gpu (a spot GPU node, e.g. g5.xlarge "
             "spot) and ray (the whole Ray cluster the RayJob starts: set it to your pool's; the default is one CPU "

@@ -73,9 +73,9 @@ class TeacherConfig:
     curated: Path = field(
         metadata={"help": "feedback's folder (curated.jsonl): the chunks they attach to need no teacher"}
     )
-    teacher: str = field(default="smollm2-135m-instruct", metadata={"help": "the teacher's entry in --teachers-file"})
+    teacher: str = field(default=SHARED.teacher, metadata={"help": "the teacher's entry in --teachers-file"})
     teachers_file: str = field(
-        default="data/teachers.yaml", metadata={"help": "the committed terms decisions, one entry per teacher"}
+        default=SHARED.teachers_file, metadata={"help": "the committed terms decisions, one entry per teacher"}
     )
     teacher_url: str = field(
         default="",

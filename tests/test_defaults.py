@@ -127,8 +127,8 @@ NOT_SHARED = {
 
 
 def test_every_shared_setting_reads_its_one_default():
-    """base model, revision, threads, seed, model name: every step's config field of that name defaults to SHARED's
-    (steps/core/defaults.py), read from it, never a literal of its own."""
+    """Every step's config field named as a SHARED setting (steps/core/defaults.py) defaults to SHARED's value, read
+    from it, never a literal of its own."""
     checked = []
     for module, config in step_configs().items():
         for f in dataclasses.fields(config):
@@ -138,48 +138,29 @@ def test_every_shared_setting_reads_its_one_default():
                     f"{config.__name__}.{f.name} writes its default as a literal: read SHARED.{f.name}"
                 )
                 assert f.default == getattr(SHARED, f.name), f"{config.__name__}.{f.name}"
-    assert len(checked) >= 20, checked  # 6 base models and revisions, 7 threads, 3 seeds, 7 model names
-
-
-# Parameters several stages take whose default each of those configs still writes as a literal, with why. A stage
-# imports no other stage, so these copies are held equal by a test instead (`STEP` refuses a pipeline parameter whose
-# steps disagree). Remove a row when its copies go; a new copy fails below.
-COPIED = {
-    "train-backend": "preflight sizes train's backend; register prices it (test_preflight_size)",
-    "lora-r": "preflight sizes train's adapter (test_preflight_size)",
-    "epochs": "preflight forecasts train's epochs (test_preflight_size)",
-    "batch-size": "preflight sizes train's batch (test_preflight_size)",
-    "micro-batch": "preflight sizes train's micro-batch",
-    "gradient-checkpointing": "preflight sizes train's activations",
-    "max-seq-len": "preflight sizes, kd-targets encodes as train does (test_preflight_size)",
-    "qlora": "preflight sizes train's GPU (test_preflight_size)",
-    "precision": "preflight sizes train's CPU precision",
-    "teacher": "kd-targets scores with the teacher the teacher stage summarises with (test_kd)",
-    "teachers-file": "kd-targets and teacher read the same terms decisions",
-    "price-table": "preflight's forecast prices as register does (test_preflight_size)",
-    "dataset-path": "fetch-dataset reads where publish writes",
-    "tracking-uri": "every MLflow step's empty default: the MLFLOW_TRACKING_URI variable",
-}
+    assert len(checked) > len(SHARED_NAMES), checked  # the walk found the configs
 
 
 def literal_copies() -> dict[str, list[str]]:
-    """Each pipeline parameter whose stages write the same default as a literal in two or more of their configs: the
-    stages that do (stages that mean different defaults, kd-weight's, are not copies)."""
+    """Each pipeline parameter whose default two or more of its stages' configs write as the same literal, each in a
+    class of its own (a field inherited from one class, MlflowSettings', is one default): the stages that do. Stages
+    that mean different defaults (kd-weight: kd-targets scores, train trains without KD) are not copies."""
     found: dict[str, list[str]] = {}
     for name in {p.name for pl in pipeline.PIPELINES for p in pl.params}:
-        by_value: dict[str, list[str]] = {}
+        by_value: dict[str, dict[type, str]] = {}
         for stage in (s for pl in pipeline.PIPELINES for s in pl.stages if name in s.params):
-            source = default_source(pipeline.config_type(stage), name.replace("-", "_"))
+            config, attribute = pipeline.config_type(stage), name.replace("-", "_")
+            source = default_source(config, attribute)
             if is_literal(source):
-                by_value.setdefault(pipeline.as_param(ast.literal_eval(source)), []).append(stage.name)
-        copies = [stages for stages in by_value.values() if len(stages) > 1]
+                owner = next(c for c in config.__mro__ if attribute in vars(c).get("__annotations__", {}))
+                by_value.setdefault(pipeline.as_param(ast.literal_eval(source)), {}).setdefault(owner, stage.name)
+        copies = [stage for owners in by_value.values() if len(owners) > 1 for stage in owners.values()]
         if copies:
-            found[name] = [s for stages in copies for s in stages]
+            found[name] = copies
     return found
 
 
 def test_no_step_default_restates_another_steps_literal():
+    """A default two stages take is written once (SHARED), not as a literal in each stage's config."""
     found = literal_copies()
-    new = {name: stages for name, stages in found.items() if name not in COPIED}
-    assert not new, f"defaults written as a literal in several stages: {new}; read them from one place (SHARED)"
-    assert not set(COPIED) - set(found), f"stale rows of COPIED (no copies left): {sorted(set(COPIED) - set(found))}"
+    assert not found, f"defaults written as the same literal in several stages' configs: {found}; put them in SHARED"

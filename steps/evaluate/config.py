@@ -21,7 +21,8 @@ class EvaluateConfig:
     gguf: Path = field(metadata={"help": "folder written by convert-gguf (base and candidate GGUF, parity.json)"})
     out: Path = field(metadata={"help": "folder to write metrics, decision, plots and report into"})
     tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"}
+        default=SHARED.tracking_uri,
+        metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"},
     )
     model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model holding the champion"})
     champion_gguf: str = field(

@@ -62,6 +62,7 @@ from steps.contract.prompting import messages
 from steps.core import gate_stats
 from steps.core.cli import parse_config, refuse
 from steps.core.dataset import DatasetError, parse_split
+from steps.core.defaults import SHARED
 
 CANARY_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 PLACEMENTS = ("start", "middle", "end")
@@ -99,7 +100,7 @@ ATTACKS: dict[str, tuple] = {name: family.TEMPLATES for name, family in FAMILIES
 @dataclass
 class SuiteConfig:
     out: Path = field(metadata={"help": "the adversarial split to write (JSONL)"})
-    seed: int = field(default=0, metadata={"help": "seed of every random choice"})
+    seed: int = field(default=SHARED.seed, metadata={"help": "seed of every random choice"})
     per_family: int = field(
         default=0, metadata={"help": "generated cases per family (0: from the power calculation, `cases_per_family`)"}
     )

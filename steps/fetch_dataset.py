@@ -29,6 +29,7 @@ from pathlib import Path
 from steps.core.card import CARD_FILE
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, write_json
 
 MAX_LISTED_PROBLEMS = 50
@@ -40,7 +41,7 @@ class FetchConfig:
     dataset_repo: str = field(default=".", metadata={"help": "git repo (URL or path) holding the dataset"})
     dataset_rev: str = field(default="HEAD", metadata={"help": "git rev (branch, tag or commit) to read at"})
     dataset_path: str = field(
-        default="data/summaries", metadata={"help": "folder in the repo with train/eval/adversarial.jsonl"}
+        default=SHARED.dataset_path, metadata={"help": "folder in the repo with train/eval/adversarial.jsonl"}
     )
 
 

@@ -49,7 +49,7 @@ from steps.core.base_model import base_model_problems
 from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.curation import text_key
 from steps.core.dataset import document_sha256, document_token_budget, estimate_tokens
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, is_uri, write_json, write_jsonl
 
 DOCUMENTS_FILE = "documents.jsonl"
@@ -80,10 +80,10 @@ class IngestConfig:
         },
     )
     base_model: str = field(
-        default=BASE_MODEL,
+        default=SHARED.base_model,
         metadata={"help": "base model (hub id or folder): its tokenizer and chat template size the chunks"},
     )
-    base_revision: str = field(default=BASE_REVISION, metadata={"help": "hub revision of the base model"})
+    base_revision: str = field(default=SHARED.base_revision, metadata={"help": "hub revision of the base model"})
 
 
 @dataclass

@@ -33,7 +33,7 @@ from steps.contract.threads import llama_threads, threads_problems
 from steps.core import terms
 from steps.core.base_model import base_model_problems
 from steps.core.cli import parse_config, refuse, timed, write_result
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, local_folder, sha256_file, write_json
 from steps.core.kd_sidecar import META_FILE, TOPK_FILE, KDError
 from steps.core.switches import KD_ON
@@ -49,21 +49,25 @@ class KDConfig:
         metadata={"help": "train's --kd-weight; 0: KD is off, nothing is scored, kd.json says so (default: score)"},
     )
     teacher: str = field(
-        default="smollm2-135m-instruct",
+        default=SHARED.teacher,
         metadata={"help": "the teacher's entry in --teachers-file: listed, with terms that allow training on it"},
     )
-    teachers_file: str = field(default="data/teachers.yaml", metadata={"help": "the committed terms decisions"})
+    teachers_file: str = field(default=SHARED.teachers_file, metadata={"help": "the committed terms decisions"})
     teacher_gguf: str = field(
         default="",
         metadata={"help": "the teacher's GGUF (llama.cpp), sharing the student's tokenizer (empty: the entry's gguf)"},
     )
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "the student's base (for its tokenizer)"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "the student's base (for its tokenizer)"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     kd_top_k: int = field(default=16, metadata={"help": "teacher log-probabilities kept per summary token"})
-    max_seq_len: int = field(default=512, metadata={"help": "as train's --max-seq-len: examples are encoded alike"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"})
+    max_seq_len: int = field(
+        default=SHARED.max_seq_len, metadata={"help": "as train's --max-seq-len: examples are encoded alike"}
+    )
+    threads: int = field(
+        default=SHARED.threads, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"}
+    )
 
 
 @dataclass

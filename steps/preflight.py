@@ -44,7 +44,7 @@ from steps.contract.threads import cpu_threads
 from steps.core.base_model import base_model_problems
 from steps.core.cli import number_table, parse_config, refuse, timed, write_result
 from steps.core.dataset import load_split
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, write_json
 from steps.gguf.quants import LADDER
 from steps.gguf.tokenizer_parity import TOKENIZER_PROBES, same_tokens
@@ -72,32 +72,42 @@ class PreflightError(ValueError):
 @dataclass
 class PreflightConfig:
     out: Path = field(metadata={"help": "folder to write preflight.json into"})
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or local folder of the base"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     converter_dir: str = field(
         default=os.environ.get("DISTILLERY_LLAMA_CPP", ".cache/llama.cpp"),
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
-    # The run's settings that size it, with train's and convert-gguf's defaults (a test keeps them equal: a stage
-    # imports no other stage; the ladder's default is steps/gguf/quants.py's).
-    train_backend: str = field(default="cpu", metadata={"help": "where train runs: cpu, gpu or ray (sizes its pods)"})
-    qlora: bool = field(default=False, metadata={"help": "gpu only: train on a 4-bit NF4 base (sizes the GPU)"})
-    max_seq_len: int = field(default=512, metadata={"help": "longest tokenised training example (sizes activations)"})
-    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step (bounds the micro-batch)"})
+    # The run's settings that size it, with train's and convert-gguf's defaults: SHARED's (steps/core/defaults.py; a
+    # stage imports no other stage), the ladder's steps/gguf/quants.py's.
+    train_backend: str = field(
+        default=SHARED.train_backend, metadata={"help": "where train runs: cpu, gpu or ray (sizes its pods)"}
+    )
+    qlora: bool = field(default=SHARED.qlora, metadata={"help": "gpu only: train on a 4-bit NF4 base (sizes the GPU)"})
+    max_seq_len: int = field(
+        default=SHARED.max_seq_len, metadata={"help": "longest tokenised training example (sizes activations)"}
+    )
+    batch_size: int = field(
+        default=SHARED.batch_size, metadata={"help": "examples per optimiser step (bounds the micro-batch)"}
+    )
     micro_batch: int = field(
-        default=0, metadata={"help": "train's examples per forward/backward (0: the largest each pod holds)"}
+        default=SHARED.micro_batch,
+        metadata={"help": "train's examples per forward/backward (0: the largest each pod holds)"},
     )
     gradient_checkpointing: str = field(
-        default="auto", metadata={"help": "train's gradient checkpointing: auto, on or off (sizes activations)"}
+        default=SHARED.gradient_checkpointing,
+        metadata={"help": "train's gradient checkpointing: auto, on or off (sizes activations)"},
     )
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank (sizes the adapter and its optimiser state)"})
+    lora_r: int = field(
+        default=SHARED.lora_r, metadata={"help": "LoRA rank (sizes the adapter and its optimiser state)"}
+    )
     quantizations: str = field(
         default=",".join(LADDER), metadata={"help": "convert-gguf's quantisation ladder (sizes the GGUF files)"}
     )
     precision: str = field(
-        default="auto",
+        default=SHARED.precision,
         metadata={
             "help": "train's CPU precision: auto, fp32 or bf16 (auto is sized as float32 weights where they fit, "
             "bf16 where only bf16 fits)"
@@ -106,13 +116,15 @@ class PreflightConfig:
     dataset: str = field(
         default="", metadata={"help": "folder written by fetch-dataset: its train split's tokens give the forecast"}
     )
-    epochs: float = field(default=1.0, metadata={"help": "train's passes over the training split (the forecast)"})
+    epochs: float = field(
+        default=SHARED.epochs, metadata={"help": "train's passes over the training split (the forecast)"}
+    )
     price_table: str = field(
-        default="cpu=0.20,gpu=1.10,ray=0.20",
+        default=SHARED.price_table,
         metadata={"help": "price per node hour (cpu, gpu, the whole ray cluster), as register prices the run"},
     )
     threads: int = field(
-        default=0,
+        default=SHARED.threads,
         metadata={
             "help": "the run's CPU threads of train, convert-gguf and evaluate (0: not set); when set, their pods "
             "request that many CPUs (the podSpecPatch) and the forecast trains with them"

@@ -40,6 +40,7 @@ from pathlib import Path
 from steps.core.card import FEEDBACK_FILE, feedback_rows, train_fit_line
 from steps.core.cli import parse_config, timed, write_result
 from steps.core.dataset import SPLITS, DatasetError, content_hash, validate
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, is_uri, read_json, read_jsonl, write_json
 
 TAG_PREFIX = "dataset-"
@@ -61,7 +62,7 @@ class PublishConfig:
         default=".cache/dataset-repo",
         metadata={"help": "dataset git repository: a local checkout (created when missing) or a URL to clone and push"},
     )
-    dataset_path: str = field(default="data/summaries", metadata={"help": "folder in the repo for the dataset"})
+    dataset_path: str = field(default=SHARED.dataset_path, metadata={"help": "folder in the repo for the dataset"})
     dvc_remote: str = field(
         default="", metadata={"help": "DVC remote URL to set as the repo's default when it has none"}
     )

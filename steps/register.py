@@ -62,7 +62,7 @@ from steps.contract import serving_config
 from steps.core import chain, verdict, write_once
 from steps.core.card import CARD_FILE, card_tags
 from steps.core.cli import number_table, parse_config, refuse, timed, write_result
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, environment, git_sha, is_shared_store, read_json, sha256_file
 from steps.core.mlflow_client import (
     MISSING_TRACKING_URI,
@@ -99,11 +99,13 @@ class RegisterConfig(MlflowSettings):
     run_id: str = field(
         default="", metadata={"help": "idempotency key: the Argo workflow uid (empty: derived from the GGUF hash)"}
     )
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or folder of the base"})
-    base_revision: str = field(default=BASE_REVISION, metadata={"help": "hub revision of the base"})
-    train_backend: str = field(default="cpu", metadata={"help": "where the adapter was trained (cpu, gpu, ray)"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or folder of the base"})
+    base_revision: str = field(default=SHARED.base_revision, metadata={"help": "hub revision of the base"})
+    train_backend: str = field(
+        default=SHARED.train_backend, metadata={"help": "where the adapter was trained (cpu, gpu, ray)"}
+    )
     price_table: str = field(
-        default="cpu=0.20,gpu=1.10,ray=0.20",
+        default=SHARED.price_table,
         metadata={
             "help": "price per hour for the cost estimate: cpu (a CPU node), gpu (a spot GPU node, e.g. g5.xlarge "
             "spot) and ray (the whole Ray cluster the RayJob starts: set it to your pool's; the default is one CPU "

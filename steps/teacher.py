@@ -52,6 +52,7 @@ from steps.contract.prompting import messages
 from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.curation import attach
+from steps.core.defaults import SHARED
 from steps.core.io import atomic_dir, is_uri, read_jsonl, sha256_file, write_json, write_jsonl
 from steps.core.terms import TeacherError, TermsError, allowed_entry, resolve_gguf
 
@@ -72,9 +73,9 @@ class TeacherConfig:
     curated: Path = field(
         metadata={"help": "feedback's folder (curated.jsonl): the chunks they attach to need no teacher"}
     )
-    teacher: str = field(default="smollm2-135m-instruct", metadata={"help": "the teacher's entry in --teachers-file"})
+    teacher: str = field(default=SHARED.teacher, metadata={"help": "the teacher's entry in --teachers-file"})
     teachers_file: str = field(
-        default="data/teachers.yaml", metadata={"help": "the committed terms decisions, one entry per teacher"}
+        default=SHARED.teachers_file, metadata={"help": "the committed terms decisions, one entry per teacher"}
     )
     teacher_url: str = field(
         default="",
@@ -87,7 +88,8 @@ class TeacherConfig:
     )
     cache: str = field(default=".cache/teacher", metadata={"help": "answer cache: folder or s3:// prefix"})
     threads: int = field(
-        default=0, metadata={"help": "llama.cpp threads for a local teacher; 0: the CPUs this container may use"}
+        default=SHARED.threads,
+        metadata={"help": "llama.cpp threads for a local teacher; 0: the CPUs this container may use"},
     )
 
 

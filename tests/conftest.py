@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 
+from steps.core.defaults import SHARED
 from steps.core.io import environment
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE_MODEL = ROOT / ".cache/models/SmolLM2-135M-Instruct"
+BASE_MODEL = ROOT / SHARED.base_model  # the embedded run's base (scripts/prepare_base_model.py fills it)
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

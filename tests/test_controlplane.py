@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 from tests.controlplane import NAMESPACE, ApiError, Cluster, ControlPlane
 from tests.engines import ARGO_VERSIONS, binary
 from tests.standin_kubelet import OUTPUT_VALUES, StandInKubelet
-from workflows.security import STEP_ACCOUNTS
+from workflows.deploy import account
 
 pytestmark = pytest.mark.cluster
 
@@ -145,9 +145,7 @@ def test_distill_gpu_succeeds_with_every_pod_admitted(cluster):
     runs = [r for r in kubelet.runs if r.workflow == "distill-gpu"]
     assert sorted(r.template for r in runs) == sorted(expected)
     # each step under the account its template names: register alone writes MLflow's artifacts (#27)
-    assert {r.template: r.service_account for r in runs} == {
-        t: STEP_ACCOUNTS.get(t, "distillery-steps") for t in expected
-    }
+    assert {r.template: r.service_account for r in runs} == {t: account(t) for t in expected}
     assert {r.executor_secret for r in runs} == {"distillery-steps.service-account-token"}
     # the sized pods as the controller filled their podSpecPatch: preflight's numbers read by asInt (issue 37 item 3)
     [preflight] = [

@@ -3,12 +3,18 @@ means another value; and the checkpoint fingerprint covers every training settin
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import inspect
+import textwrap
 
 import pytest
 import yaml
 
+import steps
 from steps import pipeline
+from steps.core.defaults import SHARED, Shared
 from steps.train.checkpoints import RESUME_FIELDS
 from steps.train.config import TrainConfig
 
@@ -70,3 +76,91 @@ def test_every_training_setting_is_fingerprinted_or_said_not_to_change_the_run()
         f"{sorted((set(RESUME_FIELDS) | set(NOT_TRAJECTORY)) - fields)}"
     )
     assert not set(RESUME_FIELDS) & set(NOT_TRAJECTORY)
+
+
+# --- A default is written once: no step config restates another's literal -----------------------------------------
+
+SHARED_NAMES = tuple(f.name for f in dataclasses.fields(Shared))
+
+
+def default_source(config: type, name: str) -> ast.expr | None:
+    """The expression a config's field `name` takes its default from (`field(default=…)` or `name: T = …`), read from
+    the source of the class in its MRO that declares it; None when it has none."""
+    owner = next(c for c in config.__mro__ if name in vars(c).get("__annotations__", {}))
+    [node] = ast.parse(textwrap.dedent(inspect.getsource(owner))).body
+    for statement in node.body:
+        if isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", None) == name:
+            value = statement.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
+                return next((k.value for k in value.keywords if k.arg == "default"), None)
+            return value
+    raise AssertionError(f"{owner.__name__}.{name}: not found in its source")
+
+
+def is_literal(node: ast.expr | None) -> bool:
+    if node is None:
+        return False
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
+def step_configs() -> dict[str, type]:
+    """Every step module's config dataclass (`<X>Config` in a module of steps.STEP_MODULES), by module."""
+    found = {}
+    for group in steps.STEP_MODULES.values():
+        for name in group:
+            module = importlib.import_module(f"steps.{name}")
+            for key, value in vars(module).items():  # check_parameters has none: it takes every parameter
+                if key.endswith("Config") and dataclasses.is_dataclass(value):
+                    found[name] = value
+    return found
+
+
+# Fields of a shared name that mean something else by their default, with why.
+NOT_SHARED = {
+    "check_triggers.base_model": "empty: the trigger compares the revision only",
+    "check_triggers.base_revision": "empty: the base-model trigger is off",
+}
+
+
+def test_every_shared_setting_reads_its_one_default():
+    """Every step's config field named as a SHARED setting (steps/core/defaults.py) defaults to SHARED's value, read
+    from it, never a literal of its own."""
+    checked = []
+    for module, config in step_configs().items():
+        for f in dataclasses.fields(config):
+            if f.name in SHARED_NAMES and f"{module}.{f.name}" not in NOT_SHARED:
+                checked.append(f"{module}.{f.name}")
+                assert not is_literal(default_source(config, f.name)), (
+                    f"{config.__name__}.{f.name} writes its default as a literal: read SHARED.{f.name}"
+                )
+                assert f.default == getattr(SHARED, f.name), f"{config.__name__}.{f.name}"
+    assert len(checked) > len(SHARED_NAMES), checked  # the walk found the configs
+
+
+def literal_copies() -> dict[str, list[str]]:
+    """Each pipeline parameter whose default two or more of its stages' configs write as the same literal, each in a
+    class of its own (a field inherited from one class, MlflowSettings', is one default): the stages that do. Stages
+    that mean different defaults (kd-weight: kd-targets scores, train trains without KD) are not copies."""
+    found: dict[str, list[str]] = {}
+    for name in {p.name for pl in pipeline.PIPELINES for p in pl.params}:
+        by_value: dict[str, dict[type, str]] = {}
+        for stage in (s for pl in pipeline.PIPELINES for s in pl.stages if name in s.params):
+            config, attribute = pipeline.config_type(stage), name.replace("-", "_")
+            source = default_source(config, attribute)
+            if is_literal(source):
+                owner = next(c for c in config.__mro__ if attribute in vars(c).get("__annotations__", {}))
+                by_value.setdefault(pipeline.as_param(ast.literal_eval(source)), {}).setdefault(owner, stage.name)
+        copies = [stage for owners in by_value.values() if len(owners) > 1 for stage in owners.values()]
+        if copies:
+            found[name] = copies
+    return found
+
+
+def test_no_step_default_restates_another_steps_literal():
+    """A default two stages take is written once (SHARED), not as a literal in each stage's config."""
+    found = literal_copies()
+    assert not found, f"defaults written as the same literal in several stages' configs: {found}; put them in SHARED"

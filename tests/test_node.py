@@ -524,9 +524,9 @@ def hub_mirror(real_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """The base (the embedded run's SmolLM2-135M-Instruct, scripts/setup.sh) served as the hub repository the cluster's
     `base-model` names, by olah on the pod bridge's address: the pods reach it through HF_ENDPOINT, which the
     `distillery-settings` ConfigMap sets as a cluster without huggingface.co would."""
-    from steps.core.defaults import BASE_MODEL
+    from steps.core.defaults import SHARED
 
-    model = ROOT / BASE_MODEL
+    model = ROOT / SHARED.base_model
     assert (model / "config.json").is_file(), f"{model}: run scripts/setup.sh (it prepares the embedded run's base)"
     repo_id = next(p.cluster for p in PARAMS if p.name == "base-model")
     mirror = start_hub_mirror(model, str(repo_id), real_node.net.gateway, free_port(),

@@ -32,6 +32,7 @@ from tests.conftest import ROOT
 from tests.manifests import kubernetes_validate, rendered_rayjob
 from tests.pod_security import CHECKS, check, violations
 from workflows import security
+from workflows.deploy import account
 
 ARGO_FILES = sorted((ROOT / "infra/argo").glob("*.yaml"))
 LAYOUTS = {"legacy": False, "initless": True}  # Argo's default layout, and v4.1's opt-in init-less one
@@ -134,7 +135,7 @@ def test_pod_security_context_comes_from_the_workflow(shipped):
         assert pod["spec"]["securityContext"] == spec["securityContext"], key
         # the resource templates (argoexec only) run as the submitter, register as its own account (the one IAM role
         # that writes MLflow's artifacts), every other step as the steps' account
-        own = security.STEP_ACCOUNTS.get(key.split("/")[1], security.STEPS)
+        own = account(key.split("/")[1])
         expected = security.SUBMITTER if "resource" in TEMPLATES[key] else own
         assert pod["spec"]["serviceAccountName"] == expected, key
 

@@ -268,6 +268,55 @@ def test_every_stage_is_one_stage_row_one_deploy_row_and_a_step_module():
         assert not row.read_by_key or row.keyed, stage.name  # read at its key: it must be written there
 
 
+# Module-level literal tables in steps/, workflows/ and scripts/ that name a stage or one of its templates, with why
+# they are not a stage's fact. Every other such table is a second place a new stage must be added: make it a field of
+# `Stage` (runner-neutral) or `Deploy` (Argo only).
+NAMED_NOT_BY_STAGE = {
+    "workflows/deploy.py:DEPLOY": "the Deploy rows themselves",
+    # preflight (a step: it cannot read workflows/) computes these templates' numbers, and steps.pipeline imports
+    # sizing (preflight's exports), so a Stage field read by sizing would be an import circle
+    "steps/sizing/exports.py:POD_PATCH_STEPS": "the templates sizing's model sizes (one Need each in planning.plan)",
+    "steps/sizing/exports.py:THREADED_STEPS": "those of them that compute with the run's threads",
+    # a kind of pod, not a stage: what infra/admission/rayjob-pods.yaml allows a RayJob's pods, read by security's
+    # own functions (which workflows/deploy.py imports)
+    "workflows/security.py:NO_SECRET_VOLUMES": "the RayJob's head and workers ('train-ray') mount no Secret",
+    # the same word, another thing
+    "steps/core/dataset.py:SPLITS": "the split 'train'",
+    "steps/core/dataset.py:TEXT_FIELDS": "the split 'train'",
+    "steps/filter_split.py:MIN_EXAMPLES": "the split 'train'",
+    "steps/core/dataset.py:SUMMARY_BY": "a row's lineage: who wrote its summary ('teacher', 'feedback')",
+    "steps/publish.py:WRITERS": "the same, in words for the data card",
+    "workflows/security.py:SECRETS": "the credential 'teacher'",
+    "workflows/security.py:USERS": "the credential 'teacher'",
+    "workflows/security.py:FILES": "the credential 'teacher'",
+    "workflows/security.py:FILE_ENV": "the credential 'teacher'",
+    "workflows/security.py:PUBLIC_HOST_CREDENTIALS": "the credential 'teacher'",
+    "scripts/build_dataset.py:PATH_PARAMS": "the parameter 'feedback'",
+    "scripts/render_iam.py:DUTIES": "the IAM duty 'register'",
+}
+
+
+def test_no_table_but_the_rows_is_keyed_by_stage():
+    """A new stage is its module, one Stage and one Deploy row: no other literal table (dict keys, tuple or set
+    members) names a stage or one of its templates."""
+    names = {s.name for p in PIPELINES for s in p.stages} | {t for row in DEPLOY.values() for t in row.resources}
+    names |= {"train-ray"}  # the Ray backend's template (a RayJob, no resources row)
+    found = set()
+    for folder in ("steps", "workflows", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                    continue
+                value = node.value
+                items = value.keys if isinstance(value, ast.Dict) else getattr(value, "elts", [])
+                if any(isinstance(i, ast.Constant) and i.value in names for i in items):
+                    target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                    found.add(f"{path.relative_to(ROOT)}:{getattr(target, 'id', '?')}")
+    new, stale = found - set(NAMED_NOT_BY_STAGE), set(NAMED_NOT_BY_STAGE) - found
+    assert not new, f"tables keyed by stage: {sorted(new)}; make each a field of Stage or Deploy"
+    assert not stale, f"stale rows of NAMED_NOT_BY_STAGE: {sorted(stale)}"
+
+
 def test_the_cluster_parameters_are_the_ones_check_parameters_reads():
     assert [p.name for p in CLUSTER_PARAMS] == list(CLUSTER_ONLY_PARAMS)
     assert CLUSTER_ONLY_PARAMS[: len(RAY_REPLICA_PARAMS)] == RAY_REPLICA_PARAMS

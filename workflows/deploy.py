@@ -3,8 +3,9 @@
 A stage's runner-neutral facts (its command line, parameters, folders, the files a parameter names, when it runs) are
 its `steps.pipeline.Stage`; what the cluster adds — the floor of what each of its templates asks a node for, whether
 its output lives at a fixed key of the run, which served GGUFs it downloads, the caches it keeps across runs, the
-credential files its flags name, and what kind of template it is — is its row here. A new stage is its module, one
-`Stage` and one row here; tests/test_workflows.py holds every stage to exactly one row.
+credential files its flags name, the service account its pods run under, and what kind of template it is — is its
+row here. A new stage is its module, one `Stage` and one row here; tests/test_workflows.py holds every stage to
+exactly one row, and no other table to naming a stage.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Deploy:
     shared_cache: tuple[str, str] | None = None
     # Flags the cluster passes besides the pipeline's: where its credential files are mounted (security.FILES).
     secret_args: tuple[str, ...] = ()
+    # The service account its pods run under instead of the workflow's (security.STEPS); Argo's executor containers
+    # keep the workflow's executor account.
+    account: str | None = None
 
 
 DEPLOY: dict[str, Deploy] = {
@@ -120,6 +124,7 @@ DEPLOY: dict[str, Deploy] = {
         {"register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"})},
         gguf_reads=("candidate-gguf",),
         secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
+        account=security.REGISTER,  # the one role that writes MLflow's artifact root (model versions, decisions)
     ),
     "propose": Deploy(  # disk: MLflow answers only
         {"propose": fixed_resources("250m", "512Mi", "1Gi", disk_gib=1)},
@@ -147,3 +152,9 @@ DEPLOY: dict[str, Deploy] = {
     # Disk: a clone of the dataset repository, the split files and DVC's cache of them.
     "publish": Deploy({"publish": fixed_resources("500m", "1Gi", "2Gi", disk_gib=4)}),
 }
+
+
+def account(template: str) -> str:
+    """The service account the pod of container template `template` runs under: its stage's (`Deploy.account`), else
+    the steps' (security.STEPS)."""
+    return next((d.account for d in DEPLOY.values() if template in d.resources and d.account), security.STEPS)

@@ -600,7 +600,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                 templates[stage.name] = _gather_template(stage, images.ref("cpu"))
                 lane = _lane_template(stage, _shard_templates(stage, images), wt.get_parameter("train-backend").value)
             else:
-                own = security.STEP_ACCOUNTS.get(stage.name)  # register: the one role that writes MLflow's artifacts
+                own = deploy.account  # register: the one role that writes MLflow's artifacts
                 templates[stage.name] = _template(
                     stage,
                     stage.name,

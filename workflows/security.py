@@ -45,9 +45,6 @@ RAY = "distillery-ray"
 REGISTER = "distillery-register"
 SERVE = "distillery-serve"
 SERVICE_ACCOUNTS = (STEPS, SUBMITTER, RAY, REGISTER, SERVE)
-# Container steps that run under an account of their own instead of the workflow's `STEPS` (their pod's
-# serviceAccountName; Argo's executor containers keep the workflow's executor account).
-STEP_ACCOUNTS = {"register": REGISTER}
 SCRATCH_VOLUME = "scratch"
 SCRATCH_DIR = "/tmp"
 

@@ -10,7 +10,7 @@ from typing import Any
 from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.base_model import base_model_problems
 from steps.core.cli import flag, number_table, refuse
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.core.registry import MODEL_NAME
 from steps.gguf.quants import LADDER, QUANTIZATIONS, SERVED
 from steps.gguf.quants import thresholds as default_thresholds
@@ -22,9 +22,9 @@ class ConvertConfig:
     adapter: Path = field(metadata={"help": "folder written by the train step (a PEFT LoRA adapter)"})
     dataset: Path = field(metadata={"help": "folder written by fetch-dataset (its lineage goes into the GGUF)"})
     out: Path = field(metadata={"help": "folder to write the GGUF files and the parity report into"})
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or local folder of the base"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
     model_name: str = field(default=MODEL_NAME, metadata={"help": "name in the GGUF files and metadata"})
     quantization: str = field(default=SERVED, metadata={"help": "the quantisation that is evaluated and served"})
@@ -54,7 +54,8 @@ class ConvertConfig:
         metadata={"help": "folder holding llama.cpp's convert_hf_to_gguf.py (scripts/install_llama_cpp.sh)"},
     )
     threads: int = field(
-        default=0, metadata={"help": "CPU threads for llama.cpp and torch (0: the CPUs this container may use)"}
+        default=SHARED.threads,
+        metadata={"help": "CPU threads for llama.cpp and torch (0: the CPUs this container may use)"},
     )
     base_cache: str = field(
         default_factory=lambda: os.environ.get("DISTILLERY_BASE_CACHE", ".cache/base-gguf"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from steps.core.cli import refuse
+from steps.core.defaults import SHARED
 from steps.core.io import environment
 
 MISSING_TRACKING_URI = "no MLflow tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI"
@@ -172,7 +173,8 @@ class MlflowSettings:
     (MLflow's own defaults retry a dead server for minutes). A step's config inherits them."""
 
     tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"}
+        default=SHARED.tracking_uri,
+        metadata={"help": "MLflow tracking URI (empty: the MLFLOW_TRACKING_URI environment variable)"},
     )
     http_retries: int = field(
         default=2, metadata={"help": "retries of one MLflow HTTP request (MLFLOW_HTTP_REQUEST_MAX_RETRIES, 0-10)"}

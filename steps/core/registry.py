@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from steps.core.defaults import SHARED
+
 # The registered model the pipeline trains, proposes, promotes and serves: every step's --model-name default.
-MODEL_NAME = "distillery-summariser"
+MODEL_NAME = SHARED.model_name
 CHALLENGER = "challenger"  # set by steps/propose.py when evaluate's gate passed
 CHALLENGER_SINCE = "challenger.since"  # version tag: when it became challenger (promote's hold counts from it)
 CHAMPION = "champion"  # set by steps/promote.py after the online comparison (or by hand, for the first model)

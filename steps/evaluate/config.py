@@ -10,6 +10,7 @@ from pathlib import Path
 from steps.contract.prompting import MAX_SUMMARY_WORDS
 from steps.contract.threads import cpu_threads, threads_problems
 from steps.core.cli import flag
+from steps.core.defaults import SHARED
 from steps.core.io import is_shared_store
 from steps.core.registry import MODEL_NAME
 
@@ -20,7 +21,8 @@ class EvaluateConfig:
     gguf: Path = field(metadata={"help": "folder written by convert-gguf (base and candidate GGUF, parity.json)"})
     out: Path = field(metadata={"help": "folder to write metrics, decision, plots and report into"})
     tracking_uri: str = field(
-        default="", metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"}
+        default=SHARED.tracking_uri,
+        metadata={"help": "MLflow tracking URI to find the champion (empty: MLFLOW_TRACKING_URI, or none)"},
     )
     model_name: str = field(default=MODEL_NAME, metadata={"help": "registered model holding the champion"})
     champion_gguf: str = field(
@@ -98,9 +100,11 @@ class EvaluateConfig:
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "paired bootstrap resamples (>= 1000)"})
     seed: int = field(
-        default=0, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
+        default=SHARED.seed, metadata={"help": "seed for the bootstrap (decoding: the serving configuration's, greedy)"}
     )
-    threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0: the CPUs this container may use)"})
+    threads: int = field(
+        default=SHARED.threads, metadata={"help": "CPU threads for llama.cpp (0: the CPUs this container may use)"}
+    )
     gpu_layers: int = field(
         default=0,
         metadata={

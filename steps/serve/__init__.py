@@ -65,6 +65,7 @@ from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
 from steps.core import chain
 from steps.core.cli import parse_config, refuse
+from steps.core.defaults import SHARED
 from steps.core.io import environment, sha256_file
 from steps.core.mlflow_client import MISSING_TRACKING_URI, MlflowSettings, is_transient, tracking_uri
 from steps.core.registry import MODEL_NAME
@@ -94,7 +95,9 @@ class ServeConfig(MlflowSettings):
         metadata={"help": "folder for downloaded GGUFs (empty: $XDG_CACHE_HOME/distillery/serve or ~/.cache/...)"},
     )
     poll_seconds: float = field(default=60.0, metadata={"help": "how often to read the alias again"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"})
+    threads: int = field(
+        default=SHARED.threads, metadata={"help": "llama.cpp threads (0: the CPUs this container may use)"}
+    )
     start_timeout: float = field(default=300.0, metadata={"help": "seconds a llama.cpp server may take to answer"})
     drain_seconds: float = field(
         default=30.0, metadata={"help": "after a swap, how long the old server may finish its requests"}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from steps.core.defaults import SHARED
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -116,9 +118,9 @@ class Knobs:
     batch_size: int
     lora_r: int
     quantizations: tuple[str, ...]
-    precision: str = "auto"  # CPU training precision (PRECISIONS)
-    micro_batch: int = 0  # examples per forward/backward (0: the largest that fits, chosen by `fit_micro`)
-    gradient_checkpointing: str = "auto"  # CHECKPOINTING
+    precision: str = SHARED.precision  # CPU training precision (PRECISIONS)
+    micro_batch: int = SHARED.micro_batch  # examples per forward/backward (0: the largest that fits, `fit_micro`)
+    gradient_checkpointing: str = SHARED.gradient_checkpointing  # CHECKPOINTING
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from steps.contract.threads import threads_problems
-from steps.core.defaults import BASE_MODEL, BASE_REVISION
+from steps.core.defaults import SHARED
 from steps.sizing import CHECKPOINTING, knob_problems
 from steps.train.kd import settings_problems
 from steps.train.precision import PRECISIONS, auto_override
@@ -19,12 +19,14 @@ BACKENDS = ("cpu", "gpu", "ray")
 class TrainConfig:
     dataset: str = field(metadata={"help": "folder (or s3:// URI of the folder) written by fetch-dataset"})
     out: str = field(metadata={"help": "folder or s3:// URI to write the adapter and training records into"})
-    base_model: str = field(default=BASE_MODEL, metadata={"help": "HF model id or local folder of the base"})
+    base_model: str = field(default=SHARED.base_model, metadata={"help": "HF model id or local folder of the base"})
     base_revision: str = field(
-        default=BASE_REVISION, metadata={"help": "hub revision of the base (ignored for a folder)"}
+        default=SHARED.base_revision, metadata={"help": "hub revision of the base (ignored for a folder)"}
     )
-    train_backend: str = field(default="cpu", metadata={"help": f"where to train: {' or '.join(BACKENDS)}"})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    train_backend: str = field(
+        default=SHARED.train_backend, metadata={"help": f"where to train: {' or '.join(BACKENDS)}"}
+    )
+    lora_r: int = field(default=SHARED.lora_r, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (usually 2 × rank)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA path"})
     lora_targets: str = field(
@@ -32,17 +34,19 @@ class TrainConfig:
         metadata={"help": "comma-separated module names to adapt (all linear layers of a Llama block by default)"},
     )
     learning_rate: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (LoRA tolerates ~1e-3)"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the training split (fractions allowed)"})
-    batch_size: int = field(default=8, metadata={"help": "examples per optimiser step"})
+    epochs: float = field(
+        default=SHARED.epochs, metadata={"help": "passes over the training split (fractions allowed)"}
+    )
+    batch_size: int = field(default=SHARED.batch_size, metadata={"help": "examples per optimiser step"})
     micro_batch: int = field(
-        default=0,
+        default=SHARED.micro_batch,
         metadata={
             "help": "examples per forward/backward on each worker; gradients are accumulated over the rest of its "
             "share of --batch-size (0: the largest the process's memory holds, from its cgroup limit: steps/sizing/)"
         },
     )
     gradient_checkpointing: str = field(
-        default="auto",
+        default=SHARED.gradient_checkpointing,
         metadata={
             "help": f"{', '.join(CHECKPOINTING)}: recompute each layer in backward instead of keeping its activations "
             "(auto: only when one example per micro-batch does not fit otherwise)"
@@ -56,25 +60,26 @@ class TrainConfig:
         },
     )
     max_seq_len: int = field(
-        default=512,
+        default=SHARED.max_seq_len,
         metadata={"help": "longest tokenised example; longer ones have their document cut (result.json counts them)"},
     )
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of steps spent warming the learning rate up"})
-    seed: int = field(default=0, metadata={"help": "seed for data order, dropout and LoRA init"})
+    seed: int = field(default=SHARED.seed, metadata={"help": "seed for data order, dropout and LoRA init"})
     threads: int = field(
-        default=0,
+        default=SHARED.threads,
         metadata={"help": "CPU threads for torch, per Ray worker with ray (0: the CPUs this container may use)"},
     )
     log_every: int = field(default=2, metadata={"help": "print progress every N steps"})
     precision: str = field(
-        default="auto",
+        default=SHARED.precision,
         metadata={
             "help": "auto, fp32 or bf16: the compute precision on CPU (auto: bf16 autocast where the CPU has AMX or "
             "AVX-512-BF16, float32 elsewhere; gpu always runs bf16)"
         },
     )
     qlora: bool = field(
-        default=False, metadata={"help": "gpu only: load the base in 4-bit NF4 (bitsandbytes) and train LoRA on it"}
+        default=SHARED.qlora,
+        metadata={"help": "gpu only: load the base in 4-bit NF4 (bitsandbytes) and train LoRA on it"},
     )
     checkpoint_dir: str = field(
         default="",

@@ -429,3 +429,15 @@ def test_every_stage_whose_code_downloads_from_the_hub_gets_the_hub_credential_a
     assert downloading, "no stage downloads from the hub: the pattern no longer matches the code"
     missing = downloading - set(security.USERS["model-hub"])
     assert not missing, f"{sorted(missing)} download from the hub without the model-hub credential and mirror"
+
+
+def test_every_stage_given_a_parameter_that_may_be_an_s3_uri_gets_the_s3_keys():
+    """A parameter whose help offers an s3:// URI (build-dataset's documents, its feedback file) is read by its step
+    through the AWS SDK: without the optional S3 keys (IRSA on EKS) in its pod it cannot. build-dataset's feedback
+    step had none: on the node it stopped with botocore's NoCredentialsError reading the feedback file from S3."""
+    from steps.pipeline import BUILD_PARAMS, BUILD_STAGES, PARAMS, STAGES
+
+    helps = {p.name: p.help for p in (*PARAMS, *BUILD_PARAMS)}
+    readers = {st.name for st in (*STAGES, *BUILD_STAGES) if any("s3://" in (helps.get(p) or "") for p in st.params)}
+    assert readers, "no parameter offers an s3:// URI: the test no longer reads the parameters"
+    assert not readers - set(security.USERS["s3"]), sorted(readers - set(security.USERS["s3"]))

@@ -1079,17 +1079,19 @@ def _teacher_fits_the_node(rendered: dict) -> None:
     teacher["container"]["resources"]["requests"]["cpu"] = "1"
 
 
-def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
+@pytest.fixture(scope="module")
+def published(
     real_node: Node,
     node_s3: tuple[str, str],
     hub_mirror: HubMirror,
     node_mlflow: str,
     tmp_path_factory: pytest.TempPathFactory,
-):
-    """`argo submit --from workflowtemplate/build-dataset`: the committed documents and feedback from the node's S3,
-    the bundled teacher (llama.cpp in the teacher's pod), filter-split, and publish pushing a tagged revision to a
-    dataset repository (git over the pod network, its DVC remote a prefix of the node's bucket); then `distill` on
-    that tag, whose fetch-dataset pulls the files back through DVC and finds the dataset hash publish recorded."""
+) -> Iterator[dict]:
+    """`argo submit --from workflowtemplate/build-dataset` on the node, then `distill` on the tag it published: the
+    team's dataset repository (git with DVC, its default remote a prefix of the node's bucket, whose endpoint the
+    repository's DVC config names, as for any S3-compatible store) served by `git daemon` on the bridge, taking
+    pushes; the committed documents and feedback file in the node's S3. Yields both workflows, publish's outputs, the
+    repository's git:// URL and the folder of its bare copy (the retrain cron serves it over https)."""
     from workflows import build_dataset
 
     plane = real_node.plane
@@ -1103,8 +1105,6 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
     def run(*cmd: str, cwd: Path = seed) -> None:
         subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, timeout=120)
 
-    # The dataset repository a team keeps: git with DVC, its default remote their bucket (here the node's S3, whose
-    # endpoint the repository's DVC config names, as for any S3-compatible store).
     run("git", "init", "-q", "-b", "main")
     run(sys.executable, "-m", "dvc", "init", "-q")
     run(sys.executable, "-m", "dvc", "remote", "add", "-d", "store", f"s3://{bucket}/dvc")
@@ -1112,8 +1112,7 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
     run("git", "add", "-A")
     run("git", "-c", "user.name=team", "-c", "user.email=team@example.invalid", "commit", "-qm", "dataset repository")
     run("git", "clone", "-q", "--bare", str(seed), str(served / "dataset.git"), cwd=work)
-    documents = sorted((ROOT / "data" / "documents").iterdir())
-    for f in documents:
+    for f in sorted((ROOT / "data" / "documents").iterdir()):
         s3.upload_file(str(f), bucket, f"documents/{f.name}")
     s3.upload_file(str(ROOT / "data" / "feedback" / "feedback.jsonl"), bucket, "feedback/feedback.jsonl")
     with git_daemon(real_node, served, "dataset.git", push=True) as url:
@@ -1122,31 +1121,43 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
         argo(plane, "submit", "--from", "workflowtemplate/build-dataset", "--name", BUILD_RUN,
              "-p", f"documents=s3://{bucket}/documents/", "-p", f"feedback=s3://{bucket}/feedback/feedback.jsonl",
              "-p", f"dataset-repo={url}", "-p", f"base-revision={hub_mirror.revision}")  # fmt: skip
-        wf = wait_workflow(real_node, BUILD_RUN, 1800)
+        build = wait_workflow(real_node, BUILD_RUN, 1800)
         pods = sorted((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
-                      for n in wf["status"]["nodes"].values() if n["type"] == "Pod")  # fmt: skip
+                      for n in build["status"]["nodes"].values() if n["type"] == "Pod")  # fmt: skip
         print(f"{BUILD_RUN} on the node: {time.monotonic() - began:.0f} s; pods: {pods}")
-        if wf["status"]["phase"] != "Succeeded":
+        if build["status"]["phase"] != "Succeeded":
             for pod_name, log in failed_logs(plane, BUILD_RUN).items():
                 print(f"--- {pod_name}\n{log}")
-        assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), pods)
-        (publish,) = step_pods(wf, "publish")
-        published = {p["name"]: p["value"] for p in publish["outputs"]["parameters"]}
-        print(f"published: {published}")
-        tag = published["dataset-rev"]
-        listed = subprocess.run(["git", "ls-remote", url, f"refs/tags/{tag}"], capture_output=True, text=True,
-                                check=True, timeout=30).stdout.split()  # fmt: skip
-        assert listed[:1] == [published["dataset-commit"]], (listed, published)
-        stored = s3.list_objects_v2(Bucket=bucket, Prefix="dvc/").get("KeyCount", 0)
-        assert stored > 0, "publish pushed nothing to the DVC remote"
+        assert build["status"]["phase"] == "Succeeded", (build["status"].get("message"), pods)
+        (publish,) = step_pods(build, "publish")
+        outputs = {p["name"]: p["value"] for p in publish["outputs"]["parameters"]}
+        print(f"published: {outputs}")
         keys = tmp_path_factory.getbasetemp() / "verdict-keys"
-        wf, steps, _ = submit_distill(real_node, PUBLISHED_RUN, (url, tag), hub_mirror, node_mlflow, keys,
-                                      "-p", "train-backend=cpu")  # fmt: skip
-    assert wf["status"]["phase"] == "Succeeded", (wf["status"].get("message"), steps)
-    (fetch,) = step_pods(wf, "fetch-dataset")
+        distilled, steps, _ = submit_distill(real_node, PUBLISHED_RUN, (url, outputs["dataset-rev"]), hub_mirror,
+                                             node_mlflow, keys, "-p", "train-backend=cpu")  # fmt: skip
+        assert distilled["status"]["phase"] == "Succeeded", (distilled["status"].get("message"), steps)
+        yield {"build": build, "distill": distilled, "published": outputs, "url": url, "served": served}
+
+
+def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
+    published: dict, node_s3: tuple[str, str], node_mlflow: str
+):
+    """build-dataset: ingest (the documents from S3, chunked with the base's tokenizer from the hub mirror), feedback
+    (the file from S3), the bundled teacher (llama.cpp in the teacher's pod), filter-split, and publish pushing a
+    tagged revision to the dataset repository over the pod network with its files in the DVC remote; then distill on
+    that tag, whose fetch-dataset pulls the files back through DVC and finds the dataset hash publish recorded."""
+    endpoint, bucket = node_s3
+    outputs, tag = published["published"], published["published"]["dataset-rev"]
+    listed = subprocess.run(["git", "ls-remote", published["url"], f"refs/tags/{tag}"], capture_output=True,
+                            text=True, check=True, timeout=30).stdout.split()  # fmt: skip
+    assert tag.startswith("dataset-") and listed[:1] == [outputs["dataset-commit"]], (listed, outputs)
+    stored = s3_client(endpoint).list_objects_v2(Bucket=bucket, Prefix="dvc/").get("KeyCount", 0)
+    assert stored > 0, "publish pushed nothing to the DVC remote"
+    (fetch,) = step_pods(published["distill"], "fetch-dataset")
     fetched = {p["name"]: p["value"] for p in fetch["outputs"]["parameters"]}
-    assert fetched["dataset-hash"] == published["dataset-hash"], (fetched, published)
-    print(f"distill on {tag}: registered {verdict.DECISION_TAG}={registered_decision(node_mlflow, wf)}")
+    assert fetched["dataset-hash"] == outputs["dataset-hash"], (fetched, outputs)
+    print(f"distill on {tag}: {stored} objects in the DVC remote; registered "
+          f"{verdict.DECISION_TAG}={registered_decision(node_mlflow, published['distill'])}")  # fmt: skip
 
 
 class _GitHttp(http.server.BaseHTTPRequestHandler):
@@ -1233,13 +1244,14 @@ EVERY_MINUTE = "* * * * *"
 
 
 def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
-    real_node: Node, cpu_distill: dict, node_mlflow: str, tmp_path_factory: pytest.TempPathFactory
+    real_node: Node, published: dict, node_mlflow: str, tmp_path_factory: pytest.TempPathFactory
 ):
     """The retrain CronWorkflow as shipped but for its schedule (every minute) and its template's defaults (this
-    node's MLflow, the dataset repository over https): the controller's scheduler creates the Workflow by itself,
-    check-triggers runs in its pod against MLflow and the repository, finds the champion (the cpu run's version,
-    aliased as a promotion would) trained on another base revision than the cron's, fires, and submit-retrain creates
-    the `distill` Workflow. The retrain itself is deleted once created (its run is the cpu scenario's)."""
+    node's MLflow; the team's dataset repository, the one build-dataset published to, over https): the controller's
+    scheduler creates the Workflow by itself, check-triggers runs in its pod against MLflow and the repository, finds
+    the champion (the version distilled on the published revision, aliased as a promotion would) trained on another
+    base revision than the cron's, fires, and submit-retrain creates the `distill` Workflow with the dataset the check
+    resolved. The retrain itself is deleted once created (its run is the distill scenarios')."""
     from mlflow import MlflowClient
 
     from workflows import retrain
@@ -1248,13 +1260,10 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
     work = tmp_path_factory.mktemp("retrain-cron")
     client = MlflowClient(node_mlflow)
     model = next(p.cluster for p in PARAMS if p.name == "model-name")
-    uid = cpu_distill["metadata"]["uid"]
+    uid = published["distill"]["metadata"]["uid"]
     (version,) = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
     client.set_registered_model_alias(model, "champion", version.version)
-    served = work / "served"
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(served / "distillery.git")], check=True,
-                   timeout=120)  # fmt: skip
-    with https_git(real_node, served, "distillery.git", work) as url:
+    with https_git(real_node, published["served"], "dataset.git", work) as url:
         # The team's git config for the dataset host (the optional distillery-git Secret). The templates mount no CA
         # bundle, so a private CA cannot be trusted in the pod: TLS verification is off for this host alone here.
         gitconfig = f'[http "https://{url.split("/")[2]}/"]\n\tsslVerify = false\n'
@@ -1265,22 +1274,23 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
                 p["value"] = {"tracking-uri": node_mlflow, "dataset-repo": url}.get(p["name"], p["value"])
 
         install_template(real_node, retrain.build, (defaults,))
-        cron = retrain.build_cron(schedule=EVERY_MINUTE).to_dict()
         began = time.monotonic()
-        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(cron))
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(retrain.build_cron(schedule=EVERY_MINUTE).to_dict()))
         try:
             deadline, fired = time.monotonic() + 240, []
             while not fired and time.monotonic() < deadline:
                 fired = plane.get(f"{WF_API}?labelSelector=workflows.argoproj.io/cron-workflow={RETRAIN_CRON}")["items"]
                 time.sleep(2)
             assert fired, f"the cron made no Workflow in 240 s: {plane.log_tail('workflow-controller', 3000)}"
-            print(
-                f"the cron fired {time.monotonic() - began:.0f} s after it was created: {fired[0]['metadata']['name']}"
-            )
+            name = fired[0]["metadata"]["name"]
+            print(f"the cron fired {time.monotonic() - began:.0f} s after it was created: {name}")
+            # One run is enough. Suspended, not deleted: the Workflows a CronWorkflow made are its dependents, and
+            # deleting it then garbage-collects them (the first version of this test lost its Workflow that way).
+            plane.kubectl("patch", "cronworkflow", RETRAIN_CRON, "--type", "merge", "-p", '{"spec":{"suspend":true}}')
+            wf = wait_workflow(real_node, name, 900)
         finally:
-            plane.kubectl("delete", "cronworkflow", RETRAIN_CRON, "--ignore-not-found")  # one run is enough
-        name = fired[0]["metadata"]["name"]
-        wf = wait_workflow(real_node, name, 900)
+            plane.kubectl("patch", "cronworkflow", RETRAIN_CRON, "--type", "merge", "-p", '{"spec":{"suspend":true}}',
+                          check=False)  # fmt: skip
     pods = [(n["templateName"], n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()
             if n["type"] == "Pod"]  # fmt: skip
     print(f"{name}: {wf['status']['phase']}; pods: {pods}")
@@ -1298,6 +1308,7 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
     given = {p["name"]: p["value"] for p in child["spec"]["arguments"]["parameters"]}
     print(f"retrain created: {child['metadata']['name']} with {given}")
     assert child["spec"]["workflowTemplateRef"]["name"] == "distill" and given["dataset-repo"] == url, given
+    assert given["dataset-rev"] == published["published"]["dataset-commit"], given  # main, resolved by the check
     plane.kubectl("delete", "workflow", child["metadata"]["name"], "--wait=false")
 
 

@@ -116,9 +116,10 @@ USERS: dict[str, tuple[str, ...]] = {
     # token of theirs cannot move an alias or rewrite gguf.sha256 (issue 37)
     "mlflow-read": ("evaluate-shard-cpu", "evaluate-shard-gpu", "evaluate", "push-adapter", "serve"),
     # the steps that read or write S3 themselves (DVC remote, checkpoints, caches, MLflow artifacts; build-dataset's
-    # documents, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy artifacts)
+    # documents, feedback file, teacher cache and dvc push; the serving pods' GGUF download when MLflow does not proxy
+    # artifacts)
     "s3": ("fetch-dataset", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "evaluate-shard-cpu",
-           "evaluate-shard-gpu", "register", "check-triggers", "ingest", "teacher", "publish", "serve"),
+           "evaluate-shard-gpu", "register", "check-triggers", "ingest", "feedback", "teacher", "publish", "serve"),
     # the steps that download the base model (or, kd-targets and build-dataset's ingest, its tokenizer) from the hub:
     # a gated base (Llama 3.2) needs the token, a cluster without huggingface.co the mirror (SETTINGS)
     "model-hub": ("preflight", "kd-targets", "train-gpu", "train-cpu", "train-ray", "convert-gguf", "ingest"),

@@ -1148,7 +1148,8 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
     that tag, whose fetch-dataset pulls the files back through DVC and finds the dataset hash publish recorded."""
     endpoint, bucket = node_s3
     outputs, tag = published["published"], published["published"]["dataset-rev"]
-    listed = subprocess.run(["git", "ls-remote", published["url"], f"refs/tags/{tag}"], capture_output=True,
+    # An annotated tag: ls-remote lists the tag object, and the commit it points to as `<tag>^{}`.
+    listed = subprocess.run(["git", "ls-remote", published["url"], f"refs/tags/{tag}^{{}}"], capture_output=True,
                             text=True, check=True, timeout=30).stdout.split()  # fmt: skip
     assert tag.startswith("dataset-") and listed[:1] == [outputs["dataset-commit"]], (listed, outputs)
     stored = s3_client(endpoint).list_objects_v2(Bucket=bucket, Prefix="dvc/").get("KeyCount", 0)
@@ -1302,7 +1303,8 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
     decided = {p["name"]: p["value"] for p in check["outputs"]["parameters"]}
     print(f"check-triggers: {decided}")
     assert decided["fire"] == "true" and "base" in decided["triggers"], decided
-    children = [w for w in plane.get(WF_API)["items"] if w["metadata"]["name"].startswith("distill-retrain-")]
+    # The Workflow submit-retrain created (retrain.retrain_manifest's labels), not the cron's own run.
+    children = plane.get(f"{WF_API}?labelSelector=app.kubernetes.io/component=retrain")["items"]
     assert len(children) == 1, [w["metadata"]["name"] for w in children]
     child = children[0]
     given = {p["name"]: p["value"] for p in child["spec"]["arguments"]["parameters"]}

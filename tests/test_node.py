@@ -990,7 +990,9 @@ def test_a_killed_ray_worker_pod_is_replaced_and_training_resumes_from_its_check
         while not done.wait(2) and time.monotonic() < deadline:
             try:
                 uid = plane.get(f"{WF_API}/{RAY_KILL_RUN}")["metadata"]["uid"]
-                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/checkpoints/").get("Contents", [])
+                # Ray Train's storage path is the run's `ray/` prefix (train-ray's --checkpoint-dir), not train-cpu's
+                # `checkpoints/`: the first run of this test watched the wrong prefix and never killed.
+                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/ray/").get("Contents", [])
                 workers = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=worker")
                            ["items"] if p["status"].get("phase") == "Running"]  # fmt: skip
                 if any(second in o["Key"] for o in listed) and len(workers) == 2:

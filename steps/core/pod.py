@@ -53,7 +53,10 @@ def termination_message(text: str, path: Path | None = None) -> bool:
 def announce_limits(
     step: str, path: Path | None = None, cgroup: Path | None = None, meminfo: Path | None = None
 ) -> None:
-    """The line a step leaves for the cluster as it starts: its memory limit, read by whoever sees it OOMKilled."""
+    """The line a step leaves for the cluster as it starts: its memory limit, read by whoever sees it OOMKilled. Off a
+    cluster (no termination-message file) it reads nothing at all."""
+    if not (path or TERMINATION_LOG).is_file():
+        return
     limit, source = memory_limit(cgroup or CGROUP, meminfo or MEMINFO)
     if source.startswith("the container's"):
         termination_message(f"{step} ran with a memory limit of {limit / GIB:.2f} GiB", path)

@@ -633,18 +633,25 @@ def submit_distill(
          "-p", f"dataset-repo={url}", "-p", f"dataset-rev={commit}", "-p", f"base-revision={hub.revision}",
          "-p", f"threads={threads}", "-p", f"tracking-uri={mlflow_url}",
          "-p", "evaluate-shards=2", "-p", "evaluate-parallelism=1", *SMALL_RUN, *params)  # fmt: skip
-    wf = wait_workflow(node, name, 3000)
-    took = time.monotonic() - began
+    wf, steps = finished(node, name, 3000, began)
+    return wf, steps, time.monotonic() - began
+
+
+def finished(node: Node, name: str, timeout: float, began: float) -> tuple[dict, list[tuple[str, str, int]]]:
+    """Workflow `name` once it ends, and its pods (template, phase, seconds), printed with the wall time since
+    `began`; for a workflow that did not succeed, Argo's reason for each pod that failed or never ran and the end of
+    each failed pod's step log."""
+    wf = wait_workflow(node, name, timeout)
     steps = sorted(((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
                     for n in wf["status"]["nodes"].values() if n["type"] == "Pod"), key=lambda s: s[0])  # fmt: skip
-    print(f"{name} on the node: {took:.0f} s; pods: {steps}")
+    print(f"{name} on the node: {time.monotonic() - began:.0f} s; pods: {steps}")
     if wf["status"]["phase"] != "Succeeded":
-        for n in wf["status"]["nodes"].values():  # Argo's reason for each pod that failed or never ran
+        for n in wf["status"]["nodes"].values():
             if n["type"] == "Pod" and n["phase"] in ("Failed", "Error"):
                 print(f"--- {n['templateName']} {n['phase']}: {n.get('message')}")
-        for pod_name, log in failed_logs(plane, name).items():
+        for pod_name, log in failed_logs(node.plane, name).items():
             print(f"--- {pod_name}\n{log}")
-    return wf, steps, took
+    return wf, steps
 
 
 # Per workflow name, edits of the rendered distill before it is stored (RAY_ON_ONE_NODE).
@@ -654,17 +661,21 @@ COMMON_STEPS = {"check-parameters", "preflight", "fetch-dataset", "convert-gguf"
                 "evaluate-shard-cpu", "evaluate", "register", "propose"}  # fmt: skip
 
 
-def registered_decision(mlflow_url: str, workflow: dict) -> str:
-    """The gate's decision tag on the model version the workflow registered (register's run id is the workflow uid,
-    named in the version's description)."""
+def registered_version(mlflow_url: str, workflow: dict) -> Any:
+    """The model version the workflow registered (register's run id is the workflow uid, named in the version's
+    description)."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(mlflow_url)
     model = next(p.cluster for p in PARAMS if p.name == "model-name")
-    uid = workflow["metadata"]["uid"]
-    mine = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
-    assert len(mine) == 1, [v.description for v in client.search_model_versions(f"name='{model}'")]
-    tags = mine[0].tags
+    versions = MlflowClient(mlflow_url).search_model_versions(f"name='{model}'")
+    mine = [v for v in versions if workflow["metadata"]["uid"] in (v.description or "")]
+    assert len(mine) == 1, [v.description for v in versions]
+    return mine[0]
+
+
+def registered_decision(mlflow_url: str, workflow: dict) -> str:
+    """The gate's decision tag on the model version the workflow registered."""
+    tags = registered_version(mlflow_url, workflow).tags
     assert tags[verdict.DECISION_TAG] in (verdict.PASS, verdict.FAIL), tags
     return tags[verdict.DECISION_TAG]
 
@@ -1123,13 +1134,7 @@ def published(
         argo(plane, "submit", "--from", "workflowtemplate/build-dataset", "--name", BUILD_RUN,
              "-p", f"documents=s3://{bucket}/documents/", "-p", f"feedback=s3://{bucket}/feedback/feedback.jsonl",
              "-p", f"dataset-repo={url}", "-p", f"base-revision={hub_mirror.revision}")  # fmt: skip
-        build = wait_workflow(real_node, BUILD_RUN, 1800)
-        pods = sorted((n["templateName"], n["phase"], round(_time(n["finishedAt"]) - _time(n["startedAt"])))
-                      for n in build["status"]["nodes"].values() if n["type"] == "Pod")  # fmt: skip
-        print(f"{BUILD_RUN} on the node: {time.monotonic() - began:.0f} s; pods: {pods}")
-        if build["status"]["phase"] != "Succeeded":
-            for pod_name, log in failed_logs(plane, BUILD_RUN).items():
-                print(f"--- {pod_name}\n{log}")
+        build, pods = finished(real_node, BUILD_RUN, 1800, began)
         assert build["status"]["phase"] == "Succeeded", (build["status"].get("message"), pods)
         (publish,) = step_pods(build, "publish")
         outputs = {p["name"]: p["value"] for p in publish["outputs"]["parameters"]}
@@ -1261,11 +1266,8 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
 
     plane = real_node.plane
     work = tmp_path_factory.mktemp("retrain-cron")
-    client = MlflowClient(node_mlflow)
-    model = next(p.cluster for p in PARAMS if p.name == "model-name")
-    uid = published["distill"]["metadata"]["uid"]
-    (version,) = [v for v in client.search_model_versions(f"name='{model}'") if uid in (v.description or "")]
-    client.set_registered_model_alias(model, "champion", version.version)
+    version = registered_version(node_mlflow, published["distill"])
+    MlflowClient(node_mlflow).set_registered_model_alias(version.name, "champion", version.version)
     with https_git(real_node, published["served"], "dataset.git", work) as url:
         # The team's git config for the dataset host (the optional distillery-git Secret). The templates mount no CA
         # bundle, so a private CA cannot be trusted in the pod: TLS verification is off for this host alone here.
@@ -1287,19 +1289,12 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
             assert fired, f"the cron made no Workflow in 240 s: {plane.log_tail('workflow-controller', 3000)}"
             name = fired[0]["metadata"]["name"]
             print(f"the cron fired {time.monotonic() - began:.0f} s after it was created: {name}")
+        finally:
             # One run is enough. Suspended, not deleted: the Workflows a CronWorkflow made are its dependents, and
             # deleting it then garbage-collects them (the first version of this test lost its Workflow that way).
-            plane.kubectl("patch", "cronworkflow", RETRAIN_CRON, "--type", "merge", "-p", '{"spec":{"suspend":true}}')
-            wf = wait_workflow(real_node, name, 900)
-        finally:
             plane.kubectl("patch", "cronworkflow", RETRAIN_CRON, "--type", "merge", "-p", '{"spec":{"suspend":true}}',
                           check=False)  # fmt: skip
-    pods = [(n["templateName"], n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()
-            if n["type"] == "Pod"]  # fmt: skip
-    print(f"{name}: {wf['status']['phase']}; pods: {pods}")
-    if wf["status"]["phase"] != "Succeeded":
-        for pod_name, log in failed_logs(plane, name).items():
-            print(f"--- {pod_name}\n{log}")
+        wf, pods = finished(real_node, name, 900, began)
     assert wf["status"]["phase"] == "Succeeded", pods
     (check,) = step_pods(wf, retrain.CHECK)
     decided = {p["name"]: p["value"] for p in check["outputs"]["parameters"]}

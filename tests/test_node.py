@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ from tests.node import (
     start_hub_mirror,
 )
 from tests.test_controlplane import WF_API, argo
-from workflows import security
+from workflows import rayjob, security
 from workflows.images import Images
 
 pytestmark = pytest.mark.cluster
@@ -924,6 +924,32 @@ class RayPods:
         return [p for p in self.seen.values() if p["type"] == kind]
 
 
+@contextlib.contextmanager
+def acting_while_it_runs(act: Callable[[], bool]) -> Iterator[list[str]]:
+    """Calls `act` every 2 s in a thread while the block runs, until it returns True (it did what it waits to do);
+    bounded (40 min) and by the block's end (the workflow's own wait ends a test first). Yields the last error `act`
+    raised (the workflow not created yet, an API or S3 hiccup: the next look), for the test's message."""
+    errors: list[str] = []
+    done = threading.Event()
+
+    def loop() -> None:
+        deadline = time.monotonic() + 2400
+        while not done.wait(2) and time.monotonic() < deadline:
+            try:
+                if act():
+                    return
+            except Exception as e:
+                errors[:] = [repr(e)]
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield errors
+    finally:
+        done.set()
+        thread.join(10)
+
+
 RAY_WORKERS = ("-p", "train-backend=ray", "-p", "ray-large-workers=0", "-p", "ray-medium-workers=0",
                "-p", "ray-small-workers=2")  # fmt: skip
 
@@ -990,38 +1016,26 @@ def test_a_killed_ray_worker_pod_is_replaced_and_training_resumes_from_its_check
     step_image(real_node, "ray")
     keys = tmp_path_factory.getbasetemp() / "verdict-keys"
     killed: dict[str, Any] = {}
-    errors: list[str] = []
-    done = threading.Event()
     # Ray Train registers a checkpoint after every rank's files are in; one is surely registered once the next one's
     # files appear (checkpoint-every=RECLAIM_EVERY: step-00000003, then step-00000006).
     second = f"/{CHECKPOINT_PREFIX}{2 * RECLAIM_EVERY:08d}/"
 
-    def kill() -> None:  # bounded: the workflow's own wait ends the test first
-        deadline = time.monotonic() + 2400
-        while not done.wait(2) and time.monotonic() < deadline:
-            try:
-                uid = plane.get(f"{WF_API}/{RAY_KILL_RUN}")["metadata"]["uid"]
-                # Ray Train's storage path is the run's `ray/` prefix (train-ray's --checkpoint-dir), not train-cpu's
-                # `checkpoints/`: the first run of this test watched the wrong prefix and never killed.
-                listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/ray/").get("Contents", [])
-                workers = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=worker")
-                           ["items"] if p["status"].get("phase") == "Running"]  # fmt: skip
-                if any(second in o["Key"] for o in listed) and len(workers) == 2:
-                    plane.kubectl("delete", "pod", workers[0], "--force", "--grace-period=0")
-                    killed.update(pod=workers[0], at=time.monotonic())
-                    return
-            except Exception as e:  # the workflow not created yet, an API or S3 hiccup: the next look
-                errors[:] = [repr(e)]
+    def kill() -> bool:
+        uid = plane.get(f"{WF_API}/{RAY_KILL_RUN}")["metadata"]["uid"]
+        # Ray Train's storage path is the run's `ray/` prefix (train-ray's --checkpoint-dir), not train-cpu's
+        # `checkpoints/`: the first run of this test watched the wrong prefix and never killed.
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{uid}/ray/").get("Contents", [])
+        workers = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=worker")["items"]
+                   if p["status"].get("phase") == "Running"]  # fmt: skip
+        if not (any(second in o["Key"] for o in listed) and len(workers) == 2):
+            return False
+        plane.kubectl("delete", "pod", workers[0], "--force", "--grace-period=0")
+        killed.update(pod=workers[0], at=time.monotonic())
+        return True
 
-    killer = threading.Thread(target=kill, daemon=True)
-    killer.start()
-    try:
-        with RayPods(plane) as pods:
-            wf, steps, _ = submit_distill(real_node, RAY_KILL_RUN, dataset_git, hub_mirror, node_mlflow, keys,
-                                          *RAY_WORKERS, "-p", f"checkpoint-every={RECLAIM_EVERY}")  # fmt: skip
-    finally:
-        done.set()
-        killer.join(10)
+    with acting_while_it_runs(kill) as errors, RayPods(plane) as pods:
+        wf, steps, _ = submit_distill(real_node, RAY_KILL_RUN, dataset_git, hub_mirror, node_mlflow, keys,
+                                      *RAY_WORKERS, "-p", f"checkpoint-every={RECLAIM_EVERY}")  # fmt: skip
     print(f"killed: {killed}")
     assert killed, f"no registered checkpoint while both workers ran: nothing was killed ({errors})"
     job = plane.get(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs")["items"]
@@ -1032,6 +1046,70 @@ def test_a_killed_ray_worker_pod_is_replaced_and_training_resumes_from_its_check
     result = ray_result(node_s3, wf)
     print(f"trained on: {result['device']}; resumed from step {result['resumed_from_step']}")
     assert "2 CPU workers" in result["device"] and result["resumed_from_step"] >= RECLAIM_EVERY, result
+
+
+RAY_STOP_RUN = "node-distill-ray-stop"
+
+
+def rayjob_name(uid: str) -> str:
+    """The RayJob a workflow with this uid creates (and its exit handler deletes)."""
+    return rayjob.NAME.replace("{{workflow.uid}}", uid)
+
+
+RENDER_EDITS[RAY_STOP_RUN] = RENDER_EDITS[RAY_RUN]
+
+
+def test_a_stopped_ray_job_fails_the_workflow_and_its_exit_handler_frees_the_pool(
+    real_node: Node,
+    dataset_git: tuple[str, str],
+    hub_mirror: HubMirror,
+    node_mlflow: str,
+    tmp_path_factory: pytest.TempPathFactory,
+):
+    """A Ray job stopped while it trains (`ray job stop` on the head, what an operator does to a runaway job): what the
+    templates promise (workflows/rayjob.py FAILURE_CONDITION, workflows/distill.py's exit handler) on KubeRay's real
+    operator: the RayJob ends jobStatus STOPPED, train-ray fails on its failure condition (the success condition alone
+    would never end it), the workflow Fails without training again (backoffLimit 0), the exit handler's delete-rayjob
+    runs and the RayJob, its RayCluster and every Ray pod are gone."""
+    plane = real_node.plane
+    step_image(real_node, "ray")
+    keys = tmp_path_factory.getbasetemp() / "verdict-keys"
+    rayjobs = f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
+    stopped: dict[str, Any] = {}
+
+    def stop() -> bool:
+        uid = plane.get(f"{WF_API}/{RAY_STOP_RUN}")["metadata"]["uid"]
+        status = plane.get(f"{rayjobs}/{rayjob_name(uid)}").get("status", {})
+        heads = [p["metadata"]["name"] for p in plane.get(f"{PODS}?labelSelector=ray.io/node-type=head")["items"]
+                 if p["status"].get("phase") == "Running"]  # fmt: skip
+        if status.get("jobStatus") != "RUNNING" or len(heads) != 1:
+            return False
+        stop_job = ("ray", "job", "stop", "--address", "http://127.0.0.1:8265", status["jobId"])
+        done = plane.kubectl("exec", "-n", NAMESPACE, heads[0], "-c", "ray-head", "--", *stop_job, timeout=180)
+        stopped.update(job=status["jobId"], head=heads[0], out=done.stdout[-500:], at=time.monotonic())
+        return True
+
+    with acting_while_it_runs(stop) as errors, RayPods(plane) as pods:
+        wf, steps, _ = submit_distill(real_node, RAY_STOP_RUN, dataset_git, hub_mirror, node_mlflow, keys, *RAY_WORKERS)
+    print(f"stopped: {stopped}")
+    assert stopped, f"the RayJob was never seen RUNNING with its head Running: nothing was stopped ({errors})"
+    assert wf["status"]["phase"] == "Failed", (wf["status"].get("message"), steps)
+    nodes = {n["templateName"]: n for n in wf["status"]["nodes"].values() if n["type"] == "Pod"}
+    assert nodes["train-ray"]["phase"] == "Failed", nodes["train-ray"]
+    print(f"train-ray: {nodes['train-ray'].get('message')}")
+    assert "convert-gguf" not in nodes, steps  # nothing after training ran
+    assert nodes["delete-rayjob"]["phase"] == "Succeeded", nodes.get("delete-rayjob")
+    # The RayJob and its cluster go with the exit handler's delete (KubeRay's finalizer), then the pods: bounded wait.
+    uid, left = wf["metadata"]["uid"], {}
+    for _ in range(60):
+        listed = {"rayjobs": rayjobs, "rayclusters": f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters",
+                  "pods": f"{PODS}?labelSelector=ray.io/node-type"}  # fmt: skip
+        left = {kind: [o["metadata"]["name"] for o in plane.get(path)["items"]] for kind, path in listed.items()}
+        if not any(left.values()):
+            break
+        time.sleep(2)
+    print(f"left after the exit handler: {left}; Ray pods seen: {len(pods.seen)}")
+    assert rayjob_name(uid) not in left["rayjobs"] and not left["rayclusters"] and not left["pods"], left
 
 
 OOM_RUN = "node-distill-oom"

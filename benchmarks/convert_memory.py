@@ -34,10 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from steps.core.defaults import SHARED
 from tests.tiny import REAL_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKENIZER = ROOT / ".cache/models/SmolLM2-135M-Instruct"
+TOKENIZER = ROOT / SHARED.base_model
 SHAPES = {  # hidden, intermediate, layers, attention heads, key/value heads, vocabulary, tied embeddings
     "tiny": (64, 128, 2, 4, 2, 0, True),  # tests/tiny.py: checks the benchmark itself runs
     "smollm2": (576, 1536, 30, 9, 3, 49152, True),  # SmolLM2-135M (the embedded run's base)

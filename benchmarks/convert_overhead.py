@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from steps.core.defaults import SHARED
 from steps.gguf.quants import LADDER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", type=Path, default=ROOT / "out/adapter")
     parser.add_argument("--dataset", type=Path, default=ROOT / "out/dataset")
-    parser.add_argument("--base-model", default=str(ROOT / ".cache/models/SmolLM2-135M-Instruct"))
+    parser.add_argument("--base-model", default=str(ROOT / SHARED.base_model))
     parser.add_argument("--converter-dir", default=str(ROOT / ".cache/llama.cpp"))
     parser.add_argument("--quantizations", default=",".join(LADDER))
     parser.add_argument("--repeats", type=int, default=3)

@@ -1,6 +1,6 @@
 """Benchmark: the GPU launcher (EKS spot pool) in bf16 vs 4-bit NF4 QLoRA, on a model the size a team would train.
 
-    python -m benchmarks.gpu_train --tokenizer .cache/models/SmolLM2-135M-Instruct --dataset DATASET --shape 1b
+    python -m benchmarks.gpu_train --dataset DATASET --shape 1b   # SmolLM2's tokenizer: the embedded run's base
     python -m benchmarks.gpu_train --plan-card "NVIDIA A10G"      # the card memory plan, checked on a lent GPU
 
 No model can be downloaded where this runs, so the base is a random-init Llama of a real model's shape (`1b`:
@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from steps.core.defaults import SHARED
 from tests.tiny import SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,7 +220,7 @@ def plan_check(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", type=Path, default=ROOT / ".cache/models/SmolLM2-135M-Instruct")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / SHARED.base_model)
     parser.add_argument("--dataset", type=Path, help="fetch-dataset's output folder (the speed runs)")
     parser.add_argument("--plan-card", help="check the GPU plan for this card (steps/sizing/cluster.py GPU_CARDS)")
     parser.add_argument("--shapes", default="llama3.2-1b,llama3.2-3b,llama3.1-8b", help="with --plan-card")

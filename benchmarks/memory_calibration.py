@@ -30,9 +30,11 @@ import sys
 import time
 from pathlib import Path
 
+from steps.core.defaults import SHARED
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DISTILLERY_CACHE", Path.home() / ".cache" / "distillery")) / "calibration"
-TOKENIZER = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"
+TOKENIZER = ROOT / SHARED.base_model
 BASES = ("Llama-3.2-1B", "Llama-3.2-3B")
 GROUPS = ("large", "medium")
 TARGET = 1.15

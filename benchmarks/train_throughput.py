@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from steps.core.defaults import SHARED
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -233,7 +235,7 @@ def main() -> None:
         if args.model == "tiny":
             from tests.tiny import build_model
 
-            build_model(ROOT / ".cache/models/SmolLM2-135M-Instruct", Path(tmp) / "tiny", max_positions=1024)
+            build_model(ROOT / SHARED.base_model, Path(tmp) / "tiny", max_positions=1024)
             args.model = str(Path(tmp) / "tiny")
         if args.profile:
             print(run_worker(args, "profile"), flush=True)

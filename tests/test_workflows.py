@@ -28,6 +28,7 @@ from steps.pipeline import (
 from steps.train import TrainConfig
 from tests.conftest import ROOT
 from tests.manifests import default_artifact_repository, rendered_rayjob
+from workflows import security
 from workflows.deploy import DEPLOY, SHARD, Deploy
 from workflows.distill import CHECK_TASK, CLUSTER_PARAMS, FANOUT_TASK, SHARDS_TASK, pod_spec_patch
 from workflows.render import rendered
@@ -95,8 +96,8 @@ def config_flags(config_cls: type) -> set[str]:
     return {f.name.replace("_", "-") for f in fields(config_cls)}
 
 
-def cluster_only_flags(row: Deploy) -> set[str]:
-    flags = {flag[2:] for flag in (*(row.shared_cache or ())[:1], *row.secret_args[::2])}
+def cluster_only_flags(stage: str, row: Deploy) -> set[str]:
+    flags = {flag[2:] for flag in (*(row.shared_cache or ())[:1], *security.file_args(stage)[::2])}
     if row.kind == "backends":
         flags |= CLUSTER_ONLY_TRAIN_FLAGS
     if row.kind == "fanned-out":  # the cluster's evaluate task gathers its shards (the fan-out: test_evaluate_*)
@@ -104,7 +105,7 @@ def cluster_only_flags(row: Deploy) -> set[str]:
     return flags
 
 
-CLUSTER_ONLY_FLAGS = {s.module: cluster_only_flags(DEPLOY[s.name]) for p in PIPELINES for s in p.stages}
+CLUSTER_ONLY_FLAGS = {s.module: cluster_only_flags(s.name, DEPLOY[s.name]) for p in PIPELINES for s in p.stages}
 
 
 def step_args(templates: dict[str, dict], name: str) -> list[str]:

@@ -52,7 +52,7 @@ def _template(stage: Stage, image: str) -> Container:
         return f"{OUT_DIR}/{name}" if name == stage.output else f"{IN_DIR}/{name}"
 
     deploy = DEPLOY[stage.name]  # its resources and the cache it keeps across runs (the teacher's answers)
-    args = [*command(stage, folder, _parameter)[1:], *(deploy.shared_cache or ()), *deploy.secret_args]
+    args = [*command(stage, folder, _parameter)[1:], *(deploy.shared_cache or ()), *security.file_args(stage.name)]
     return Container(
         name=stage.name,
         image=image,

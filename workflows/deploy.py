@@ -3,9 +3,10 @@
 A stage's runner-neutral facts (its command line, parameters, folders, the files a parameter names, when it runs) are
 its `steps.pipeline.Stage`; what the cluster adds — the floor of what each of its templates asks a node for, whether
 its output lives at a fixed key of the run, which served GGUFs it downloads, the caches it keeps across runs, the
-credential files its flags name, the service account its pods run under, and what kind of template it is — is its
-row here. A new stage is its module, one `Stage` and one row here; tests/test_workflows.py holds every stage to
-exactly one row, and no other table to naming a stage.
+service account its pods run under, and what kind of template it is — is its row here. A new stage is its module, one
+`Stage` and one row here (and, if its pods use a credential, a place among that credential's users: security.USERS,
+which also passes it the flag of a credential file); tests/test_workflows.py holds every stage to exactly one row, and
+no other table to naming a stage.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Literal
 from hera.workflows import models as m
 
 from steps import sizing
-from steps.core import verdict
 from workflows import security
 from workflows.pods import fixed_resources
 
@@ -30,8 +30,8 @@ SHARD_GGUF_READS = ("candidate-gguf", "base-gguf")
 # The shards keep no generations between runs: every contender is generated every run. A shared prefix of kept answers
 # is written by the steps role, and kept answers decide the comparison (weak ones for a rival, strong ones for the
 # candidate: issue 37); evaluate refuses an s3:// generation cache. Each shard signs its answers with the shard key
-# (steps/core/verdict.py SHARD), which its gather verifies.
-SHARD_ARGS = ("--generation-cache", "", verdict.SHARD.sign_flag, verdict.SHARD.private_file)
+# (steps/core/verdict.py SHARD; security.USERS "shard-key", `security.file_args`), which its gather verifies.
+SHARD_ARGS = ("--generation-cache", "")
 
 # How a stage becomes templates (workflows/distill.py):
 # - container: one container template named as the stage;
@@ -61,8 +61,6 @@ class Deploy:
     # (flag, location) of work that is the same in every run on a base, kept across runs, unlike the run's prefix
     # (sealed folders, steps/core/sealed.py).
     shared_cache: tuple[str, str] | None = None
-    # Flags the cluster passes besides the pipeline's: where its credential files are mounted (security.FILES).
-    secret_args: tuple[str, ...] = ()
     # The service account its pods run under instead of the workflow's (security.STEPS); Argo's executor containers
     # keep the workflow's executor account.
     account: str | None = None
@@ -102,7 +100,7 @@ DEPLOY: dict[str, Deploy] = {
     ),
     # The gather judges and decides (the bootstrap, the error-rate simulations) and generates nothing; the shards
     # generate, every contender every run (SHARD_ARGS). The gather verifies every shard's signature (the shards' public
-    # key) and signs the decision with the gate's key (steps/core/verdict.py).
+    # key) and signs the decision with the gate's key (steps/core/verdict.py; the files: security.USERS).
     "evaluate": Deploy(
         {
             "evaluate": m.ResourceRequirements(requests={"cpu": "1", "memory": "2Gi"}, limits={"memory": "4Gi"}),
@@ -113,28 +111,15 @@ DEPLOY: dict[str, Deploy] = {
             ),
         },
         kind="fanned-out",
-        secret_args=(
-            verdict.DECISION.sign_flag,
-            verdict.DECISION.private_file,
-            verdict.SHARD.verify_flag,
-            verdict.SHARD.public_file,
-        ),
     ),
     "register": Deploy(
         {"register": m.ResourceRequirements(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "2Gi"})},
         gguf_reads=("candidate-gguf",),
-        secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
         account=security.REGISTER,  # the one role that writes MLflow's artifact root (model versions, decisions)
     ),
-    "propose": Deploy(  # disk: MLflow answers only
-        {"propose": fixed_resources("250m", "512Mi", "1Gi", disk_gib=1)},
-        secret_args=("--verify-key", verdict.PUBLIC_KEY_FILE),
-    ),
+    "propose": Deploy({"propose": fixed_resources("250m", "512Mi", "1Gi", disk_gib=1)}),  # disk: MLflow answers only
     # Disk: the adapter's files (LoRA: tens to hundreds of MB), a one-branch depth-1 clone, the card.
-    "push-adapter": Deploy(
-        {"push-adapter": fixed_resources("250m", "512Mi", "1Gi", disk_gib=4)},
-        secret_args=("--token-file", security.GITEA_TOKEN_FILE),
-    ),
+    "push-adapter": Deploy({"push-adapter": fixed_resources("250m", "512Mi", "1Gi", disk_gib=4)}),
     # build-dataset
     # Disk: the documents downloaded from the S3 prefix (PDFs) and their extracted text.
     "ingest": Deploy({"ingest": fixed_resources("1", "2Gi", "4Gi", disk_gib=8)}),

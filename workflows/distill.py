@@ -470,7 +470,10 @@ def _shard_key() -> str:
 def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
     """evaluate's shard pods, `--shard i/k`: on the spot GPU pool in the cuda image (every layer on the card, retried
     like train-gpu when the node is reclaimed) or on a CPU node; each leaves its folder under `_shard_key()`."""
-    args = (*SHARD_ARGS, "--shard", _parameter("shard"))
+
+    def args(template: str) -> tuple[str, ...]:  # its key's flag and file (security.USERS "shard-key")
+        return (*SHARD_ARGS, *security.file_args(template), "--shard", _parameter("shard"))
+
     output = S3Artifact(name=stage.output, path=f"{OUT_DIR}/{stage.output}",
                         key=f"{_shard_key()}/{_parameter('index')}", archive=UNARCHIVED)  # fmt: skip
     common = {"sized": stage.name, "gguf_reads": SHARD_GGUF_READS, "output": output,
@@ -480,21 +483,27 @@ def _shard_templates(stage: Stage, images: Images) -> dict[str, Container]:
             stage,
             f"{SHARD}-gpu",
             images.ref("cuda"),
-            extra_args=args + GPU_LAYERS,
+            extra_args=args(f"{SHARD}-gpu") + GPU_LAYERS,
             node_selector=GPU_NODE_SELECTOR,
             tolerations=GPU_TOLERATIONS,
             retry_strategy=GPU_RETRY,
             annotations={"karpenter.sh/do-not-disrupt": "true"},
             **common,  # type: ignore[arg-type]
         ),
-        "cpu": _template(stage, f"{SHARD}-cpu", images.ref("cpu"), extra_args=args, **common),  # type: ignore[arg-type]
+        "cpu": _template(
+            stage,
+            f"{SHARD}-cpu",
+            images.ref("cpu"),
+            extra_args=args(f"{SHARD}-cpu"),
+            **common,  # type: ignore[arg-type]
+        ),
     }
 
 
 def _gather_template(stage: Stage, image: str) -> Container:
     """`evaluate`: every shard's folder (the run's shard prefix, one artifact) judged together, and the decision."""
     shards = S3Artifact(name=EVALUATION_SHARDS, path=f"{IN_DIR}/{EVALUATION_SHARDS}", key=_shard_key())
-    args = ("--gather", shards.path, *DEPLOY[stage.name].secret_args)
+    args = ("--gather", shards.path, *security.file_args(stage.name))
     return _template(stage, stage.name, image, extra_args=args, sized=stage.name,  # type: ignore[arg-type]
                      extra_inputs=(shards,))  # fmt: skip
 
@@ -605,7 +614,7 @@ def build(images: Images = DEFAULT_IMAGES) -> WorkflowTemplate:
                     stage,
                     stage.name,
                     images.ref("cpu"),
-                    extra_args=(*(deploy.shared_cache or ()), *deploy.secret_args),
+                    extra_args=(*(deploy.shared_cache or ()), *security.file_args(stage.name)),
                     sized=stage.name if stage.name in sizing.POD_PATCH_STEPS else None,
                     **({"service_account_name": own} if own else {}),
                 )

@@ -178,7 +178,7 @@ TEACHER_FILES = (SecretFile(TEACHER_SECRET, "api-key", TEACHER_DIR, "api-key"),)
 HUB_DIR = "/var/run/secrets/distillery-hf"
 HUB_FILES = (SecretFile(HUB_SECRET, "token", HUB_DIR, "token"),)
 # The gate's Ed25519 key (steps/core/verdict.py): the private half to the deciding step, the public half to the steps
-# that act on its decision, each at the path the step's flag names (workflows/deploy.py, `Deploy.secret_args`).
+# that act on its decision, each at the path the step's flag names (FILE_FLAGS, `file_args`).
 # The shards' key pair the same way: the private half to the shard pods, the public half to the gather.
 VERDICT_FILES = {
     f"{name}-{half}": (SecretFile(secret, f"{kind}-key", signer.key_dir, PurePosixPath(path).name),)
@@ -193,6 +193,16 @@ FILES: dict[str, tuple[SecretFile, ...]] = {
     "teacher": TEACHER_FILES,
     "model-hub": HUB_FILES,
     "gitea": GITEA_FILES,
+}
+# The flag each user of a credential file is given it by (the steps' flags default to nothing: the cluster names the
+# file it mounts, FILES): `file_args` gives a pod the flags of the files it may use, so a stage that uses one is
+# written once, in USERS.
+FILE_FLAGS: dict[str, str] = {
+    "verdict-key": verdict.DECISION.sign_flag,
+    "verdict-public": verdict.DECISION.verify_flag,
+    "shard-key": verdict.SHARD.sign_flag,
+    "shard-public": verdict.SHARD.verify_flag,
+    "gitea": "--token-file",
 }
 # Plain variables that tell a consumer where its credential file is (a path, not a secret).
 FILE_ENV: dict[str, tuple[tuple[str, str], ...]] = {
@@ -215,13 +225,13 @@ NO_SECRET_VOLUMES = ("train-ray",)
 # A pod carrying EGRESS_LABEL = "internet" gets HTTPS to any address but the cluster's and the metadata address; every
 # other step pod reaches HTTPS only at the private endpoints' range (infra/networkpolicy/cluster-network.yaml
 # `endpoints-cidr`: S3, STS and the API server behind VPC endpoints on EKS). The internet pods are the users of a
-# credential for a public host — the model hub, a git host, a hosted teacher, Gitea (USERS) — and ingest, which
-# reads the base model's tokenizer from the hub without a token. So the pods that run llama.cpp on GGUFs other roles
-# write (evaluate's shards), the ones that hold the verdict's keys or register's role, and serve reach no public host.
+# credential for a public host — the model hub (ingest too: it reads the base model's tokenizer from the hub), a git
+# host, a hosted teacher, Gitea (USERS). So the pods that run llama.cpp on GGUFs other roles write (evaluate's
+# shards), the ones that hold the verdict's keys or register's role, and serve reach no public host.
 EGRESS_LABEL = "distillery/egress"
 INTERNET = "internet"
 PUBLIC_HOST_CREDENTIALS = ("model-hub", "git", "teacher", "gitea")
-PUBLIC_HOST_STEPS = frozenset({s for c in PUBLIC_HOST_CREDENTIALS for s in USERS[c]} | {"ingest"}) - set(
+PUBLIC_HOST_STEPS = frozenset({s for c in PUBLIC_HOST_CREDENTIALS for s in USERS[c]}) - set(
     NO_SECRET_VOLUMES
 )  # the Ray pods have infra/networkpolicy/ray.yaml
 
@@ -229,6 +239,17 @@ PUBLIC_HOST_STEPS = frozenset({s for c in PUBLIC_HOST_CREDENTIALS for s in USERS
 def pod_labels(step: str) -> dict[str, str] | None:
     """The labels of `step`'s pod (its template's metadata): its egress class, for the NetworkPolicies."""
     return {EGRESS_LABEL: INTERNET} if step in PUBLIC_HOST_STEPS else None
+
+
+def file_args(step: str) -> tuple[str, ...]:
+    """The flags, each with the path of its mounted file, that give `step` the credential files it uses (FILE_FLAGS)."""
+    return tuple(
+        arg
+        for credential, users in USERS.items()
+        if step in users and credential in FILE_FLAGS
+        for f in FILES[credential]
+        for arg in (FILE_FLAGS[credential], f"{f.directory}/{f.file}")
+    )
 
 
 def _as_files(credential: str, step: str) -> bool:

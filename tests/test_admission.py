@@ -492,8 +492,22 @@ def test_the_shipped_policy_admits_argo_s_executor_at_the_tested_release_and_no_
     assert [refusals(d) for d in answers[: len(pods)]] == [[]] * len(pods)
     for name, decisions in zip(variants, answers[len(pods) :], strict=True):
         refused = refusals(decisions)
-        assert len(refused) == 1 and "runs its step as rendered" in refused[0], (name, refused)
-        assert f"Argo's executor ({default_argoexec()})" in refused[0], (name, refused)
+        # the rule every step pod answers to (test_a_controller_with_another_executor_is_refused_at_the_first_pod…)
+        assert len(refused) == 1 and "--argoexec-image" in refused[0], (name, refused)
+        assert f"Argo's executor (init, wait, supervisor) must be {default_argoexec()}" in refused[0], (name, refused)
+
+
+def test_a_controller_with_another_executor_is_refused_at_the_first_pod_with_the_fix_named():
+    """A controller whose executor.image is not the one rendered (a newer Argo, a mirror, with the shipped render) is
+    refused at every pod the workflows create, check-parameters' first, not only at register's after training ran:
+    each pod of every template refused, the message naming the admitted executor and --argoexec-image."""
+    pods = step_pods()
+    other = {name: with_executor(pod, "quay.io/argoproj/argoexec:v4.0.7") for name, pod in pods.items()}
+    answers = judge(PODS_POLICY, list(other.values()), PODS)
+    for name, decisions in zip(other, answers, strict=True):
+        named = [r for r in refusals(decisions) if "--argoexec-image" in r]
+        assert len(named) == 1 and default_argoexec() in named[0], (name, refusals(decisions))
+    assert "distill-workflowtemplate/check-parameters" in other, sorted(other)
 
 
 def test_a_render_given_a_mirrored_argoexec_admits_exactly_it():
@@ -509,7 +523,7 @@ def test_a_render_given_a_mirrored_argoexec_admits_exactly_it():
     assert [refusals(d) for d in answers[: len(mirrored)]] == [[]] * len(mirrored)
     for name, decisions in zip(default, answers[len(mirrored) :], strict=True):
         refused = refusals(decisions)
-        assert len(refused) == 1 and f"Argo's executor ({MIRRORED})" in refused[0], (name, refused)
+        assert len(refused) == 1 and f"must be {MIRRORED}" in refused[0], (name, refused)
 
 
 def test_the_render_refuses_an_executor_that_is_not_a_whole_reference(capsys: pytest.CaptureFixture):

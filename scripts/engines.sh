@@ -39,8 +39,11 @@ cd "$(dirname "$0")/.."
 # Argo v4.1.2 is the version the issue named; the module proxy here refuses it (403 "This module version is not
 # available"), and v4.0.5 is the newest v4 it serves. v3.7.18 (the newest v3, served) builds the same way, its
 # go.mod's replace directive included, but has not been built and linted here yet: add it when it has.
-ARGO_VERSIONS=(v4.0.5)
-CONTROLLER_ARGO=v4.0.5
+# The Argo release is the one engines/harness/go.mod requires (the harness runs that release's code; the render's
+# default executor image, workflows/images.py argo_release, reads the same line).
+CONTROLLER_ARGO=$(awk '$1 == "github.com/argoproj/argo-workflows/v4" {print $2; exit}' engines/harness/go.mod)
+[ -n "$CONTROLLER_ARGO" ] || { echo "engines.sh: engines/harness/go.mod requires no argo-workflows/v4" >&2; exit 1; }
+ARGO_VERSIONS=("$CONTROLLER_ARGO")
 # KubeRay v1.7.0 (the release the templates' RayJob fields need, authOptions from 1.6.0) is refused by the module
 # proxy here (403 on its .zip); v1.5.0 is the newest it serves (docs/engines.md: what that changes).
 KUBERAY_VERSION=v1.5.0

@@ -23,7 +23,9 @@ the one the registry says this run registered (tagged with `--run-id`, on Argo t
 and `eval.decision` are the decision's; register's `result.json`, in a prefix every step's role writes, is refused
 when it names another (`registered_version`). The card's decision, scores and dataset are read from the run's
 folders, which every step's role writes: the step refuses to push when one differs from the tag register recorded it
-under on the version (`check_card_facts`).
+under on the version (`check_card_facts`). The adapter's files are train's folder, in the same prefix: each one pushed
+must hash to what register recorded on the version when it logged that folder (`adapter.manifest`), none missing or
+added (`staged_adapter`).
 
 The token: the file `--token-file` names (on Argo the optional Secret `distillery-gitea`, key `token`, mounted
 read-only: workflows/security.py), else `GITEA_TOKEN`; sent as HTTP basic auth (`GITEA_USERNAME`, default
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from steps.core import verdict
+from steps.core import chain, verdict
 from steps.core.cli import parse_config, refuse, timed, write_result
 from steps.core.io import atomic_dir, environment, read_json
 from steps.core.mlflow_client import LOOPBACK_HOSTS, MISSING_TRACKING_URI, MlflowSettings, tracking_uri
@@ -268,6 +270,29 @@ CARD_FACTS = {
 }  # fmt: skip
 
 
+def staged_adapter(cfg: PushConfig, reg: dict, into: Path) -> Path:
+    """The adapter files to push (`ADAPTER_FILES` that train's folder holds), copied into `into` and held there, the
+    bytes that will be committed, to the version's `adapter.manifest` (register's sha256 of every file it logged from
+    the same folder, in the registry). PushError naming each file whose sha256 differs (both given), that is missing,
+    or that register did not record: train's folder lies in the run's prefix, which every step's role writes."""
+    label = f"models:/{reg['model_name']}/{reg['model_version']}"
+    recorded = chain.recorded_manifest(reg["lineage"], label, chain.ADAPTER_MANIFEST_TAG)
+    into.mkdir(parents=True)
+    for name in ADAPTER_FILES:
+        if (Path(cfg.adapter) / name).is_file():
+            shutil.copyfile(Path(cfg.adapter) / name, into / name)
+    expected = {name: sha for name, sha in recorded.items() if name in ADAPTER_FILES}
+    problems = chain.manifest_problems(expected, chain.manifest(into))
+    if problems:
+        raise PushError(
+            f"the adapter in {cfg.adapter} is not the one register recorded on {label} "
+            f"({chain.ADAPTER_MANIFEST_TAG}):\n  " + "\n  ".join(problems) + "\nIt changed after register (train's "
+            "folder lies in the run's prefix, which every step's role writes). Refusing to push it; run the pipeline "
+            "again from train"
+        )
+    return into
+
+
 def check_card_facts(reg: dict, result: dict, decision: dict, lineage: dict) -> None:
     """Refuse a card whose decision, scores or dataset (read from the run's folders, which every step's role writes)
     differ from what register recorded on the version (its tags, in the registry), naming each."""
@@ -304,6 +329,7 @@ def run(cfg: PushConfig) -> PushResult:
     env = auth_env(cfg.adapter_repo, token)
     git = functools.partial(_git, token=token)
     with tempfile.TemporaryDirectory(prefix="push-adapter-") as work:
+        adapter = staged_adapter(cfg, reg, Path(work) / "adapter")  # before git is asked anything
         repo = Path(work) / "repo"
         repo.mkdir()
         git(repo, env, "init", "--quiet")
@@ -316,9 +342,8 @@ def run(cfg: PushConfig) -> PushResult:
         target = repo / folder
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        for name in ADAPTER_FILES:
-            if (Path(cfg.adapter) / name).is_file():
-                shutil.copyfile(Path(cfg.adapter) / name, target / name)
+        for staged in sorted(adapter.iterdir()):
+            shutil.copyfile(staged, target / staged.name)
         (target / "README.md").write_text(card)
         git(repo, env, "add", "--all", "--", folder)
         changed = bool(git(repo, env, "status", "--porcelain", "--", folder))

@@ -29,7 +29,8 @@ on the version), and the first pin on a base is never a file convert-gguf took f
 the one it uploaded (the GGUF, the code and MLflow's own files, as hashed in the folder MLflow uploaded from) and that
 nothing was added (a planted `.pyc`, a symlink), and records every file's sha256 on the version (`model.manifest`):
 serve, the pyfunc loader (`steps.core.chain.load_model`) and evaluate's champion refuse a version whose files no longer
-hash to it.
+hash to it. The adapter folder it logs is recorded the same way (`adapter.manifest`): push-adapter pushes no adapter
+file that differs from it.
 
 Idempotent: a retry with the same `--run-id` (the Argo workflow uid; locally derived from the GGUF's hash) returns
 the version it already made, or, when an earlier attempt uploaded everything but died before creating the version,
@@ -553,8 +554,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, str], gguf_file: Path) -> RegisterResult:
-    """One attempt. Safe to repeat: every outcome of an interrupted attempt is found and reused by the next."""
+def register_once(
+    cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, str], gguf_file: Path, adapter_files: dict[str, str]
+) -> RegisterResult:
+    """One attempt. Safe to repeat: every outcome of an interrupted attempt is found and reused by the next.
+    `adapter_files`: the manifest of train's folder, which the run logs under `adapter/` and the version records."""
     import mlflow
     from mlflow import MlflowClient
 
@@ -584,7 +588,12 @@ def register_once(cfg: RegisterConfig, uri: str, run_id: str, tags: dict[str, st
         cfg.model_name,
         source=f"models:/{model_id}",
         run_id=mlflow_run_id,
-        tags={**tags, **serving_config.SERVING.tags(), chain.MANIFEST_TAG: json.dumps(files, sort_keys=True)},
+        tags={
+            **tags,
+            **serving_config.SERVING.tags(),
+            chain.MANIFEST_TAG: json.dumps(files, sort_keys=True),
+            chain.ADAPTER_MANIFEST_TAG: json.dumps(adapter_files, sort_keys=True),
+        },
         description=f"candidate from {run_id}; decision {tags['eval.decision']}",
         model_id=model_id,
     )
@@ -617,12 +626,14 @@ def run(cfg: RegisterConfig) -> RegisterResult:
     chain.check_judged(decision, "candidate", gguf_file, gguf_sha256, str(cfg.evaluation))
     run_id = cfg.run_id or local_run_id(gguf_sha256)
     tags = lineage_tags(cfg, run_id, gguf_file, gguf_sha256, decision)
+    # The adapter as this step logs it: push-adapter pushes train's folder from the run's prefix, and only these bytes.
+    adapter_files = chain.manifest(Path(cfg.adapter))
 
     wait = cfg.retry_wait
     with environment(cfg.http_env()):
         for attempt in range(1, cfg.attempts + 1):
             try:
-                result = register_once(cfg, uri, run_id, tags, gguf_file)
+                result = register_once(cfg, uri, run_id, tags, gguf_file, adapter_files)
                 break
             except Exception as e:
                 if not is_transient(e):

@@ -42,6 +42,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.manifests import WORKFLOW_NAME, WORKFLOW_UID, default_artifact_repository
+from workflows.images import default_argoexec
 
 EXECUTOR_SETTINGS = ROOT / "infra/argo-controller/executor-security-context.yaml"
 NAMESPACE = "distillery"
@@ -80,7 +81,8 @@ class ControllerConfig:
 
     executor: dict = field(default_factory=dict)  # the ConfigMap's `executor` key, parsed; {} is Argo's default
     initless: bool = False  # `initlessPod: {enabled: true}` (v4.1 beta): supervisor instead of init + wait
-    executor_image: str = "quay.io/argoproj/argoexec:v4.1.2"  # the controller's --executor-image
+    # The controller's --executor-image: Argo's own at the release the engines require (the admission policy's).
+    executor_image: str = field(default_factory=default_argoexec)
 
 
 def executor_image(config: ControllerConfig) -> str:

@@ -33,12 +33,13 @@ import yaml
 from tests.conftest import ROOT, console_script, free_port
 from tests.engines import binary
 from tests.manifests import argo_install
+from workflows import images
 
 NAMESPACE = "distillery"
 ARGO_NAMESPACE = "argo"  # where the workflow-controller's ConfigMap lives, as Argo's own install puts it
 SCHEMAS = ROOT / "tests/schemas"
 # CRDs the Go module cache holds (scripts/engines.sh downloaded the modules to build the engines).
-ARGO_MODULE = "github.com/argoproj/argo-workflows/v4@v4.0.5"
+ARGO_MODULE = f"{images.ARGO_MODULE}@{images.argo_release()}"  # the release engines/harness/go.mod requires
 KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator@v1.5.0"
 GATEWAY_MODULE = "sigs.k8s.io/gateway-api@v1.6.1"  # the release tests/schemas holds the HTTPRoute CRD of
 # The controller settings this project ships (infra/argo-controller/ Component on Argo's own ConfigMap) plus what the
@@ -56,7 +57,7 @@ CLUSTER_NETWORK = yaml.safe_load((ROOT / "infra/networkpolicy/cluster-network.ya
 SERVICE_CIDR = ipaddress.ip_network(CLUSTER_NETWORK["service-cidr"])
 KUBERNETES_SERVICE_IP = str(SERVICE_CIDR[1])
 # The executor image the workflow-controller puts in every step pod (Argo's own; tests/node.py imports its own build).
-EXECUTOR_IMAGE = "quay.io/argoproj/argoexec:v4.0.5"
+EXECUTOR_IMAGE = images.default_argoexec()
 
 
 def go_module_dir(module: str) -> Path:

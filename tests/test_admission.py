@@ -7,18 +7,22 @@ labels, resources) is checked on the YAML; a real API server runs them when the 
 from __future__ import annotations
 
 import copy
+import subprocess
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.argo_pods import shipped_config, workflow_pods
 from tests.conftest import ROOT
-from tests.engines import harness
+from tests.engines import ENGINES_SH, harness
 from tests.manifests import rendered_rayjob
 from tests.test_pod_security import argo_docs
 from workflows import distill, security
 from workflows.images import DEFAULT as DEFAULT_IMAGES
-from workflows.images import Images
+from workflows.images import Images, argo_release, argoexec_from_env, argoexec_problems, default_argoexec
+from workflows.render import main as render_main
 from workflows.render import step_pods_policy
 
 RAYJOB_POLICY, RAYJOB_BINDING = yaml.safe_load_all((ROOT / "infra/admission/rayjob-pods.yaml").read_text())
@@ -38,6 +42,11 @@ def judge(policy: dict, objects: list[dict], resource: str) -> list[list[dict]]:
 def refusals(decisions: list[dict]) -> list[str]:
     assert all(d["evaluation"] != "error" for d in decisions), decisions  # a rule that fails to compile or run
     return [d["message"] for d in decisions if d["action"] != "admit"]
+
+
+def engines_path(name: str) -> str:
+    """Where scripts/engines.sh builds `name` (its folder is <name>-<release>); builds nothing."""
+    return subprocess.run([ENGINES_SH, "--path", name], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def variable(policy: dict, name: str) -> set[str]:
@@ -441,6 +450,93 @@ def test_the_shipped_policy_refuses_another_tag_of_the_project_s_images():
     for name, decisions in zip(variants, answers[len(pods) :], strict=True):
         refused = refusals(decisions)
         assert len(refused) == 1 and "runs its step as rendered" in refused[0], (name, refused)
+
+
+# --- Argo's executor: exactly the image of the Argo release the project is built for, or the one the render is given
+
+
+ARGOEXEC_DIGEST = "sha256:" + "f" * 64
+MIRRORED = f"registry.example.com/mirror/argoexec:v4.0.6@{ARGOEXEC_DIGEST}"
+
+
+def with_executor(pod: dict, image: str) -> dict:
+    """`pod` with every container of Argo's but `main` (init, wait) naming `image`."""
+    pod = copy.deepcopy(pod)
+    for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+        if c["name"] != "main":
+            c["image"] = image
+    return pod
+
+
+def test_the_shipped_policy_admits_argo_s_executor_at_the_tested_release_and_no_other_tag():
+    """The pods that hold more than the shared role run Argo's `init` and `wait` beside their step. The policy admits
+    the executor image of the Argo release the project is built and tested against (engines/harness/go.mod's, where
+    scripts/engines.sh builds the controller and argoexec too), whole; another tag of argoexec (one that starts with
+    the pinned tag too), the same tag under another registry or argoexec by a digest alone are other images, refused
+    (before: any reference starting `quay.io/argoproj/argoexec:` or `…@`)."""
+    release = argo_release()
+    assert default_argoexec() == f"quay.io/argoproj/argoexec:{release}"
+    assert Path(engines_path("argoexec")).parent.name == f"argoexec-{release}"  # the executor the node runs
+    assert Path(engines_path("workflow-controller")).parent.name == f"workflow-controller-{release}"
+    assert variable(PODS_POLICY, "executorImages") == {default_argoexec()}
+    pods = powered_pods(DEFAULT_IMAGES)
+    executors = {c["image"] for p in pods.values() for c in p["spec"]["containers"] + p["spec"]["initContainers"]
+                 if c["name"] != "main"}  # fmt: skip
+    assert executors == {default_argoexec()}
+    others = ("quay.io/argoproj/argoexec:v4.0.4", "quay.io/argoproj/argoexec:latest",
+              f"quay.io/argoproj/argoexec:{release}-rc1", f"quay.io/argoproj/argoexec@{ARGOEXEC_DIGEST}",
+              f"registry.example.com/argoproj/argoexec:{release}")  # fmt: skip
+    variants = {f"{name} with argoexec {image}": with_executor(pod, image) for name, pod in pods.items()
+                for image in others}  # fmt: skip
+    answers = judge(PODS_POLICY, [*pods.values(), *variants.values()], PODS)
+    assert [refusals(d) for d in answers[: len(pods)]] == [[]] * len(pods)
+    for name, decisions in zip(variants, answers[len(pods) :], strict=True):
+        refused = refusals(decisions)
+        # the rule every step pod answers to (test_a_controller_with_another_executor_is_refused_at_the_first_pod…)
+        assert len(refused) == 1 and "--argoexec-image" in refused[0], (name, refused)
+        assert f"Argo's executor (init, wait, supervisor) must be {default_argoexec()}" in refused[0], (name, refused)
+
+
+def test_a_controller_with_another_executor_is_refused_at_the_first_pod_with_the_fix_named():
+    """A controller whose executor.image is not the one rendered (a newer Argo, a mirror, with the shipped render) is
+    refused at every pod the workflows create, check-parameters' first, not only at register's after training ran:
+    each pod of every template refused, the message naming the admitted executor and --argoexec-image."""
+    pods = step_pods()
+    other = {name: with_executor(pod, "quay.io/argoproj/argoexec:v4.0.7") for name, pod in pods.items()}
+    answers = judge(PODS_POLICY, list(other.values()), PODS)
+    for name, decisions in zip(other, answers, strict=True):
+        named = [r for r in refusals(decisions) if "--argoexec-image" in r]
+        assert len(named) == 1 and default_argoexec() in named[0], (name, refusals(decisions))
+    assert "distill-workflowtemplate/check-parameters" in other, sorted(other)
+
+
+def test_a_render_given_a_mirrored_argoexec_admits_exactly_it():
+    """An installation whose controller names a mirrored executor (or another release, by digest) renders with
+    `--argoexec-image` (DISTILLERY_ARGOEXEC_IMAGE): the policy admits that reference and refuses Argo's default."""
+    (policy, _) = yaml.safe_load_all(step_pods_policy(DEFAULT_IMAGES, argoexec=MIRRORED))
+    assert variable(policy, "executorImages") == {MIRRORED}
+    pods = workflow_pods(distill.build(DEFAULT_IMAGES).to_dict(), replace(shipped_config(), executor_image=MIRRORED))
+    mirrored = {name: pods[name] for name in POWERED}
+    default = {f"{name} with Argo's default executor": with_executor(p, default_argoexec())
+               for name, p in mirrored.items()}  # fmt: skip
+    answers = judge(policy, [*mirrored.values(), *default.values()], PODS)
+    assert [refusals(d) for d in answers[: len(mirrored)]] == [[]] * len(mirrored)
+    for name, decisions in zip(default, answers[len(mirrored) :], strict=True):
+        refused = refusals(decisions)
+        assert len(refused) == 1 and f"must be {MIRRORED}" in refused[0], (name, refused)
+
+
+def test_the_render_refuses_an_executor_that_is_not_a_whole_reference(capsys: pytest.CaptureFixture):
+    for prefix in ("quay.io/argoproj/argoexec:", "quay.io/argoproj/argoexec", "quay.io/argoproj/argoexec@sha256:1"):
+        assert argoexec_problems(prefix), prefix
+        with pytest.raises(SystemExit):
+            render_main(["--check", "--argoexec-image", prefix])
+        assert "--argoexec-image" in capsys.readouterr().err
+        with pytest.raises(ValueError, match="DISTILLERY_ARGOEXEC_IMAGE"):
+            argoexec_from_env({"DISTILLERY_ARGOEXEC_IMAGE": prefix})
+    assert argoexec_problems(MIRRORED) == []
+    assert argoexec_from_env({"DISTILLERY_ARGOEXEC_IMAGE": MIRRORED}) == MIRRORED
+    assert argoexec_from_env({}) == default_argoexec()
 
 
 def test_the_render_names_the_image_lists_it_cannot_find():

@@ -574,13 +574,12 @@ STEP_POD_POLICY = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpoli
 def allow_images(plane: ControlPlane, images: Images) -> None:
     """What infra/admission/step-pods.yaml asks of a cluster whose images are not the rendered defaults: its project
     image lists as the render fills them for the images built here (`workflows.render.admission_images`: exactly the
-    pinned references), and, as for a mirrored argoexec, `executorImages` patched to the executor built here. Without
-    it the policy refused evaluate's gather on the node (its first run there)."""
+    pinned references), and, as for a mirrored argoexec (`--argoexec-image`), `executorImages` the executor built
+    here, exactly. Without it the policy refused evaluate's gather on the node (its first run there)."""
     from workflows.render import admission_images
 
     policy = plane.get(STEP_POD_POLICY)
-    executor = argoexec_image_name().rsplit(":", 1)[0]
-    lists = {**admission_images(images), "executorImages": [f"{executor}:", f"{executor}@"]}
+    lists = admission_images(images, argoexec_image_name())
     for v in policy["spec"]["variables"]:
         if v["name"] in lists:
             v["expression"] = json.dumps(lists[v["name"]])

@@ -22,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from steps import push_adapter, register
-from steps.core.io import environment
+from steps.core.io import environment, sha256_file
 from tests.test_registry import pipeline_outputs, reg_config
 
 integration = pytest.mark.integration
@@ -150,17 +150,16 @@ def git_server(tmp_path: Path) -> Iterator[GitServer]:
 
 
 def inputs(tmp_path: Path, uri: str, name: str = "pushed-adapter") -> None:
-    """register's output for a real version (a stand-in GGUF: nothing loads it here) and a train output folder."""
+    """register's output for a real version (a stand-in GGUF: nothing loads it here), from a train output folder
+    holding an adapter, and each folder push-adapter reads where the run left it."""
     gguf = tmp_path / "candidate-Q8_0.gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(256)) * 4)
     outputs = pipeline_outputs(tmp_path / "p", gguf)
+    (outputs["adapter"] / "adapter_config.json").write_text(json.dumps({"r": 16, "peft_type": "LORA"}))
+    (outputs["adapter"] / "adapter_model.safetensors").write_bytes(b"\x08\x00" + b"w" * 64)
     register.run(reg_config(outputs, tmp_path / "registration", uri, name, RUN))
-    for name in ("evaluation", "gguf", "dataset"):
+    for name in ("adapter", "evaluation", "gguf", "dataset"):
         os.symlink(outputs[name], tmp_path / name)
-    (tmp_path / "adapter").mkdir()
-    (tmp_path / "adapter/adapter_config.json").write_text(json.dumps({"r": 16, "peft_type": "LORA"}))
-    (tmp_path / "adapter/adapter_model.safetensors").write_bytes(b"\x08\x00" + b"w" * 64)
-    (tmp_path / "adapter/result.json").write_text(json.dumps({"device": "cpu"}))
 
 
 def git_spy(folder: Path) -> Path:
@@ -294,3 +293,40 @@ def test_a_result_json_naming_a_version_that_failed_the_gate_is_not_pushed(
     with environment({push_adapter.TOKEN_ENV: TOKEN}):
         pushed = push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
     assert pushed.pushed and pushed.path == "forged-push/v2"
+
+
+@integration
+def test_an_adapter_file_changed_after_register_is_not_pushed(
+    mlflow_server: str, git_server: GitServer, tmp_path: Path
+):
+    # train's folder lies in the run's prefix, which every step's role writes: rewritten after register, its bytes
+    # went to the adapters' repository under the version's name and card. register records the sha256 of every file
+    # it logs from that folder on the version (adapter.manifest); push-adapter pushes only those bytes.
+    inputs(tmp_path, mlflow_server)
+    url = f"{git_server.url}/ml/adapters.git"
+    weights = tmp_path / "adapter/adapter_model.safetensors"
+    honest = weights.read_bytes()
+    recorded = sha256_file(weights)
+    weights.write_bytes(honest[:-1] + b"x")  # one byte of the LoRA weights
+    with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(push_adapter.PushError) as e:
+        push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    said = str(e.value)
+    assert f"adapter_model.safetensors: sha256 {sha256_file(weights)}, recorded {recorded}" in said
+    assert "models:/pushed-adapter/1 (adapter.manifest)" in said
+    assert commits(git_server.root / "ml/adapters.git") == []
+    assert git_server.requests == []  # refused before the repository was asked anything
+
+    weights.write_bytes(honest)
+    (tmp_path / "adapter/chat_template.jinja").write_text("{{ messages }}")  # a file train did not write
+    with environment({push_adapter.TOKEN_ENV: TOKEN}), pytest.raises(push_adapter.PushError) as e:
+        push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert "chat_template.jinja: not in the recorded manifest (added)" in str(e.value)
+    assert commits(git_server.root / "ml/adapters.git") == []
+
+    (tmp_path / "adapter/chat_template.jinja").unlink()
+    with environment({push_adapter.TOKEN_ENV: TOKEN}):
+        pushed = push_adapter.run(cfg(tmp_path, url, tracking_uri=mlflow_server))
+    assert pushed.pushed
+    stored = subprocess.run(["git", "-C", str(git_server.root / "ml/adapters.git"), "show",
+                             f"main:{pushed.path}/adapter_model.safetensors"], capture_output=True).stdout  # fmt: skip
+    assert stored == honest

@@ -11,14 +11,21 @@ and pushed (`docker buildx bake --push --metadata-file meta.json` prints it): th
 
 Every value is checked against Docker's reference grammar (distribution/reference, regexp.go: `NameRegexp`,
 `TagRegexp`; reference.go: `NameTotalLengthMax`) before anything is rendered, and all problems are reported at once.
+
+Argo's executor image (its `init` and `wait` containers in every step pod) is a render setting too, for the one list
+that names it, infra/admission/step-pods.yaml's `executorImages`: `default_argoexec()`, Argo's own image at the Argo
+release this project is built and tested against, unless `DISTILLERY_ARGOEXEC_IMAGE` or the render's
+`--argoexec-image` names the exact reference your controller gives its pods (a mirror, another release, a digest).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 KINDS = ("cpu", "cuda", "ray")
 # The project's version (pyproject.toml; a test keeps them equal): the tag a release's images are pushed under.
@@ -142,3 +149,57 @@ def parse_digests(items: Iterable[str], flag: str = "--image-digest") -> dict[st
     if found:
         raise ValueError("bad image digests:\n  " + "\n  ".join(found))
     return digests
+
+
+# Argo's executor. The Argo release is one fact: the one engines/harness/go.mod requires, whose code the tests run
+# (scripts/engines.sh builds Argo's CLI, workflow-controller and argoexec at it, reading the same line). Argo's
+# controller names in every pod its --executor-image, else its ConfigMap's executor.image, else
+# `quay.io/argoproj/argoexec:<its release>` (workflow/controller/config.go `executorImage`). No digest: none could be
+# read from a registry here, and a made-up one would be worse than the tag.
+ARGOEXEC = "quay.io/argoproj/argoexec"
+ARGO_MODULE = "github.com/argoproj/argo-workflows/v4"
+ARGO_GO_MOD = Path(__file__).resolve().parent.parent / "engines/harness/go.mod"
+ENV_ARGOEXEC = "DISTILLERY_ARGOEXEC_IMAGE"
+ARGOEXEC_RULE = (
+    "the exact reference your Argo controller puts in its pods (its --executor-image or the ConfigMap's "
+    "executor.image): <name>:<tag>, <name>@sha256:… or <name>:<tag>@sha256:…, e.g. "
+    "registry.example.com/mirror/argoexec:v4.0.6"
+)
+
+
+@functools.cache
+def argo_release(go_mod: Path = ARGO_GO_MOD) -> str:
+    """The Argo Workflows release this project is built and tested against: the version of Argo's module that
+    engines/harness/go.mod requires (e.g. v4.0.5)."""
+    found = re.findall(rf"^\s*(?:require\s+)?{re.escape(ARGO_MODULE)}\s+(v[0-9]+\.[0-9]+\.[0-9]+)\s*$",
+                       Path(go_mod).read_text(), flags=re.MULTILINE)  # fmt: skip
+    if len(found) != 1:
+        raise ValueError(f"{go_mod}: expected one requirement of {ARGO_MODULE} at a release (vX.Y.Z), found {found}")
+    return found[0]
+
+
+def default_argoexec() -> str:
+    """Argo's executor image as the controller of `argo_release()` names it by default."""
+    return f"{ARGOEXEC}:{argo_release()}"
+
+
+def argoexec_problems(ref: str, setting: str = ENV_ARGOEXEC) -> list[str]:
+    """How `ref` is not a whole image reference with a tag or a digest (Docker's grammar); [] when it is."""
+    name, at, digest = ref.partition("@")
+    # A colon after the last slash starts the tag; one before it is a registry's port.
+    name, colon, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "")
+    ok = (_NAME.fullmatch(name) and len(name) <= NAME_MAX and (not colon or _TAG.fullmatch(tag))
+          and (not at or _DIGEST.fullmatch(digest)) and (colon or at))  # fmt: skip
+    return [] if ok else [f"{setting}={ref!r} is not an image reference with a tag or a digest; give {ARGOEXEC_RULE}"]
+
+
+def argoexec_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """`DISTILLERY_ARGOEXEC_IMAGE` when set (ValueError when it is empty or not a reference), else
+    `default_argoexec()`."""
+    env = os.environ if environ is None else environ
+    if ENV_ARGOEXEC not in env:
+        return default_argoexec()
+    found = argoexec_problems(env[ENV_ARGOEXEC])
+    if found:
+        raise ValueError("bad image settings in the environment:\n  " + "\n  ".join(found))
+    return env[ENV_ARGOEXEC]

@@ -7,6 +7,8 @@
 | register | refuses a candidate that does not hash to decision.json's | `check_judged` |
 | register | records `model.manifest`: every file of the logged model (GGUF, MLmodel, code) | `manifest` |
 | serve, loader, champion | refuse a version whose files differ from it (or are added) | `download_verified` |
+| register | records `adapter.manifest`: every file of the adapter folder it logs | `manifest` |
+| push-adapter | refuses to push an adapter file that differs from it (or is missing, or added) | `manifest_problems` |
 
 The registry (MLflow's database, reached through its server) is the root of trust: the artifact bucket is writable by
 more roles than the registry, so nothing read from the bucket is believed without a hash recorded in the registry or in
@@ -28,6 +30,7 @@ from steps.core.io import sha256_file
 
 SHA256_TAG = "gguf.sha256"  # the registered GGUF's sha256, on the model version
 MANIFEST_TAG = "model.manifest"  # JSON {path in the logged model: sha256} of every file, on the model version
+ADAPTER_MANIFEST_TAG = "adapter.manifest"  # JSON {path in train's folder: sha256} of the adapter register logged
 JUDGED = "files"  # decision.json: {role: {"file": name, "sha256": hex}} for every GGUF evaluate judged
 
 
@@ -98,20 +101,21 @@ def manifest_problems(recorded: dict[str, str], found: dict[str, str]) -> list[s
     return problems
 
 
-def recorded_manifest(tags: dict[str, str], label: str) -> dict[str, str]:
-    """The manifest a model version records; ChainError when it records none (registered by an older register)."""
-    if not tags.get(MANIFEST_TAG):
+def recorded_manifest(tags: dict[str, str], label: str, tag: str = MANIFEST_TAG) -> dict[str, str]:
+    """The manifest a model version records under `tag` (its model's files; `ADAPTER_MANIFEST_TAG`: its adapter's);
+    ChainError when it records none (registered by an older register)."""
+    if not tags.get(tag):
         raise ChainError(
-            f"{label} has no {MANIFEST_TAG} tag, so its files cannot be checked: register it again with "
+            f"{label} has no {tag} tag, so its files cannot be checked: register it again with "
             "steps.register, which records it; refusing it"
         )
     try:
-        recorded = json.loads(tags[MANIFEST_TAG])
+        recorded = json.loads(tags[tag])
     except ValueError as e:
-        raise ChainError(f"{label}: its {MANIFEST_TAG} tag is not JSON ({e}); refusing it") from e
+        raise ChainError(f"{label}: its {tag} tag is not JSON ({e}); refusing it") from e
     pairs = recorded.items() if isinstance(recorded, dict) else [(None, None)]
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in pairs):
-        raise ChainError(f"{label}: its {MANIFEST_TAG} tag is not a JSON object of path: sha256; refusing it")
+        raise ChainError(f"{label}: its {tag} tag is not a JSON object of path: sha256; refusing it")
     return recorded
 
 

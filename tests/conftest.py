@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ import pytest
 
 from steps.core.defaults import SHARED
 from steps.core.io import environment
+from tests.tls import PrivateCA
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_MODEL = ROOT / SHARED.base_model  # the embedded run's base (scripts/prepare_base_model.py fills it)
@@ -41,13 +43,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen, timeout: float, log: Path, context: ssl.SSLContext | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(url, timeout=2, context=context):
                 return
         except OSError:
             time.sleep(0.3)
@@ -262,17 +266,19 @@ def console_script(name: str) -> str:
 
 
 @contextlib.contextmanager
-def running_moto(host: str, log: Path, timeout: float) -> Iterator[str]:
-    """moto's S3 server on `host` (a free port), logging to `log`, until the block ends; yields its endpoint URL."""
+def running_moto(host: str, log: Path, timeout: float, tls: PrivateCA | None = None) -> Iterator[str]:
+    """moto's S3 server on `host` (a free port), logging to `log`, until the block ends; yields its endpoint URL. With
+    `tls`, over https with its server certificate."""
     exe = console_script("moto_server")
     port = free_port()
+    https = ["-c", str(tls.cert), "-k", str(tls.key)] if tls else []
     with log.open("w") as f:
         proc = subprocess.Popen(
-            [exe, "-H", host, "-p", str(port)], stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+            [exe, "-H", host, "-p", str(port), *https], stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
-    url = f"http://{host}:{port}"
+    url = f"{'https' if tls else 'http'}://{host}:{port}"
     try:
-        wait_http(f"{url}/moto-api/", proc, timeout, log)
+        wait_http(f"{url}/moto-api/", proc, timeout, log, ssl.create_default_context(cafile=tls.ca) if tls else None)
         yield url
     finally:
         stop(proc)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from steps.core import trust
 from tests.argo_pods import shipped_config, workflow_pods
 from tests.conftest import ROOT
 from tests.engines import ENGINES_SH, harness
@@ -179,6 +180,12 @@ def test_the_pod_policy_allows_exactly_what_the_templates_use():
     stems = ("register", "evaluate", "evaluate-shard-cpu")
     assert variable(PODS_POLICY, "projectImages") == {images[f"distill-workflowtemplate/{n}"] for n in stems}
     assert variable(PODS_POLICY, "shardImages") == {images["distill-workflowtemplate/evaluate-shard-gpu"]}
+    # The private CA's ConfigMap, mounted where the templates mount it (a CEL map reads as a YAML flow mapping).
+    mounts = {(v["name"], v["configMap"]["name"]) for p in pods for v in p["spec"]["volumes"] if "configMap" in v}
+    assert mounts == {(security.TRUST_VOLUME, trust.CONFIGMAP)}
+    fixed = next(v["expression"] for v in PODS_POLICY["spec"]["variables"] if v["name"] == "fixedMounts")
+    assert yaml.safe_load(fixed)[security.TRUST_VOLUME] == trust.DIR
+    assert f"v.configMap.name == '{trust.CONFIGMAP}'" in yaml.safe_dump(PODS_POLICY["spec"]["validations"], width=999)
 
 
 # --- matching and installation ----------------------------------------------------------------------------------------
@@ -351,6 +358,14 @@ def powered_variants() -> dict[str, tuple[dict, str]]:
     )
     main_of(case("the shard key where artifacts go", shard_cpu, "runs its step as rendered"))["volumeMounts"].append(
         {"name": "input-artifacts", "mountPath": "/var/run/secrets/distillery-shard", "subPath": "dataset"}
+    )
+    # The private CA: only the ConfigMap distillery-trust, only where the template mounts it. Another ConfigMap, or
+    # the trust mounted over certifi's store, would choose which servers register believes.
+    pod = case("another ConfigMap as the trust", register, "runs its step as rendered")
+    next(v for v in pod["spec"]["volumes"] if v["name"] == security.TRUST_VOLUME)["configMap"]["name"] = "elsewhere"
+    main = main_of(case("the trust over certifi's store", register, "runs its step as rendered"))
+    next(m for m in main["volumeMounts"] if m["name"] == security.TRUST_VOLUME)["mountPath"] = (
+        "/usr/local/lib/python3.11/site-packages/certifi"
     )
     # The egress label opens HTTPS to any public host (infra/networkpolicy/steps.yaml); a workflow's podMetadata can
     # put it on any pod, so the powered ones refuse it: a key or register's role never gets a way out on 443.

@@ -8,7 +8,6 @@ beside the stand-in scenarios of tests/test_controlplane.py.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from steps.core import verdict
+from steps.core import trust, verdict
 from steps.pipeline import PARAMS
 from steps.train.checkpoints import CHECKPOINT_PREFIX
 from tests.conftest import (
@@ -52,6 +51,8 @@ from tests.node import (
     start_hub_mirror,
 )
 from tests.test_controlplane import WF_API, argo
+from tests.tls import PrivateCA, make_ca
+from tests.tls import https_git as tls_git
 from workflows import rayjob, security
 from workflows.images import Images
 
@@ -1245,82 +1246,19 @@ def test_build_dataset_publishes_a_revision_that_distill_then_trains_on(
           f"{verdict.DECISION_TAG}={registered_decision(node_mlflow, published['distill'])}")  # fmt: skip
 
 
-class _GitHttp(http.server.BaseHTTPRequestHandler):
-    """git's smart HTTP: each request handed to `git http-backend` (CGI), as a web server in front of a git host
-    does; `root` is the folder of bare repositories."""
-
-    root: Path
-
-    def _backend(self) -> None:
-        path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        if self.headers.get("Transfer-Encoding") == "chunked":  # git sends large requests chunked
-            while size := int(self.rfile.readline().strip(), 16):
-                body += self.rfile.read(size)
-                self.rfile.readline()
-            self.rfile.readline()
-        env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.root), "GIT_HTTP_EXPORT_ALL": "1",
-               "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
-               "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
-               "REMOTE_ADDR": self.client_address[0],
-               **{f"HTTP_{k.upper().replace('-', '_')}": v for k, v in self.headers.items()}}  # fmt: skip
-        env.pop("HTTP_TRANSFER_ENCODING", None)
-        done = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, timeout=120)
-        head, _, payload = done.stdout.partition(b"\r\n\r\n")
-        fields = [line.split(":", 1) for line in head.decode().splitlines() if ":" in line]
-        status = next((int(v.split()[0]) for k, v in fields if k.lower() == "status"), 200)
-        self.send_response(status)
-        for k, v in fields:
-            if k.lower() != "status":
-                self.send_header(k, v.strip())
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_POST = _backend
-
-    def log_message(self, *_: object) -> None:  # quiet: pytest shows failures
-        pass
-
-
 @contextlib.contextmanager
-def https_git(node: Node, folder: Path, repo: str, work: Path) -> Iterator[str]:
-    """The bare repositories in `folder` over https on the pod bridge's address (a certificate for that address from
-    a CA made here): what check-triggers accepts as a dataset repository (https or a local path: no git://). Yields
-    the URL of `repo`."""
-    import ssl
-
-    gateway, port = node.net.gateway, free_port()
-    tls = work / "tls"
-    tls.mkdir()
-    for args in (
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-         "-subj", "/CN=distillery test git CA"],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "git.key", "-out", "git.csr", "-subj", f"/CN={gateway}"],
-        ["x509", "-req", "-in", "git.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "git.crt",
-         "-days", "1", "-extfile", "/dev/stdin"],
-    ):  # fmt: skip
-        subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True, timeout=60,
-                       input=f"subjectAltName=IP:{gateway}".encode())  # fmt: skip
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tls / "git.crt", tls / "git.key")
-    handler = type("GitHttp", (_GitHttp,), {"root": folder})
-    server = http.server.ThreadingHTTPServer((gateway, port), handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"https://{gateway}:{port}/{repo}"
-    try:
-        env = {**os.environ, "GIT_SSL_CAINFO": str(tls / "ca.crt")}  # the variable, which outranks git's config
+def https_git(node: Node, folder: Path, repo: str, work: Path) -> Iterator[tuple[str, PrivateCA]]:
+    """The bare repositories in `folder` over https on the pod bridge's address, with a certificate for that address
+    from a CA made here (tests/tls.py): what check-triggers accepts as a dataset repository (https or a local path: no
+    git://), behind a private CA as a homelab's Gitea is. Yields the URL of `repo` and the CA."""
+    ca = make_ca(work / "tls", node.net.gateway)
+    with tls_git(folder, node.net.gateway, free_port(), ca) as base:
+        url = f"{base}/{repo}"
+        env = {**os.environ, "GIT_SSL_CAINFO": str(ca.ca)}  # the variable, which outranks git's config
         listed = subprocess.run(["git", "ls-remote", url, "HEAD"], env=env, capture_output=True, text=True,
                                 timeout=60)  # fmt: skip
         assert listed.returncode == 0, listed.stderr
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+        yield url, ca
 
 
 RETRAIN_CRON = "distill-retrain-check"
@@ -1345,11 +1283,10 @@ def test_the_retrain_cron_fires_on_its_schedule_and_starts_distill(
     work = tmp_path_factory.mktemp("retrain-cron")
     version = registered_version(node_mlflow, published["distill"])
     MlflowClient(node_mlflow).set_registered_model_alias(version.name, "champion", version.version)
-    with https_git(real_node, published["served"], "dataset.git", work) as url:
-        # The team's git config for the dataset host (the optional distillery-git Secret). The templates mount no CA
-        # bundle, so a private CA cannot be trusted in the pod: TLS verification is off for this host alone here.
-        gitconfig = f'[http "https://{url.split("/")[2]}/"]\n\tsslVerify = false\n'
-        plane.kubectl("create", "secret", "generic", security.GIT_SECRET, f"--from-literal=gitconfig={gitconfig}")
+    with https_git(real_node, published["served"], "dataset.git", work) as (url, ca):
+        # The team's private CA, as docs/cluster.md has it created (the optional ConfigMap every step pod mounts,
+        # steps/core/trust.py): check-triggers verifies the dataset host against it, with TLS verification on.
+        plane.kubectl("create", "configmap", trust.CONFIGMAP, f"--from-file={trust.KEY}={ca.ca}")
 
         def defaults(rendered: dict) -> None:
             for p in rendered["spec"]["arguments"]["parameters"]:

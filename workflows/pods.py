@@ -38,9 +38,9 @@ SCRATCH_VOLUME = m.Volume(name=security.SCRATCH_VOLUME, empty_dir=m.EmptyDirVolu
 
 
 def volumes(step: str, disk: str | None) -> list[m.Volume]:
-    """The pod's emptyDirs, each capped at its fixed `disk` (`fixed_disk`; None: sized by preflight's patch), and its
-    credential files (optional secret volumes)."""
-    files = [m.Volume.model_validate(v) for v in security.secret_volumes(step)[0]]
+    """The pod's emptyDirs, each capped at its fixed `disk` (`fixed_disk`; None: sized by preflight's patch), its
+    credential files (optional secret volumes) and the private CA (an optional ConfigMap)."""
+    files = [m.Volume.model_validate(v) for v in [*security.secret_volumes(step)[0], security.trust_volume()]]
     if disk is None:
         return [OUTPUT_VOLUME, SCRATCH_VOLUME, *files]
     return [
@@ -56,7 +56,7 @@ def volume_mounts(step: str) -> list[m.VolumeMount]:
     return [
         m.VolumeMount(name=OUTPUT_VOLUME.name, mount_path=OUT_DIR),
         m.VolumeMount(name=SCRATCH_VOLUME.name, mount_path=security.SCRATCH_DIR),
-        *(m.VolumeMount.model_validate(v) for v in security.secret_volumes(step)[1]),
+        *(m.VolumeMount.model_validate(v) for v in [*security.secret_volumes(step)[1], security.trust_mount()]),
     ]
 
 

@@ -78,7 +78,7 @@ import yaml
 
 from steps import sizing
 from steps.pipeline import ray_replicas_param
-from workflows.security import SCRATCH_DIR, SCRATCH_VOLUME
+from workflows.security import SCRATCH_DIR, SCRATCH_VOLUME, trust_mount, trust_volume
 
 API_VERSION = "ray.io/v1"
 RAY_VERSION = "2.60.0"  # the ray wheel in images/ray.Dockerfile (constraints.txt); KubeRay gates features on it
@@ -288,11 +288,12 @@ def _pod(
                     # RAY_AUTH_MODE set here too: an operator that drops `authOptions` (an older CRD prunes it) gives
                     # no token, and Ray then refuses to start rather than serve the dashboard and GCS to anyone.
                     "env": [*env, {"name": "RAY_AUTH_MODE", "value": AUTH_MODE}],
-                    "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
+                    "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}, trust_mount()],
                 }
             ],
-            # /tmp: Ray's session folder (/tmp/ray), the hub download, the checkpoints on their way to S3.
-            "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": disk}}],
+            # /tmp: Ray's session folder (/tmp/ray), the hub download, the checkpoints on their way to S3. The private
+            # CA, if any (a ConfigMap: no Secret may be mounted here), for the hub mirror and S3 over TLS.
+            "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": disk}}, trust_volume()],
         },
     }
 

@@ -26,6 +26,10 @@ rendered templates stay the same; a platform engineer creates the Secrets that a
 says which variables come from which Secret and key, `USERS` which pods get each: exactly the steps that talk to that
 service (`serve`: the serving Deployments of workflows/serving.py).
 
+A private CA: the optional ConfigMap `trust.CONFIGMAP` (steps/core/trust.py), mounted read-only by `trust_volume` and
+`trust_mount` into every pod that runs the steps' code — every step pod, the Ray head and workers, the serving pods —
+whose `install()` trusts it besides the public CAs. Absent, nothing changes.
+
 Writable paths: every container runs with a read-only root filesystem. A step writes only to its output folder
 (`/work/out`, an emptyDir that Argo uploads from) and to `SCRATCH_DIR` (an emptyDir at /tmp); `WRITABLE_ENV` points
 every cache the steps' libraries keep (Hugging Face, torch/triton kernels, matplotlib, DVC's site cache, git/XDG
@@ -37,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from steps.core import verdict
+from steps.core import trust, verdict
 
 STEPS = "distillery-steps"
 SUBMITTER = "distillery-submitter"
@@ -298,6 +302,25 @@ def secret_env(step: str) -> list[dict]:
             for name, path in FILE_ENV.get(credential, ())
         ]
     )
+
+
+# A private CA's certificates (steps/core/trust.py): one optional ConfigMap, in every pod that runs the steps' code,
+# not only the pods of one credential's users: nearly every step reaches S3, MLflow, git or the hub over TLS, and a
+# CA certificate is no secret to keep from the others. Absent (a cluster of public CAs), the volume is empty.
+TRUST_VOLUME = "trust"
+
+
+def trust_volume() -> dict:
+    """The pod's volume of the trust ConfigMap (Kubernetes dict): its one key, optional."""
+    return {
+        "name": TRUST_VOLUME,
+        "configMap": {"name": trust.CONFIGMAP, "optional": True, "items": [{"key": trust.KEY, "path": trust.KEY}]},
+    }
+
+
+def trust_mount() -> dict:
+    """Where the container finds the trust ConfigMap's file (`trust.FILE`), read-only."""
+    return {"name": TRUST_VOLUME, "mountPath": trust.DIR, "readOnly": True}
 
 
 # Every place the steps' libraries write outside the output folder, moved into the scratch emptyDir. HOME too: git,

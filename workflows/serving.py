@@ -108,6 +108,7 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
             {"name": security.SCRATCH_VOLUME, "mountPath": security.SCRATCH_DIR},
             {"name": SERVED_LOG_VOLUME, "mountPath": SERVED_LOG_DIR},
             *token_mounts,
+            security.trust_mount(),  # MLflow and S3 behind a private CA
         ],
     }
     return {
@@ -136,6 +137,7 @@ def deployment(alias: str, images: Images = DEFAULT_IMAGES) -> dict:
                         },
                         {"name": SERVED_LOG_VOLUME, "persistentVolumeClaim": {"claimName": served_claim(alias)}},
                         *token_volumes,
+                        security.trust_volume(),
                     ],
                 },
             },

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from steps.core import pod
+from steps.core import pod, trust
 from steps.core.io import write_json
 
 C = TypeVar("C")
@@ -151,7 +151,8 @@ def timed(run: Callable[[C], R]) -> Callable[[C], R]:
     """Decorate a step's `run`: the `result.json` it writes (`write_result`) records `wall_seconds` from when `run` was
     entered, whether it was called by `main()` or from Python (register prices each upstream step by it). In a pod it
     also leaves the container's termination message (`steps.core.pod`): the memory limit as it starts, its error if it
-    raises one."""
+    raises one; and trusts the cluster's private CA, when the pod has one (`steps.core.trust`), before the step
+    talks to anything."""
 
     step = run.__module__.removeprefix("steps.").removesuffix(".__init__")
 
@@ -160,6 +161,7 @@ def timed(run: Callable[[C], R]) -> Callable[[C], R]:
         token = _run_started.set(time.perf_counter())
         pod.announce_limits(step)  # on a cluster: the limit an OOMKilled step's node names in `argo get`
         try:
+            trust.install()
             return run(cfg)
         except Exception as e:  # the step's own error becomes the node's message instead (re-raised as it was)
             pod.termination_message(f"{step}: {type(e).__name__}: {e}")

@@ -63,7 +63,7 @@ from typing import Any
 
 from steps.contract import serving_config
 from steps.contract.threads import llama_server_threads, threads_problems
-from steps.core import chain
+from steps.core import chain, trust
 from steps.core.cli import parse_config, refuse
 from steps.core.defaults import SHARED
 from steps.core.io import environment, sha256_file
@@ -576,8 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        trust.install()  # the pod's private CA, if any, for MLflow and S3 (serve is no `timed` step)
         run(cfg, stop)
-    except ServeError as e:
+    except (ServeError, trust.TrustError) as e:
         print(f"serve: {e}", file=sys.stderr)
         return 1
     return 0

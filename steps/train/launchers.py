@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from steps.contract.threads import cpu_threads
+from steps.core import trust
 from steps.core.examples import encode_rows
 from steps.core.io import is_uri
 from steps.train.budget import base_shape, choose, fits
@@ -74,6 +75,10 @@ def ray_worker(config: dict) -> None:
     import torch
     from ray.train.torch import get_device, prepare_model
 
+    # A KubeRay worker pod's processes are Ray's, not the step's: this worker trusts its own pod's private CA (the hub
+    # mirror; S3, where ray_storage's filesystem looks for the bundle at the path it has on every pod) before it
+    # touches either. (Not Ray's worker_process_setup_hook: it runs before the driver's folder is on sys.path.)
+    trust.install()
     cfg = TrainConfig(**config["cfg"])
     torch.set_num_threads(config["threads"])  # Ray sets OMP_NUM_THREADS=1 per worker; the thread count is ours
     context = ray.train.get_context()
@@ -110,7 +115,8 @@ def ray_worker(config: dict) -> None:
 
 
 def ray_storage(location: str) -> tuple[str, Any]:
-    """Ray Train's storage path and filesystem: an absolute local folder, or S3 (honouring AWS_ENDPOINT_URL)."""
+    """Ray Train's storage path and filesystem: an absolute local folder, or S3 (honouring AWS_ENDPOINT_URL, and
+    AWS_CA_BUNDLE as botocore does: pyarrow reads no variable once its S3 client has started in the process)."""
     if not is_uri(location):
         return str(Path(location).resolve()), None
     if not location.startswith("s3://"):
@@ -122,6 +128,8 @@ def ray_storage(location: str) -> tuple[str, Any]:
     if endpoint:
         kwargs["endpoint_override"] = endpoint
         kwargs["scheme"] = "https" if endpoint.startswith("https") else "http"
+    if os.environ.get("AWS_CA_BUNDLE"):  # the private CA's bundle (steps/core/trust.py), on every pod at the same path
+        kwargs["tls_ca_file_path"] = os.environ["AWS_CA_BUNDLE"]
     return location[len("s3://") :].rstrip("/"), fs.S3FileSystem(**kwargs)
 
 

@@ -360,8 +360,11 @@ def established(crd: dict) -> bool:
     return any(k["type"] == "Established" and k["status"] == "True" for k in conditions)
 
 
-def apply_everything(plane: ControlPlane) -> None:
-    """The CRDs (established), Argo's namespace and ConfigMap, and what users apply: infra/ and infra/karpenter/."""
+def apply_everything(plane: ControlPlane, executor_image: str = EXECUTOR_IMAGE) -> None:
+    """The CRDs (established), Argo's namespace and ConfigMap, and what users apply: infra/ and infra/karpenter/; the
+    step-pods admission policy rendered for `executor_image` where it is not Argo's default (the node's executor is
+    built here), as docs/cluster.md tells a cluster whose controller names another (`--argoexec-image`): the policy
+    checks the executor of every step pod."""
     args: list[str] = []
     for f in crd_files():
         args += ["-f", str(f)]
@@ -381,6 +384,10 @@ def apply_everything(plane: ControlPlane) -> None:
     plane.kubectl("apply", "-f", "-", input=controller_configmap(plane))
     plane.kubectl("apply", "-k", str(ROOT / "infra"))
     plane.kubectl("apply", "-k", str(ROOT / "infra/karpenter"))
+    if executor_image != EXECUTOR_IMAGE:
+        from workflows.render import step_pods_policy
+
+        plane.kubectl("apply", "-f", "-", input=step_pods_policy(argoexec=executor_image))
 
 
 def start_controllers(plane: ControlPlane, executor_image: str = EXECUTOR_IMAGE) -> None:
@@ -415,7 +422,7 @@ def start(
     plane.timings["apiserver"] = time.monotonic() - began
     try:
         began = time.monotonic()
-        apply_everything(plane)
+        apply_everything(plane, executor_image)
         plane.timings["apply"] = time.monotonic() - began
         began = time.monotonic()
         start_controllers(plane, executor_image)

@@ -10,7 +10,8 @@
 #   scripts/test.sh --cluster [extra pytest args]  # the cluster tier (pytest -m cluster): the control plane, the
 #                                                  # real node and both backends' distill on it, built first by
 #                                                  # `scripts/engines.sh --cluster` and `scripts/images.sh cpu ray`
-#                                                  # (hours cold on 2 cores, ~20 GB of disk, root: CI leaves it out);
+#                                                  # (95 min from a fresh clone with warm machine caches,
+#                                                  # hours cold, ~50 GB of disk: docs/engines.md; root: CI leaves it out);
 #                                                  # run it on every change to workflows/, infra/, images/ or steps/
 #                                                  # (docs/engines.md)
 set -euo pipefail
